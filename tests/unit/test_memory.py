@@ -1,0 +1,129 @@
+"""Memory facts (issues 3 and 8): KV per token, weights per GPU, fit and KV capacity."""
+
+from __future__ import annotations
+
+import pytest
+
+from servebench.errors import ConfigError
+from servebench.sim.catalog import get_gpu, get_model
+from servebench.sim.memory import (
+    Layout,
+    checkpoint_bytes,
+    fit,
+    kv_bytes_per_token,
+    kv_bytes_per_token_per_gpu,
+    weight_bytes_per_gpu,
+)
+
+GIB = 1 << 30
+H100, H200 = get_gpu("h100"), get_gpu("h200")
+
+
+def test_mla_kv_is_70272_bytes_and_not_divided_by_tp() -> None:
+    ds = get_model("DeepSeek-R1")
+    assert kv_bytes_per_token(ds, 2) == 61 * (512 + 64) * 2 == 70_272
+    for tp in (1, 2, 8):
+        lay = Layout(gpu=H200, gpus_per_node=tp, tp=tp, quant="fp8")
+        assert kv_bytes_per_token_per_gpu(ds, lay) == 70_272
+    assert kv_bytes_per_token(ds, 1) == 35_136
+
+
+def test_gqa_kv_is_327680_bytes_and_divided_by_tp_up_to_kv_heads() -> None:
+    llama = get_model("Llama-3.1-70B")
+    assert kv_bytes_per_token(llama, 2) == 2 * 80 * 8 * 128 * 2 == 327_680
+    per_gpu = {tp: kv_bytes_per_token_per_gpu(llama, Layout(gpu=H100, gpus_per_node=tp, tp=tp)) for tp in (1, 2, 4, 8)}
+    assert per_gpu == {1: 327_680, 2: 163_840, 4: 81_920, 8: 40_960}
+    # past kv_heads (8) each rank holds one replicated KV head: no further division
+    lay16 = Layout(gpu=H100, gpus_per_node=8, nodes=2, tp=16)
+    assert kv_bytes_per_token_per_gpu(llama, lay16) == 40_960
+    # PP splits layers
+    assert kv_bytes_per_token_per_gpu(llama, Layout(gpu=H100, gpus_per_node=8, tp=4, pp=2)) == 40_960
+
+
+def test_deepseek_fp8_does_not_fit_8xh100_and_says_why() -> None:
+    ds = get_model("DeepSeek-R1")
+    assert 680e9 < checkpoint_bytes(ds, "fp8") < 695e9  # 671B + 14B MTP ~ 685 GB
+    r = fit(ds, Layout(gpu=H100, tp=8, quant="fp8"), max_model_len=8192)
+    assert not r.fits
+    assert "per GPU" in r.reason and "usable" in r.reason and "MTP" in r.reason
+    joined = " | ".join(r.suggestions)
+    assert "2x8 H100" in joined and "8xH200" in joined
+
+
+@pytest.mark.parametrize("layout", [
+    Layout(gpu=H100, gpus_per_node=8, nodes=2, tp=8, pp=2, quant="fp8"),
+    Layout(gpu=H100, gpus_per_node=8, nodes=2, tp=16, quant="fp8"),
+    Layout(gpu=H200, tp=8, quant="fp8"),
+])
+def test_deepseek_fp8_fits_2x8_h100_and_8xh200(layout: Layout) -> None:
+    r = fit(get_model("DeepSeek-V3"), layout, max_model_len=8192)
+    assert r.fits, r.reason
+    assert r.kv_tokens > 100_000
+
+
+def test_deepseek_v3_awq_8xh100_matches_vllm_073_log() -> None:
+    # seed 001: vLLM 0.7.3 logged 50.47 GiB of weights and 151,072 KV tokens (TP8, util 0.95, len 8000)
+    r = fit(get_model("DeepSeek-V3-AWQ"), Layout(gpu=H100, tp=8, quant="awq"), max_model_len=8000,
+            gpu_memory_utilization=0.95, engine="vllm-0.7")
+    assert r.fits
+    assert r.weights_per_gpu_bytes / GIB == pytest.approx(50.47, rel=0.10)
+    assert r.kv_tokens == pytest.approx(151_072, rel=0.10)
+    assert r.kv_tokens % 16 == 0
+
+
+def test_deepseek_r1_fp8_8xh200_holds_about_512k_tokens() -> None:
+    r = fit(get_model("DeepSeek-R1"), Layout(gpu=H200, tp=8, quant="fp8"), max_model_len=8192)
+    assert r.fits
+    assert r.kv_tokens == pytest.approx(512_000, rel=0.10)
+    assert r.max_concurrent_seqs(8192) == r.kv_tokens // 8192
+
+
+def test_llama_405b_fp8_fits_8xh100_at_56_gib_with_bf16_attention() -> None:
+    m = get_model("Llama-3.1-405B")
+    lay = Layout(gpu=H100, tp=8, quant="fp8")
+    r = fit(m, lay, max_model_len=8192)
+    assert r.fits
+    assert r.weights_per_gpu_bytes / GIB == pytest.approx(56, rel=0.05)
+    # attention stays BF16: its bytes are twice its params per GPU
+    attn_params_gpu = m.weight_params_breakdown()["attention"] / 8
+    assert r.weights_breakdown["attention"] == pytest.approx(2 * attn_params_gpu, rel=0.01)
+    assert get_model("Llama-3.1-405B-FP8").default_quant == "fp8"
+
+
+def test_expert_parallel_splits_experts_not_attention() -> None:
+    ds = get_model("DeepSeek-R1")
+    tp8 = Layout(gpu=H200, tp=8, quant="fp8")
+    dp8ep8 = Layout(gpu=H200, tp=1, dp=8, ep=8, quant="fp8")
+    a = fit(ds, tp8, max_model_len=4096).weights_breakdown
+    b = fit(ds, dp8ep8, max_model_len=4096).weights_breakdown
+    assert a["routed_experts"] == b["routed_experts"]
+    assert b["attention"] == pytest.approx(8 * a["attention"], rel=0.01)
+    assert fit(ds, dp8ep8, max_model_len=4096).replicas == 8
+
+
+def test_quantization_orders_weight_bytes() -> None:
+    m = get_model("Llama-3.1-70B")
+    w = {q: weight_bytes_per_gpu(m, Layout(gpu=H100, gpus_per_node=4, tp=4, quant=q))
+         for q in ("bf16", "fp8", "awq", "int4")}
+    assert w["bf16"] > w["fp8"] > w["awq"] > w["int4"]
+    assert w["bf16"] / GIB == pytest.approx(70.6e9 * 2 / 4 / GIB, rel=0.01)
+
+
+def test_too_long_context_does_not_fit() -> None:
+    r = fit(get_model("Llama-3.1-70B"), Layout(gpu=H100, gpus_per_node=2, tp=2), max_model_len=1_000_000)
+    assert not r.fits and "max_model_len" in r.reason
+
+
+def test_engines_differ_and_bad_inputs_raise() -> None:
+    m, lay = get_model("Llama-3.1-8B"), Layout(gpu=H100, gpus_per_node=1, tp=1)
+    toks = {e: fit(m, lay, max_model_len=8192, engine=e).kv_tokens for e in ("vllm", "sglang", "trtllm")}
+    assert toks["sglang"] > toks["vllm"]
+    assert all(t > 400_000 for t in toks.values())
+    with pytest.raises(ConfigError):
+        fit(m, lay, max_model_len=8192, engine="nope")
+    with pytest.raises(ConfigError):
+        Layout(gpu=H100, gpus_per_node=8, tp=4)  # 4 != 8 GPUs
+    with pytest.raises(ConfigError):
+        Layout(gpu=H100, gpus_per_node=1, tp=1, quant="fp4")
+    with pytest.raises(ConfigError):
+        fit(m, lay, max_model_len=8192, gpu_memory_utilization=1.5)
