@@ -17,6 +17,7 @@ from servebench.records import RequestRecord
 
 __all__ = [
     "PERCENTILES",
+    "assess_client",
     "SCHEMA",
     "distribution",
     "error_adjusted",
@@ -238,3 +239,36 @@ def _source(completed: Sequence[RequestRecord], which: str) -> str:
     if n_usage == len(completed):
         return label[0]
     return label[1] if n_usage == 0 else "mixed"
+
+
+# Client self-check thresholds (docs/metrics.md, "Client self-check").
+LOOP_LAG_P99_MS = 5.0
+SCHEDULE_LAG_P99_MS = 10.0
+CPU_BUSY_PEAK = 0.95
+
+
+def assess_client(summary: dict[str, Any], *, open_loop: bool) -> tuple[bool, list[str], str]:
+    """Is the client the bottleneck? (saturated, reasons, advice) from the summary's client block.
+
+    Saturated when the event loop oversleeps (p99 > 5 ms: chunks wait to be timestamped), when an
+    open-loop schedule falls behind (schedule lag p99 > 10 ms), or when the client process used
+    ≥ 95% of a core in some second of the run.
+    """
+    client = summary.get("client", {})
+    reasons = []
+    loop_lag = client.get("loop_lag_ms_p99") or 0.0
+    if loop_lag > LOOP_LAG_P99_MS:
+        reasons.append(f"event-loop lag p99 {loop_lag:.1f} ms > {LOOP_LAG_P99_MS:g} ms")
+    lag = (client.get("schedule_lag_ms") or {}).get("p99") or 0.0
+    if open_loop and lag > SCHEDULE_LAG_P99_MS:
+        reasons.append(f"schedule lag p99 {lag:.1f} ms > {SCHEDULE_LAG_P99_MS:g} ms")
+    cpu = client.get("cpu_busy_peak") or 0.0
+    if cpu >= CPU_BUSY_PEAK:
+        reasons.append(f"client CPU peaked at {cpu * 100:.0f}% of a core")
+    advice = ""
+    if reasons:
+        advice = ("the client, not the server, may be limiting this run ("
+                  + "; ".join(reasons) + "). Latencies include client queueing. Lower "
+                  "--concurrency/--rate, close other work on this machine, or split the load "
+                  "over more client processes.")
+    return bool(reasons), reasons, advice

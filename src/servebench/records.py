@@ -23,6 +23,7 @@ ERROR_KINDS = (
     "malformed_sse",  # a data line that is not JSON, or an SSE error event
     "no_done",  # stream ended without `data: [DONE]` on a target that sends it
     "empty",  # the stream ended with no generated token at all
+    "stream_error",  # the server sent an error object or `event: error` inside a 200 response
     "cancelled",  # still in flight when the run stopped (SIGINT, --duration)
 )
 

@@ -1,0 +1,151 @@
+"""The terminal: a live progress line during the run and the summary table after it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+__all__ = ["LiveProgress", "print_summary", "summary_table"]
+
+
+class LiveProgress:
+    """Requests done/failed and output tokens/s so far, redrawn twice a second from the loop.
+
+    Redrawing is driven by a task on the run's own event loop (no refresh thread competing for
+    the GIL) and costs well under a millisecond per redraw.
+    """
+
+    def __init__(self, console: Console, shard: Any, total: int | None, interval_s: float = 0.5):
+        self.console = console
+        self.shard = shard
+        self.total = total
+        self.interval_s = interval_s
+        self._live: Live | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._t_start = 0.0
+
+    def _render(self) -> Text:
+        s = self.shard
+        elapsed = max(time.perf_counter() - self._t_start, 1e-9)
+        total = f"/{self.total}" if self.total else ""
+        text = Text()
+        text.append(f"  {s.done}{total} done", style="bold")
+        text.append(f"  {s.failed} failed", style="red" if s.failed else "dim")
+        text.append(f"  {len(s.in_flight)} in flight")
+        text.append(f"  {s.output_tokens / elapsed:,.0f} output tok/s")
+        text.append(f"  {elapsed:,.1f} s", style="dim")
+        return text
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            if self._live is not None:
+                self._live.update(self._render(), refresh=True)
+
+    def start(self) -> None:
+        self._t_start = time.perf_counter()
+        self._live = Live(self._render(), console=self.console, auto_refresh=False, transient=True)
+        self._live.start()
+        self._task = asyncio.ensure_future(self._tick())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        if self._live is not None:
+            self._live.stop()
+
+
+def _fmt(x: Any, digits: int = 1) -> str:
+    if x is None:
+        return "—"
+    if isinstance(x, float):
+        return f"{x:,.{digits}f}"
+    return f"{x:,}"
+
+
+def summary_table(summary: dict[str, Any]) -> Table:
+    lat = summary.get("latency_ms", {})
+    table = Table(title=None, show_edge=False, pad_edge=False, box=None)
+    table.add_column("latency (ms)", style="bold")
+    for col in ("mean", "median", "p90", "p99", "max"):
+        table.add_column(col, justify="right")
+    for name, label in (("ttft", "TTFT"), ("ttfat", "TTFAT (answer)"), ("tpot", "TPOT"),
+                        ("itl", "ITL"), ("e2e", "E2E")):
+        d = lat.get(name) or {}
+        if not d.get("count"):
+            continue
+        table.add_row(label, *(_fmt(d.get(c), 2 if name in ("tpot", "itl") else 1)
+                               for c in ("mean", "median", "p90", "p99", "max")))
+    return table
+
+
+def print_summary(summary: dict[str, Any], console: Console, out_dir: str | None = None) -> None:
+    req = summary.get("requests", {})
+    thr = summary.get("throughput", {})
+    tok = summary.get("tokens", {})
+    tgt = summary.get("target", {})
+    load = summary.get("load", {})
+    head = Text()
+    head.append("servebench run", style="bold")
+    where = tgt.get("url", "?")
+    if tgt.get("emulated"):
+        where = f"built-in emulator, profile {tgt.get('profile')}"
+    head.append(f"  {tgt.get('model', '?')} @ {where}  ({tgt.get('api', '?')}, {_load_words(load)})")
+    console.print(head)
+    errors = req.get("errors") or {}
+    err_text = ", ".join(f"{k} {v}" for k, v in errors.items())
+    console.print(
+        f"  requests  {req.get('completed', 0):,} completed, {req.get('failed', 0):,} failed"
+        + (f" ({err_text})" if err_text else "")
+        + f" in {summary.get('duration_s', 0):,.2f} s"
+    )
+    console.print(
+        f"  throughput  {_fmt(thr.get('requests_per_s'), 2)} req/s "
+        f"(offered {_fmt(thr.get('offered_requests_per_s'), 2)}), "
+        f"output {_fmt(thr.get('output_tokens_per_s'))} tok/s, "
+        f"total {_fmt(thr.get('total_tokens_per_s'))} tok/s"
+    )
+    reasoning = tok.get("reasoning_total") or 0
+    console.print(
+        f"  tokens  input {tok.get('input_total', 0):,} ({tok.get('input_source')}), "
+        f"output {tok.get('output_total', 0):,} ({tok.get('output_source')})"
+        + (f", of which reasoning {reasoning:,}" if reasoning else "")
+    )
+    console.print(summary_table(summary))
+    good = summary.get("goodput")
+    if good:
+        console.print(
+            f"  goodput  {_fmt(good['requests_per_s'], 2)} req/s "
+            f"({good['fraction'] * 100:.1f}% of requests meet {good['slo']})"
+        )
+    for note in summary.get("notes") or ():
+        console.print(f"  [yellow]note[/yellow]  {note}")
+    client = summary.get("client", {})
+    if client.get("saturated"):
+        console.print(f"  [bold red]client saturated[/bold red]  {client.get('advice', '')}")
+    else:
+        lag = (client.get("schedule_lag_ms") or {}).get("p99")
+        console.print(
+            f"  client  ok: schedule lag p99 {_fmt(lag, 2)} ms, "
+            f"CPU {_fmt(client.get('cpu_us_per_token'), 1)} µs/token"
+        )
+    if out_dir:
+        console.print(f"  results  {out_dir}")
+
+
+def _load_words(load: dict[str, Any]) -> str:
+    mode = load.get("mode")
+    if mode == "concurrency":
+        return f"concurrency {load.get('concurrency')}"
+    if mode == "rate":
+        cap = f", cap {load['concurrency']}" if load.get("concurrency") else ""
+        return f"rate {load.get('rate_rps')} req/s, burstiness {load.get('burstiness')}{cap}"
+    if mode == "ramp":
+        return f"ramp {load.get('ramp_up_strategy')} {load.get('ramp_up_start_rps')}→{load.get('ramp_up_end_rps')} req/s"
+    return "offline (every request at once)"

@@ -1,0 +1,241 @@
+"""Load result directories (a run or a sweep) and derive what the report draws.
+
+Reading goes through `servebench.store`; per-request figures through `servebench.metrics`, so the
+report computes nothing twice. A run directory without `summary.json` (an interrupted run) gets its
+summary recomputed from `requests.jsonl`. Derivations below are pure (records in, arrays out).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from servebench import metrics
+from servebench.errors import ConfigError
+from servebench.records import RequestRecord
+from servebench.store import RunResult, load_run, read_json
+
+__all__ = [
+    "SWEEP",
+    "SweepPoint",
+    "SweepResult",
+    "load_results",
+    "measured",
+    "samples_ms",
+    "inflight_series",
+    "tokens_per_s_series",
+    "run_title",
+]
+
+SWEEP = "sweep.json"
+_X_KEYS = ("concurrency", "rate_rps", "input_len", "output_len")
+
+
+@dataclass(slots=True)
+class SweepPoint:
+    x: float
+    label: str
+    run: RunResult
+
+
+@dataclass(slots=True)
+class SweepResult:
+    path: Path
+    meta: dict[str, Any]
+    x_key: str
+    points: list[SweepPoint] = field(default_factory=list)
+
+    @property
+    def x_label(self) -> str:
+        return {"concurrency": "concurrency", "rate_rps": "request rate (req/s)",
+                "input_len": "input length (tokens)", "output_len": "output length (tokens)"}.get(
+                    self.x_key, self.x_key)
+
+
+def _load_run(path: Path) -> RunResult:
+    run = load_run(path)
+    if not run.summary and run.records:
+        run.summary = metrics.summarize(run.records)
+    return run
+
+
+def _sweep_entries(doc: Any) -> list[dict[str, Any]]:
+    if isinstance(doc, list):
+        return [e for e in doc if isinstance(e, dict)]
+    if isinstance(doc, dict):
+        for key in ("points", "runs"):
+            if isinstance(doc.get(key), list):
+                return [e for e in doc[key] if isinstance(e, dict)]
+    return []
+
+
+def _x_of(entry: dict[str, Any], summary: dict[str, Any], key: str) -> float | None:
+    v = entry.get(key)
+    if v is None:
+        v = (summary.get("load") or {}).get(key)
+    if v is None:
+        v = (summary.get("workload") or {}).get(key)
+    try:
+        return float(v) if v is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _pick_x_key(doc: Any, entries: list[dict[str, Any]], summaries: list[dict[str, Any]]) -> str:
+    if isinstance(doc, dict):
+        for key in ("x_key", "axis", "vary", "variable"):
+            if doc.get(key) in _X_KEYS:
+                return str(doc[key])
+    for key in _X_KEYS:  # the first key whose value differs between points
+        vals = {_x_of(e, s, key) for e, s in zip(entries, summaries)}
+        if len(vals) > 1 and None not in vals:
+            return key
+    for key in _X_KEYS:
+        if all(_x_of(e, s, key) is not None for e, s in zip(entries, summaries)):
+            return key
+    return "concurrency"
+
+
+def load_sweep(path: Path) -> SweepResult:
+    doc = read_json(path / SWEEP) if (path / SWEEP).is_file() else {}
+    entries = _sweep_entries(doc)
+    if not entries:  # no sweep.json (or no points in it): every sub-directory that is a run
+        entries = [{"dir": p.name} for p in sorted(path.iterdir())
+                   if p.is_dir() and ((p / "summary.json").is_file() or (p / "requests.jsonl").is_file())]
+    runs = [_load_run(path / str(e.get("dir") or e.get("path") or "")) for e in entries]
+    summaries = [r.summary for r in runs]
+    x_key = _pick_x_key(doc, entries, summaries)
+    points = []
+    for i, (e, run) in enumerate(zip(entries, runs)):
+        x = _x_of(e, run.summary, x_key)
+        x = float(i + 1) if x is None else x
+        points.append(SweepPoint(x, _fmt_x(x), run))
+    points.sort(key=lambda p: p.x)
+    return SweepResult(path, doc if isinstance(doc, dict) else {"points": doc}, x_key, points)
+
+
+def _fmt_x(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def load_results(path: str | Path) -> RunResult | SweepResult:
+    """A run directory or a sweep directory (sweep.json, or sub-directories that are runs)."""
+    p = Path(path)
+    if not p.is_dir():
+        raise ConfigError(f"{p} is not a directory")
+    if (p / SWEEP).is_file():
+        return load_sweep(p)
+    if (p / "summary.json").is_file() or (p / "requests.jsonl").is_file():
+        return _load_run(p)
+    sweep = load_sweep(p)
+    if not sweep.points:
+        raise ConfigError(f"{p} holds no servebench results (no summary.json, requests.jsonl or {SWEEP})")
+    return sweep
+
+
+def measured(records: Sequence[RequestRecord]) -> list[RequestRecord]:
+    """Records of the measured window: warm-up excluded, never-sent excluded."""
+    return [r for r in records if not r.warmup and r.t_send_ns is not None]
+
+
+def samples_ms(records: Sequence[RequestRecord]) -> dict[str, np.ndarray]:
+    """Per-request TTFT, TTFAT, E2E, TPOT and pooled per-token ITL (ms) of completed requests."""
+    done = [r for r in measured(records) if r.status == "ok"]
+    lats = [metrics.request_latencies_ms(r) for r in done]
+    out = {k: np.asarray([x[k] for x in lats if x[k] is not None], dtype=float)
+           for k in ("ttft", "ttfat", "e2e", "tpot")}
+    gaps = [metrics.itl_gaps_ms(r) for r in done]
+    out["itl"] = np.concatenate(gaps) if gaps else np.empty(0)
+    return out
+
+
+def _end_ns(r: RequestRecord) -> int | None:
+    for t in (r.t_end_ns, r.t_last_ns, r.t_first_ns):
+        if t is not None:
+            return t
+    return None
+
+
+def inflight_series(records: Sequence[RequestRecord], points: int = 400) -> tuple[list[float], list[float]]:
+    """Requests in flight (sent, not yet ended) over run time (s), sampled at event times.
+
+    Exact when there are few events; otherwise the maximum in each of `points` time slices, so a
+    short peak stays visible.
+    """
+    recs = [r for r in records if r.t_send_ns is not None]
+    if not recs:
+        return [], []
+    ev: list[tuple[int, int]] = [(r.t_send_ns, 1) for r in recs if r.t_send_ns is not None]
+    ev += [(e, -1) for e in (_end_ns(r) for r in recs) if e is not None]
+    ev.sort()
+    ts, level, cur = [0.0], [0.0], 0
+    for t, d in ev:
+        cur += d
+        ts.append(t / 1e9)
+        level.append(float(cur))
+    if len(ts) <= 2 * points:
+        return ts, level
+    t_end = ts[-1]
+    width = t_end / points if t_end > 0 else 1.0
+    xs, ys = [], []
+    k = 0
+    carry = level[0]
+    for i in range(points):
+        hi_t = (i + 1) * width
+        peak = carry
+        while k < len(ts) and ts[k] <= hi_t:
+            carry = level[k]
+            peak = max(peak, carry)
+            k += 1
+        xs.append(i * width)
+        ys.append(peak)
+    xs.append(t_end)
+    ys.append(level[-1])
+    return xs, ys
+
+
+def tokens_per_s_series(records: Sequence[RequestRecord], bins: int = 100) -> tuple[list[float], list[float]]:
+    """Output tokens per second over run time (s), from every token-carrying chunk's arrival."""
+    t, k = [], []
+    for r in records:
+        if r.chunk_ns:
+            t.extend(r.chunk_ns)
+            k.extend(r.chunk_tokens if len(r.chunk_tokens) == len(r.chunk_ns) else [1] * len(r.chunk_ns))
+    if not t:
+        return [], []
+    ta = np.asarray(t, dtype=np.int64)
+    t_end_s = float(ta.max()) / 1e9
+    if t_end_s <= 0:
+        return [], []
+    nb = max(1, min(bins, int(math.ceil(t_end_s / 0.05))))  # slices no shorter than 50 ms
+    width_s = t_end_s / nb
+    counts, _ = np.histogram(ta / 1e9, bins=nb, range=(0.0, t_end_s), weights=np.asarray(k, dtype=float))
+    xs = [round((i + 0.5) * width_s, 9) for i in range(nb)]
+    return xs, [float(c) / width_s for c in counts]
+
+
+def run_title(summary: dict[str, Any]) -> str:
+    """'model on url (emulated) · chat · concurrency 16 · 1024→256 tokens'."""
+    tgt = summary.get("target") or {}
+    load = summary.get("load") or {}
+    wl = summary.get("workload") or {}
+    parts = [f"{tgt.get('model') or 'unknown model'} on {tgt.get('url') or 'unknown target'}"
+             + (" (emulated)" if tgt.get("emulated") else "")]
+    if tgt.get("api"):
+        parts.append(str(tgt["api"]))
+    mode = load.get("mode")
+    if load.get("rate_rps") is not None:
+        parts.append(f"rate {load['rate_rps']:g} req/s" + (f", burstiness {load['burstiness']:g}"
+                                                             if load.get("burstiness") not in (None, 1, 1.0) else ""))
+    if load.get("concurrency") is not None:
+        parts.append(f"{'max ' if load.get('rate_rps') is not None else ''}concurrency {load['concurrency']}")
+    elif mode and load.get("rate_rps") is None:
+        parts.append(str(mode))
+    if wl.get("input_len") is not None or wl.get("output_len") is not None:
+        parts.append(f"{wl.get('dataset') or 'random'} {wl.get('input_len', '?')}→{wl.get('output_len', '?')} tokens")
+    return " · ".join(parts)

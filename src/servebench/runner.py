@@ -1,0 +1,420 @@
+"""The asyncio hot loop: send on schedule, timestamp chunks where the bytes arrive, record.
+
+One `Shard` is the unit of work: a slice of a precomputed schedule in, records out. Everything a
+request needs (its encoded body, its scheduled offset) is ready before the clock starts; per chunk
+the loop does only what timing and token counting need: `perf_counter_ns()`, the SSE split, one
+JSON parse per event and list appends. Token allocation, metrics and file formats happen after
+each request (records) or after the run (summary).
+
+Clocks: every timestamp is `time.perf_counter_ns() - t0_ns` of the process that measured it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from servebench.protocol.openai import StreamAccumulator, interpret_response
+from servebench.protocol.sse import SSEDecoder
+from servebench.records import RequestRecord
+
+__all__ = ["Prepared", "Shard", "ShardResult", "ShardSpec", "classify_status"]
+
+_perf_ns = time.perf_counter_ns
+_ERROR_BODY_BYTES = 2048
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A request ready to go: encoded body and, for open loops, its send offset from t0."""
+
+    id: int
+    body: bytes
+    input_len: int
+    output_len: int
+    warmup: bool = False
+    offset_ns: int | None = None  # None: closed loop (sent when a slot frees)
+    session: int | None = None
+    turn: int | None = None
+
+
+@dataclass(slots=True)
+class ShardSpec:
+    url: str  # the full endpoint URL (…/v1/chat/completions)
+    api: str  # "chat" | "completions"
+    headers: dict[str, str]
+    items: list[Prepared]
+    stream: bool = True
+    concurrency: int | None = None  # closed loop: N workers; open loop: a cap (None = no cap)
+    open_loop: bool = False
+    duration_s: float | None = None  # stop sending after this long (items are reused cyclically)
+    num_requests: int | None = None  # total to send (default: len(items))
+    timeout_s: float = 600.0
+    connect_timeout_s: float = 10.0
+    preconnect: int = 0  # connections to open (and keep alive) before the clock starts
+
+
+@dataclass(slots=True)
+class ShardResult:
+    records: list[RequestRecord]
+    t0_ns: int  # the run origin, in this process's perf_counter_ns
+    wall_start_s: float  # time.time() at t0, for the manifest only
+    elapsed_s: float
+    cpu_s: float  # this process's user+system CPU over the run
+    cpu_busy_peak: float  # highest 1-second CPU share (1.0 = one core fully busy)
+    loop_lag_ms: list[float] = field(default_factory=list)  # event-loop oversleep samples
+    interrupted: bool = False
+
+
+def classify_status(status: int) -> str:
+    if status == 429:
+        return "http_429"
+    if 400 <= status < 500:
+        return "http_4xx"
+    return "http_5xx"
+
+
+class Shard:
+    """Runs one shard's schedule against the target and returns its records."""
+
+    def __init__(
+        self,
+        spec: ShardSpec,
+        *,
+        on_record: Callable[[RequestRecord], None] | None = None,
+        stop: asyncio.Event | None = None,
+    ) -> None:
+        self.spec = spec
+        self.on_record = on_record
+        self.stop = stop or asyncio.Event()
+        self.records: list[RequestRecord] = []
+        self.t0_ns = 0
+        self.in_flight: set[asyncio.Task[None]] = set()
+        self.sent = 0
+        self.done = 0
+        self.failed = 0
+        self.output_tokens = 0
+        self._session: aiohttp.ClientSession | None = None
+        self._deadline_ns: int | None = None
+
+    # ------------------------------------------------------------------ public
+    async def run(self) -> ShardResult:
+        spec = self.spec
+        connector = aiohttp.TCPConnector(
+            limit=0,  # no pool cap: aiohttp's default of 100 would silently cap concurrency
+            limit_per_host=0,
+            keepalive_timeout=120,
+            ttl_dns_cache=None,
+            force_close=False,
+        )
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=spec.connect_timeout_s)
+        async with aiohttp.ClientSession(
+            connector=connector, timeout=timeout, auto_decompress=False,
+            skip_auto_headers=("User-Agent",),
+        ) as session:
+            self._session = session
+            if spec.preconnect:
+                await self._preconnect(spec.preconnect)
+            lag: list[float] = []
+            cpu_peak = [0.0]
+            self.t0_ns = _perf_ns()
+            wall_start = time.time()
+            cpu0 = _cpu_s()
+            if spec.duration_s is not None:
+                self._deadline_ns = int(spec.duration_s * 1e9)
+            watch = asyncio.ensure_future(self._watch(lag, cpu_peak))
+            interrupted = False
+            try:
+                if spec.open_loop:
+                    await self._open_loop()
+                else:
+                    await self._closed_loop()
+                await self._drain()
+            except asyncio.CancelledError:
+                interrupted = True
+            finally:
+                if self.stop.is_set():
+                    interrupted = True
+                await self._cancel_in_flight()
+                watch.cancel()
+            elapsed = (_perf_ns() - self.t0_ns) / 1e9
+            cpu = _cpu_s() - cpu0
+        self.records.sort(key=lambda r: r.id)
+        return ShardResult(
+            records=self.records,
+            t0_ns=self.t0_ns,
+            wall_start_s=wall_start,
+            elapsed_s=elapsed,
+            cpu_s=cpu,
+            cpu_busy_peak=cpu_peak[0],
+            loop_lag_ms=lag,
+            interrupted=interrupted,
+        )
+
+    # --------------------------------------------------------------- schedules
+    def _total(self) -> int:
+        spec = self.spec
+        if spec.num_requests is not None:
+            return spec.num_requests
+        return len(spec.items) if spec.duration_s is None else 1 << 62
+
+    def _item(self, i: int) -> Prepared:
+        items = self.spec.items
+        return items[i] if i < len(items) else items[i % len(items)]
+
+    def _past_deadline(self, now_rel_ns: int) -> bool:
+        return self._deadline_ns is not None and now_rel_ns >= self._deadline_ns
+
+    async def _open_loop(self) -> None:
+        spec = self.spec
+        sem = asyncio.Semaphore(spec.concurrency) if spec.concurrency else None
+        t0 = self.t0_ns
+        stop = self.stop
+        for i in range(min(self._total(), len(spec.items))):
+            item = spec.items[i]
+            offset = item.offset_ns or 0
+            if self._past_deadline(offset):
+                break
+            delay_ns = t0 + offset - _perf_ns()
+            if delay_ns > 0:
+                await asyncio.sleep(delay_ns / 1e9)
+            if stop.is_set():
+                break
+            sched = offset
+            if sem is not None:
+                if sem.locked():
+                    await sem.acquire()
+                    # The cap, not the client, delayed this one: its slot time is the schedule.
+                    sched = max(offset, _perf_ns() - t0)
+                else:
+                    await sem.acquire()
+            task = asyncio.ensure_future(self._request(item, i, sched, sem))
+            self.in_flight.add(task)
+            task.add_done_callback(self.in_flight.discard)
+
+    async def _closed_loop(self) -> None:
+        n = self.spec.concurrency or 1
+        counter = itertools.count()
+        total = self._total()
+        t0 = self.t0_ns
+
+        async def worker() -> None:
+            while not self.stop.is_set():
+                i = next(counter)
+                if i >= total:
+                    return
+                sched = _perf_ns() - t0  # the slot just became free
+                if self._past_deadline(sched):
+                    return
+                await self._request(self._item(i), i, sched, None)
+
+        workers = [asyncio.ensure_future(worker()) for _ in range(n)]
+        for w in workers:
+            self.in_flight.add(w)
+            w.add_done_callback(self.in_flight.discard)
+        stop_wait = asyncio.ensure_future(self.stop.wait())
+        try:
+            await asyncio.wait([*workers, stop_wait], return_when=asyncio.FIRST_COMPLETED)
+            while not self.stop.is_set() and any(not w.done() for w in workers):
+                await asyncio.wait([*workers, stop_wait], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop_wait.cancel()
+
+    async def _drain(self) -> None:
+        while self.in_flight and not self.stop.is_set():
+            stop_wait = asyncio.ensure_future(self.stop.wait())
+            await asyncio.wait([*self.in_flight, stop_wait], return_when=asyncio.FIRST_COMPLETED)
+            stop_wait.cancel()
+
+    async def _cancel_in_flight(self) -> None:
+        tasks = list(self.in_flight)
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # ------------------------------------------------------------- one request
+    async def _request(
+        self, item: Prepared, seq: int, sched_ns: int, sem: asyncio.Semaphore | None
+    ) -> None:
+        spec = self.spec
+        rec = RequestRecord(
+            id=seq,
+            warmup=item.warmup,
+            t_sched_ns=sched_ns,
+            input_len=item.input_len,
+            output_len=item.output_len,
+            session=item.session,
+            turn=item.turn,
+        )
+        t0 = self.t0_ns
+        self.sent += 1
+        acc = StreamAccumulator(spec.api)
+        try:
+            rec.t_send_ns = _perf_ns() - t0
+            async with asyncio.timeout(spec.timeout_s):
+                async with self._session.post(  # type: ignore[union-attr]
+                    spec.url, data=item.body, headers=spec.headers
+                ) as resp:
+                    rec.http_status = resp.status
+                    if resp.status != 200:
+                        body = await resp.content.read(_ERROR_BODY_BYTES)
+                        _fail(rec, classify_status(resp.status), body.decode("utf-8", "replace"))
+                    elif spec.stream:
+                        await self._read_stream(resp, rec, acc)
+                    else:
+                        body = await resp.read()
+                        t = _perf_ns() - t0
+                        _finish_unary(rec, body, t, spec.api)
+        except TimeoutError:
+            _fail(rec, "timeout", f"no complete response within --timeout {spec.timeout_s:g} s")
+        except asyncio.CancelledError:
+            _fail(rec, "cancelled", "still in flight when the run stopped")
+            raise
+        except aiohttp.ClientConnectorError as e:
+            _fail(rec, "connect", str(e))
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError,
+                aiohttp.ClientOSError, ConnectionError) as e:
+            _fail(rec, "reset", f"{type(e).__name__}: {e}")
+        except ValueError as e:  # orjson.JSONDecodeError is a ValueError
+            _fail(rec, "malformed_sse", f"{type(e).__name__}: {e}")
+        except aiohttp.ClientError as e:
+            _fail(rec, "reset", f"{type(e).__name__}: {e}")
+        finally:
+            if rec.t_end_ns is None:
+                rec.t_end_ns = _perf_ns() - t0
+            if spec.stream and rec.http_status == 200:
+                _finish_stream(rec, acc)  # partial streams keep their timestamps too
+            if sem is not None:
+                sem.release()
+            self._record(rec)
+
+    async def _read_stream(
+        self, resp: aiohttp.ClientResponse, rec: RequestRecord, acc: StreamAccumulator
+    ) -> None:
+        t0 = self.t0_ns
+        dec = SSEDecoder()
+        feed = dec.feed
+        on_event = acc.on_event
+        async for chunk in resp.content.iter_any():
+            t = _perf_ns() - t0
+            for event, data in feed(chunk):
+                if event is None or event == b"message":
+                    on_event(data, t)
+                elif event == b"error":
+                    acc.error = data.decode("utf-8", "replace")[:500]
+        for event, data in dec.close():
+            if event is None or event == b"message":
+                on_event(data, rec.t_end_ns or _perf_ns() - t0)
+        rec.t_end_ns = _perf_ns() - t0
+
+    def _record(self, rec: RequestRecord) -> None:
+        self.records.append(rec)
+        self.done += 1
+        if rec.status != "ok":
+            self.failed += 1
+        elif rec.output_tokens:
+            self.output_tokens += rec.output_tokens
+        if self.on_record is not None:
+            self.on_record(rec)
+
+    # ------------------------------------------------------------------ support
+    async def _preconnect(self, n: int) -> None:
+        """Open n keep-alive connections before t0, so connection setup is not in TTFT."""
+        models_url = self.spec.url.rsplit("/", 2)[0] + "/models"
+        if self.spec.url.endswith("/chat/completions"):
+            models_url = self.spec.url[: -len("/chat/completions")] + "/models"
+        elif self.spec.url.endswith("/completions"):
+            models_url = self.spec.url[: -len("/completions")] + "/models"
+
+        async def one() -> None:
+            try:
+                async with self._session.get(  # type: ignore[union-attr]
+                    models_url, headers=self.spec.headers, timeout=aiohttp.ClientTimeout(total=10)
+                ) as r:
+                    await r.read()
+            except (aiohttp.ClientError, TimeoutError):
+                pass
+
+        await asyncio.gather(*(one() for _ in range(n)))
+
+    async def _watch(self, lag: list[float], cpu_peak: list[float]) -> None:
+        """Samples event-loop oversleep every 20 ms and this process's CPU share every second."""
+        interval_ns = 20_000_000
+        cpu_last, t_last = _cpu_s(), _perf_ns()
+        while True:
+            before = _perf_ns()
+            await asyncio.sleep(interval_ns / 1e9)
+            now = _perf_ns()
+            lag.append(max(0, now - before - interval_ns) / 1e6)
+            if now - t_last >= 1_000_000_000:
+                cpu = _cpu_s()
+                cpu_peak[0] = max(cpu_peak[0], (cpu - cpu_last) / ((now - t_last) / 1e9))
+                cpu_last, t_last = cpu, now
+
+
+def _cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _fail(rec: RequestRecord, kind: str, detail: str) -> None:
+    if rec.status == "error":
+        return
+    rec.status = "error"
+    rec.error_kind = kind
+    rec.error_detail = detail[:_ERROR_BODY_BYTES]
+
+
+def _finish_stream(rec: RequestRecord, acc: StreamAccumulator) -> None:
+    """After the stream ended without an exception: decide ok or failed, fill token counts."""
+    res = acc.finish()
+    rec.chunk_ns = acc.chunk_ns
+    rec.chunks = len(acc.chunk_ns)
+    rec.chunk_tokens = res.chunk_tokens
+    rec.output_tokens = res.output_tokens
+    rec.output_tokens_source = res.output_tokens_source
+    rec.reasoning_tokens = res.reasoning_tokens
+    rec.input_tokens = res.input_tokens
+    if acc.chunk_ns:
+        rec.t_first_ns = acc.chunk_ns[0]
+        rec.t_last_ns = acc.chunk_ns[-1]
+        rec.t_first_answer_ns = acc.t_first_answer_ns
+    if rec.status != "pending":
+        return
+    if res.error is not None:
+        _fail(rec, "stream_error", res.error)
+    elif not acc.done and acc.finish_reason is None:
+        _fail(rec, "no_done", "the stream ended without data: [DONE] or a finish_reason")
+    elif not acc.chunk_ns:
+        _fail(rec, "empty", "the response carried no generated token")
+    else:
+        rec.status = "ok"
+
+
+def _finish_unary(rec: RequestRecord, body: bytes, t_ns: int, api: str) -> None:
+    res, has_text, has_answer = interpret_response(body, api)
+    rec.t_end_ns = t_ns
+    rec.output_tokens = res.output_tokens
+    rec.output_tokens_source = res.output_tokens_source
+    rec.reasoning_tokens = res.reasoning_tokens
+    rec.input_tokens = res.input_tokens
+    if res.error is not None:
+        _fail(rec, "stream_error", res.error)
+        return
+    if not has_text:
+        _fail(rec, "empty", "the response carried no generated token")
+        return
+    # Without streaming, every token arrives with the body: TTFT = E2E, ITL undefined.
+    rec.t_first_ns = rec.t_last_ns = t_ns
+    rec.t_first_answer_ns = t_ns if has_answer else None
+    rec.chunk_ns = [t_ns]
+    rec.chunk_tokens = [res.output_tokens]
+    rec.chunks = 1
+    rec.status = "ok"

@@ -1,0 +1,254 @@
+"""A scripted OpenAI-compatible streaming server with known timing and injectable faults.
+
+Ground truth for client tests: TTFT and the gap between chunks are exactly what the flags say
+(paced on absolute deadlines from the request's arrival, so the truth does not drift), and each
+fault is produced on the wire for real. Runs in its own process so its CPU never shares the
+client's GIL:
+
+    python tests/support/scripted_server.py --port 0 --ttft-ms 100 --itl-ms 20 [--faults ...]
+
+prints `READY http://127.0.0.1:PORT` when listening. Minimal HTTP/1.1 with keep-alive and chunked
+transfer encoding, on raw asyncio transports (uvloop when present) so it can pace tens of
+thousands of chunks per second.
+
+--faults takes KIND:FRACTION pairs, assigned to requests by a seeded shuffle:
+  500, 429        HTTP error with a JSON body
+  reset           connection aborted after 3 chunks
+  stall           3 chunks, then silence (the client's --timeout must end it)
+  malformed       a non-JSON data line after 3 chunks
+  truncated       the stream ends cleanly after 3 chunks: no finish_reason, no [DONE]
+  nodone          complete stream with finish_reason and usage but no [DONE] (transformers serve)
+  bigline         one chunk carries a 1 MB content string in a single SSE line
+  u2028           chunks carry U+2028 / U+2029 / U+0085 inside the JSON text
+  inband_error    an {"error": ...} object inside a 200 stream
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import time
+
+_perf_ns = time.perf_counter_ns
+
+
+class Config:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.ttft_s = args.ttft_ms / 1e3
+        self.itl_s = args.itl_ms / 1e3
+        self.tokens_per_chunk = args.tokens_per_chunk
+        self.role_chunk = not args.no_role_chunk
+        self.usage_chunk = not args.no_usage_chunk
+        self.reasoning_tokens = args.reasoning_tokens
+        self.model = args.model
+        faults: list[str] = []
+        for part in filter(None, (args.faults or "").split(",")):
+            kind, _, frac = part.partition(":")
+            faults += [kind] * round(float(frac) * 1000)
+        faults += ["ok"] * max(0, 1000 - len(faults))
+        random.Random(args.seed).shuffle(faults)
+        self.faults = faults
+        self.count = 0
+
+    def next_fault(self) -> str:
+        kind = self.faults[self.count % len(self.faults)]
+        self.count += 1
+        return kind
+
+
+def _chunk(payload: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+def _sse(obj: object) -> bytes:
+    return b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
+
+
+class Handler(asyncio.Protocol):
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.buf = b""
+        self.transport: asyncio.Transport | None = None
+        self.busy = False
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        self._maybe_dispatch()
+
+    def _maybe_dispatch(self) -> None:
+        if self.busy:
+            return
+        head_end = self.buf.find(b"\r\n\r\n")
+        if head_end < 0:
+            return
+        head = self.buf[:head_end].decode("latin-1")
+        lines = head.split("\r\n")
+        method, path, _ = lines[0].split(" ", 2)
+        length = 0
+        for line in lines[1:]:
+            k, _, v = line.partition(":")
+            if k.strip().lower() == "content-length":
+                length = int(v.strip())
+        if len(self.buf) < head_end + 4 + length:
+            return
+        body = self.buf[head_end + 4: head_end + 4 + length]
+        self.buf = self.buf[head_end + 4 + length:]
+        t_arrival = time.perf_counter()
+        self.busy = True
+        asyncio.ensure_future(self._serve(method, path, body, t_arrival))
+
+    def _send_simple(self, status: str, obj: object) -> None:
+        payload = json.dumps(obj).encode()
+        assert self.transport is not None
+        self.transport.write(
+            b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+            % (status.encode(), len(payload), payload)
+        )
+
+    async def _serve(self, method: str, path: str, body: bytes, t0: float) -> None:
+        try:
+            if method == "GET":
+                if path.endswith("/models"):
+                    self._send_simple("200 OK", {"object": "list", "data": [{"id": self.cfg.model, "object": "model"}]})
+                else:
+                    self._send_simple("404 Not Found", {"error": "not found"})
+                return
+            req = json.loads(body or b"{}")
+            await self._completion(path, req, t0)
+        finally:
+            self.busy = False
+            if not self.closed:
+                self._maybe_dispatch()
+
+    async def _completion(self, path: str, req: dict, t0: float) -> None:
+        cfg = self.cfg
+        tr = self.transport
+        assert tr is not None
+        chat = path.endswith("/chat/completions")
+        fault = cfg.next_fault()
+        if fault in ("500", "429"):
+            self._send_simple(
+                "500 Internal Server Error" if fault == "500" else "429 Too Many Requests",
+                {"error": {"message": f"injected {fault}", "type": "injected"}},
+            )
+            return
+        n_out = int(req.get("max_tokens") or 16)
+        if not req.get("stream"):
+            await asyncio.sleep(max(0.0, t0 + cfg.ttft_s + cfg.itl_s * (n_out - 1) - time.perf_counter()))
+            text = " tok" * n_out
+            choice = {"index": 0, "finish_reason": "length"}
+            if chat:
+                choice["message"] = {"role": "assistant", "content": text}
+            else:
+                choice["text"] = text
+            self._send_simple("200 OK", {"id": "x", "choices": [choice],
+                                         "usage": {"prompt_tokens": 7, "completion_tokens": n_out, "total_tokens": n_out + 7}})
+            return
+        tr.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        if chat and cfg.role_chunk:
+            tr.write(_chunk(_sse({"id": "x", "object": "chat.completion.chunk", "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": None}, "finish_reason": None}]})))
+        k = cfg.tokens_per_chunk
+        n_chunks = (n_out + k - 1) // k
+        sent = 0
+        for i in range(n_chunks):
+            deadline = t0 + cfg.ttft_s + i * cfg.itl_s * k
+            delay = deadline - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if self.closed:
+                return
+            if i == 3 and fault in ("reset", "stall", "malformed", "truncated", "inband_error"):
+                if fault == "reset":
+                    tr.abort()
+                    return
+                if fault == "stall":
+                    await asyncio.sleep(3600)
+                    return
+                if fault == "malformed":
+                    tr.write(_chunk(b"data: {this is not json\n\n"))
+                    continue
+                if fault == "inband_error":
+                    tr.write(_chunk(_sse({"error": {"message": "injected in-band error", "code": 500}})))
+                    tr.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+                    return
+                tr.write(b"0\r\n\r\n")  # truncated
+                return
+            toks = min(k, n_out - sent)
+            sent += toks
+            if fault == "bigline" and i == 1:
+                text = "x" * (1 << 20)
+            elif fault == "u2028":
+                text = " a\u2028b\u2029c\u0085" if toks == 1 else " ".join(["a\u2028b"] * toks)
+            else:
+                text = " tok" * toks
+            is_reasoning = sent <= cfg.reasoning_tokens
+            if chat:
+                delta = {"reasoning_content": text} if is_reasoning else {"content": text}
+                obj = {"id": "x", "object": "chat.completion.chunk",
+                       "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+            else:
+                obj = {"id": "x", "object": "text_completion",
+                       "choices": [{"index": 0, "text": text, "finish_reason": None}]}
+            tr.write(_chunk(_sse(obj)))
+        usage = {"prompt_tokens": 7, "completion_tokens": n_out, "total_tokens": n_out + 7}
+        if cfg.reasoning_tokens:
+            usage["completion_tokens_details"] = {"reasoning_tokens": min(cfg.reasoning_tokens, n_out)}
+        final = {"id": "x", "choices": [{"index": 0, "delta": {}, "text": "", "finish_reason": "length"}]}
+        if cfg.usage_chunk:
+            tr.write(_chunk(_sse(final)))
+            tr.write(_chunk(_sse({"id": "x", "choices": [], "usage": usage})))
+        else:
+            final["usage"] = usage
+            tr.write(_chunk(_sse(final)))
+        if fault != "nodone":
+            tr.write(_chunk(b"data: [DONE]\n\n"))
+        tr.write(b"0\r\n\r\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--ttft-ms", type=float, default=100.0)
+    ap.add_argument("--itl-ms", type=float, default=20.0)
+    ap.add_argument("--tokens-per-chunk", type=int, default=1)
+    ap.add_argument("--reasoning-tokens", type=int, default=0)
+    ap.add_argument("--no-role-chunk", action="store_true")
+    ap.add_argument("--no-usage-chunk", action="store_true")
+    ap.add_argument("--faults", default="")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--model", default="m")
+    args = ap.parse_args()
+    cfg = Config(args)
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    server = loop.run_until_complete(
+        loop.create_server(lambda: Handler(cfg), args.host, args.port, backlog=4096, reuse_address=True)
+    )
+    port = server.sockets[0].getsockname()[1]
+    print(f"READY http://{args.host}:{port}", flush=True)
+    try:
+        loop.run_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
