@@ -103,8 +103,8 @@ def format_number(v: float, step: float | None = None) -> str:
     if a >= 1e4 and (step is None or step >= 1e3):
         return f"{v / 1e3:.{_decimals((step or a) / 1e3)}f}k"
     if step is None:
-        if a == 0:
-            return "0"
+        if float(v).is_integer():
+            return str(int(v))
         return f"{v:.{max(0, min(3, 2 - math.floor(math.log10(a))))}f}"
     return f"{v:.{_decimals(step)}f}"
 
@@ -232,17 +232,23 @@ def _draw_axes(svg: _Svg, xa: _Axis, ya: _Axis, box: tuple[float, float, float, 
     for t in ya.ticks:
         y = bottom - ya.frac(t) * (bottom - top)
         svg.add(f'<line x1="{_f(left)}" y1="{_f(y)}" x2="{_f(right)}" y2="{_f(y)}" stroke="{_GRID}" stroke-width="1"/>')
-        svg.text(left - 6, y + 4, format_number(t, None if ya.log else y_fmt_step), anchor="end", size=11, fill=_MUTED)
+        svg.text(left - 6, y + 4, _tick_label(t, ya, y_fmt_step), anchor="end", size=11, fill=_MUTED)
     for t in xa.ticks:
         x = left + xa.frac(t) * (right - left)
         svg.add(f'<line x1="{_f(x)}" y1="{_f(bottom)}" x2="{_f(x)}" y2="{_f(bottom + 4)}" stroke="{_MUTED}" stroke-width="1"/>')
-        svg.text(x, bottom + 17, format_number(t, None if xa.log else x_fmt_step), anchor="middle", size=11, fill=_MUTED)
+        svg.text(x, bottom + 17, _tick_label(t, xa, x_fmt_step), anchor="middle", size=11, fill=_MUTED)
     svg.add(f'<line x1="{_f(left)}" y1="{_f(bottom)}" x2="{_f(right)}" y2="{_f(bottom)}" stroke="{_MUTED}" stroke-width="1"/>')
     svg.add(f'<line x1="{_f(left)}" y1="{_f(top)}" x2="{_f(left)}" y2="{_f(bottom)}" stroke="{_MUTED}" stroke-width="1"/>')
     if x_label:
         svg.text((left + right) / 2, bottom + 38, x_label, anchor="middle", size=12, fill=_INK)
     if y_label:
         svg.text(16, (top + bottom) / 2, y_label, anchor="middle", size=12, fill=_INK, rotate=True)
+
+
+def _tick_label(t: float, axis: _Axis, step: float | None) -> str:
+    if axis.log:
+        return format_number(t, t if t >= 1 else None) if t >= 1e4 else f"{t:g}"
+    return format_number(t, step)
 
 
 def _step_of(ticks: list[float]) -> float | None:

@@ -219,7 +219,7 @@ def tokens_per_s_series(records: Sequence[RequestRecord], bins: int = 100) -> tu
     return xs, [float(c) / width_s for c in counts]
 
 
-def run_title(summary: dict[str, Any]) -> str:
+def run_title(summary: dict[str, Any], *, with_load: bool = True) -> str:
     """'model on url (emulated) · chat · concurrency 16 · 1024→256 tokens'."""
     tgt = summary.get("target") or {}
     load = summary.get("load") or {}
@@ -229,6 +229,8 @@ def run_title(summary: dict[str, Any]) -> str:
     if tgt.get("api"):
         parts.append(str(tgt["api"]))
     mode = load.get("mode")
+    if not with_load:
+        load, mode = {}, None
     if load.get("rate_rps") is not None:
         parts.append(f"rate {load['rate_rps']:g} req/s" + (f", burstiness {load['burstiness']:g}"
                                                              if load.get("burstiness") not in (None, 1, 1.0) else ""))

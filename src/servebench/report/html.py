@@ -148,7 +148,10 @@ def _flatten(doc: Any, prefix: str = "") -> list[tuple[str, Any]]:
 def _kv_table(doc: dict[str, Any]) -> str:
     rows = []
     for k, v in _flatten(doc):
-        text = v if isinstance(v, str) else json.dumps(v, sort_keys=True, ensure_ascii=False)
+        if isinstance(v, float) and math.isfinite(v):
+            text = format_number(v)
+        else:
+            text = v if isinstance(v, str) else json.dumps(v, sort_keys=True, ensure_ascii=False)
         rows.append([esc(k), f'<span style="white-space:pre-wrap">{esc(text)}</span>'])
     return _table(["key", "value"], rows, txt_cols=2)
 
@@ -235,8 +238,8 @@ def render_run(run: RunResult) -> tuple[str, dict[str, str]]:
     body.append("<h2>Timeline</h2>")
     body.append(_figures({k: figs[k] for k in ("inflight", "tokens_per_s", "ttft_over_time")}))
     body.append("<h2>Client self-check</h2>")
-    body.append(_kv_table(s.get("client") or {}))
-    body.append(_figures({"schedule_lag": figs["schedule_lag"]}))
+    lag_fig = _figures({"schedule_lag": figs["schedule_lag"]}).removeprefix('<div class="grid">\n')
+    body.append(f'<div class="grid"><div>{_kv_table(s.get("client") or {})}</div>\n{lag_fig}')
     body.append("<h2>Failures</h2>" + _failures(run))
     body.append("<h2>Run details</h2><details><summary>Manifest (configuration as run, versions, host)"
                 f"</summary>{_kv_table(run.manifest)}</details>")
@@ -300,7 +303,7 @@ def render_sweep(sw: SweepResult, links: bool = True) -> tuple[str, dict[str, st
             "<h2>Throughput and latency against load</h2>", _figures(figs)]
     first = pts[0].run.summary if pts else {}
     title = f"servebench sweep · {get(first, 'target', 'model') or sw.path.name}"
-    sub = f"{run_title(first)} · {sw.x_label} {', '.join(p.label for p in pts)}" if pts else "empty sweep"
+    sub = f"{run_title(first, with_load=False)} · {sw.x_label} {', '.join(p.label for p in pts)}" if pts else "empty sweep"
     return page(title, sub, "\n".join(b for b in body if b)), figs
 
 
