@@ -1,0 +1,110 @@
+"""Every metric definition in docs/metrics.md against a hand-computed fixture."""
+
+from __future__ import annotations
+
+import pytest
+
+from servebench.metrics import assess_client, distribution, error_adjusted, itl_gaps_ms, summarize
+from servebench.records import RequestRecord
+
+MS = 1_000_000
+
+
+def rec(i: int, *, send: int, chunks: list[int], tokens: list[int] | None = None, answer: int | None = None,
+        out: int | None = None, sched: int | None = None, status: str = "ok", kind: str | None = None,
+        warmup: bool = False, reasoning: int = 0, inp: int | None = 10) -> RequestRecord:
+    tokens = tokens or [1] * len(chunks)
+    return RequestRecord(
+        id=i, warmup=warmup, t_sched_ns=send if sched is None else sched, t_send_ns=send,
+        t_first_ns=chunks[0] if chunks else None,
+        t_first_answer_ns=answer if answer is not None else (chunks[0] if chunks else None),
+        t_last_ns=chunks[-1] if chunks else None, t_end_ns=(chunks[-1] if chunks else send) + 1 * MS,
+        status=status, error_kind=kind, output_tokens=sum(tokens) if out is None else out,
+        chunk_ns=chunks, chunk_tokens=tokens, reasoning_tokens=reasoning, input_tokens=inp,
+        input_len=10, output_len=sum(tokens),
+    )
+
+
+def test_ttft_ttfat_e2e_tpot_from_timestamps() -> None:
+    # send at 0; reasoning chunks at 100, 120 ms; answer from 140 ms; last at 200 ms; 5 tokens.
+    r = rec(0, send=0, chunks=[100 * MS, 120 * MS, 140 * MS, 170 * MS, 200 * MS], answer=140 * MS, reasoning=2)
+    s = summarize([r])
+    lat = s["latency_ms"]
+    assert lat["ttft"]["median"] == pytest.approx(100.0)
+    assert lat["ttfat"]["median"] == pytest.approx(140.0)
+    assert lat["e2e"]["median"] == pytest.approx(200.0)
+    assert lat["tpot"]["median"] == pytest.approx((200 - 100) / 4)
+    assert s["tokens"]["reasoning_total"] == 2 and s["tokens"]["answer_total"] == 3
+
+
+def test_itl_is_per_token_when_chunks_carry_several() -> None:
+    # chunks of 3 tokens every 60 ms -> 3 gaps of 20 ms each per chunk after the first.
+    r = rec(0, send=0, chunks=[100 * MS, 160 * MS, 220 * MS], tokens=[3, 3, 3])
+    gaps = itl_gaps_ms(r)
+    assert gaps.tolist() == pytest.approx([20.0] * 6)
+    s = summarize([r])
+    assert s["latency_ms"]["itl"]["median"] == pytest.approx(20.0)
+    # TPOT over the 9 tokens: (220-100)/8 = 15 ms (the first chunk's 3 tokens arrive together)
+    assert s["latency_ms"]["tpot"]["median"] == pytest.approx(15.0)
+
+
+def test_failures_count_as_infinite_in_error_adjusted_percentiles() -> None:
+    ok = [rec(i, send=0, chunks=[(10 + i) * MS, (20 + i) * MS]) for i in range(98)]
+    bad = [rec(100 + i, send=0, chunks=[], status="error", kind="http_5xx", out=0) for i in range(2)]
+    s = summarize(ok + bad)
+    assert s["requests"] == {"total": 100, "completed": 98, "failed": 2, "errors": {"http_5xx": 2}, "warmup": 0}
+    assert s["latency_ms"]["ttft"]["p99"] is not None  # the plain percentile ignores failures...
+    assert s["latency_ms_error_adjusted"]["ttft"]["p99"] is None  # ...the adjusted one is infinite
+    # 100 values sorted, lower order statistic at floor(0.5 * 99) = 49 -> 10 + 49
+    assert s["latency_ms_error_adjusted"]["ttft"]["median"] == pytest.approx(59.0)
+
+
+def test_cancelled_requests_are_not_server_failures() -> None:
+    ok = [rec(i, send=0, chunks=[10 * MS, 20 * MS]) for i in range(10)]
+    cut = rec(99, send=0, chunks=[], status="error", kind="cancelled", out=0)
+    s = summarize(ok + [cut])
+    assert s["latency_ms_error_adjusted"]["ttft"]["p99"] == pytest.approx(10.0)
+
+
+def test_throughput_over_the_measured_window_excludes_warmup() -> None:
+    warm = rec(0, send=0, chunks=[5 * MS, 900 * MS], tokens=[50, 50], warmup=True)
+    a = rec(1, send=1000 * MS, chunks=[1100 * MS, 1500 * MS], tokens=[1, 99])  # ends 1501 ms
+    b = rec(2, send=1200 * MS, chunks=[1300 * MS, 1999 * MS], tokens=[1, 99])  # ends 2000 ms
+    s = summarize([warm, a, b])
+    # window: first measured send (1000 ms) to last measured end (2000 ms) = 1 s; 200 output tokens.
+    assert s["duration_s"] == pytest.approx(1.0)
+    assert s["throughput"]["output_tokens_per_s"] == pytest.approx(200.0)
+    assert s["throughput"]["requests_per_s"] == pytest.approx(2.0)
+    assert s["throughput"]["input_tokens_per_s"] == pytest.approx(20.0)
+    assert s["requests"]["warmup"] == 1 and s["requests"]["total"] == 2
+
+
+def test_offered_rate_comes_from_the_schedule_and_lag_from_send_minus_sched() -> None:
+    rs = [rec(i, send=i * 100 * MS + 2 * MS, sched=i * 100 * MS, chunks=[(i * 100 + 50) * MS, (i * 100 + 60) * MS])
+          for i in range(11)]
+    s = summarize(rs)
+    assert s["throughput"]["offered_requests_per_s"] == pytest.approx(10.0)
+    assert s["client"]["schedule_lag_ms"]["median"] == pytest.approx(2.0)
+
+
+def test_per_user_tokens_per_s_and_goodput() -> None:
+    fast = rec(0, send=0, chunks=[100 * MS, 500 * MS], tokens=[1, 99])  # 100 tokens / 0.5 s
+    slow = rec(1, send=0, chunks=[3000 * MS, 4000 * MS], tokens=[1, 99])  # 100 tokens / 4 s
+    s = summarize([fast, slow], slo={"ttft_ms": 2000})
+    assert s["per_user_output_tokens_per_s"]["median"] == pytest.approx((200 + 25) / 2)
+    assert s["goodput"]["requests_meeting_slo"] == 1 and s["goodput"]["fraction"] == 0.5
+
+
+def test_distribution_percentiles_are_linear_interpolation() -> None:
+    d = distribution([1.0, 2.0, 3.0, 4.0])
+    assert d["median"] == 2.5 and d["p90"] == pytest.approx(3.7) and d["min"] == 1.0 and d["count"] == 4
+    assert distribution([])["median"] is None
+    assert error_adjusted([1.0, 2.0], 0)["median"] == 1.0
+
+
+def test_client_verdict() -> None:
+    calm = {"client": {"loop_lag_ms_p99": 0.4, "cpu_busy_peak": 0.3, "schedule_lag_ms": {"p99": 1.0}}}
+    assert assess_client(calm, open_loop=True)[0] is False
+    busy = {"client": {"loop_lag_ms_p99": 12.0, "cpu_busy_peak": 0.99, "schedule_lag_ms": {"p99": 40.0}}}
+    saturated, reasons, advice = assess_client(busy, open_loop=True)
+    assert saturated and len(reasons) == 3 and "--concurrency" in advice

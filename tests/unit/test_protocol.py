@@ -1,0 +1,110 @@
+"""Chunk interpretation: which chunks start TTFT, token counts, the known bugs pinned shut."""
+
+from __future__ import annotations
+
+import orjson
+
+from servebench.protocol.openai import (
+    StreamAccumulator,
+    allocate_tokens,
+    build_body,
+    interpret_response,
+    normalize_base_url,
+)
+
+
+def chat(delta: dict | None = None, usage: dict | None = None, choices: bool = True, finish=None) -> bytes:
+    obj: dict = {"id": "x", "object": "chat.completion.chunk"}
+    obj["choices"] = [{"index": 0, "delta": delta or {}, "finish_reason": finish}] if choices else []
+    if usage is not None:
+        obj["usage"] = usage
+    return orjson.dumps(obj)
+
+
+def test_role_only_first_chunk_does_not_start_ttft() -> None:
+    acc = StreamAccumulator("chat")
+    acc.on_event(chat({"role": "assistant", "content": None}), 100)
+    acc.on_event(chat({"role": "assistant", "content": ""}), 150)
+    acc.on_event(chat({"content": "Hello"}), 200)
+    assert acc.chunk_ns == [200]
+    assert acc.t_first_answer_ns == 200
+
+
+def test_reasoning_first_chunk_starts_ttft_but_not_ttfat() -> None:
+    acc = StreamAccumulator("chat")
+    acc.on_event(chat({"reasoning_content": "Let me think"}), 100)
+    acc.on_event(chat({"reasoning": " more"}), 120)  # newer vLLM field name
+    acc.on_event(chat({"content": "42"}), 300)
+    assert acc.chunk_ns == [100, 120, 300]
+    assert acc.t_first_answer_ns == 300
+    res = acc.finish()
+    assert res.reasoning_tokens == 2 and res.output_tokens == 3
+
+
+def test_usage_only_final_chunk_counts_tokens_not_time() -> None:
+    acc = StreamAccumulator("chat")
+    acc.on_event(chat({"content": "a"}), 10)
+    acc.on_event(chat({"content": "b"}), 20)
+    acc.on_event(chat(usage={"prompt_tokens": 5, "completion_tokens": 2}, choices=False), 999)
+    acc.on_event(b"[DONE]", 1000)
+    res = acc.finish()
+    assert acc.chunk_ns == [10, 20] and acc.done
+    assert (res.output_tokens, res.output_tokens_source, res.input_tokens) == (2, "usage", 5)
+
+
+def test_tool_call_delta_is_a_token_carrying_chunk() -> None:
+    acc = StreamAccumulator("chat")
+    acc.on_event(chat({"tool_calls": [{"index": 0, "function": {"name": "f", "arguments": "{\"a\""}}]}), 50)
+    assert acc.chunk_ns == [50]
+
+
+def test_three_token_chunks_allocated_from_usage() -> None:
+    acc = StreamAccumulator("completions")
+    for i in range(4):
+        acc.on_event(orjson.dumps({"choices": [{"index": 0, "text": " a b c"}]}), i * 60)
+    acc.on_event(orjson.dumps({"choices": [], "usage": {"completion_tokens": 12}}), 999)
+    assert acc.finish().chunk_tokens == [3, 3, 3, 3]
+
+
+def test_allocation_sums_to_usage_and_follows_text_length() -> None:
+    alloc = allocate_tokens([4, 12, 4], 10)
+    assert sum(alloc) == 10 and alloc[1] > alloc[0]
+    assert allocate_tokens([5, 5], 1) == [1, 1]  # never a chunk with zero tokens
+    assert allocate_tokens([], 7) == []
+
+
+def test_no_usage_falls_back_to_counted_chunks() -> None:
+    acc = StreamAccumulator("completions")
+    acc.on_event(orjson.dumps({"choices": [{"text": "a"}]}), 1)
+    acc.on_event(orjson.dumps({"choices": [{"text": "b"}]}), 2)
+    res = acc.finish()
+    assert (res.output_tokens, res.output_tokens_source) == (2, "counted")
+
+
+def test_in_band_error_object_is_kept() -> None:
+    acc = StreamAccumulator("chat")
+    acc.on_event(orjson.dumps({"error": {"message": "boom", "code": 500}}), 1)
+    assert acc.finish().error == "boom"
+
+
+def test_non_streamed_chat_with_reasoning() -> None:
+    body = orjson.dumps({"choices": [{"message": {"role": "assistant", "reasoning_content": "hmm", "content": "ok"}}],
+                         "usage": {"prompt_tokens": 3, "completion_tokens": 9,
+                                   "completion_tokens_details": {"reasoning_tokens": 7}}})
+    res, has_text, has_answer = interpret_response(body, "chat")
+    assert (res.output_tokens, res.reasoning_tokens, has_text, has_answer) == (9, 7, True, True)
+
+
+def test_request_body_asks_for_exact_lengths_and_usage() -> None:
+    body = build_body(api="chat", model="m", prompt="hi", max_tokens=64)
+    assert body["messages"] == [{"role": "user", "content": "hi"}]
+    assert body["max_tokens"] == 64 and body["ignore_eos"] is True and body["min_tokens"] == 64
+    assert body["stream_options"] == {"include_usage": True}
+    plain = build_body(api="completions", model="m", prompt="hi", max_tokens=8, ignore_eos=False,
+                       min_tokens=False, extra_body={"temperature": 0})
+    assert "ignore_eos" not in plain and "min_tokens" not in plain and plain["temperature"] == 0
+
+
+def test_base_url_with_or_without_v1() -> None:
+    for url in ("http://h:1", "http://h:1/", "http://h:1/v1", "http://h:1/v1/"):
+        assert normalize_base_url(url) == "http://h:1/v1"
