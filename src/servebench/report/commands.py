@@ -1,0 +1,99 @@
+"""Click commands `report` and `compare`; the CLI registers them (`cli.add_command(...)`)."""
+
+from __future__ import annotations
+
+import functools
+import string
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from servebench.errors import ConfigError, ServebenchError
+
+__all__ = ["report_command", "compare_command"]
+
+
+def _errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ServebenchError as e:
+            Console(stderr=True).print(f"[bold red]servebench: error:[/bold red] {e}", highlight=False)
+            sys.exit(e.exit_code)
+    return wrapper
+
+
+@click.command("report")
+@click.argument("dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--out", type=click.Path(dir_okay=False),
+              help="Report file. [default: DIR/report.html; with several DIRs, "
+                   "./servebench-results/overlay/report.html]")
+@_errors
+def report_command(dirs: tuple[str, ...], out: str | None) -> None:
+    """Re-render the HTML report of saved results (a run or a sweep directory).
+
+    Several DIRs: each gets its own report, and one more report overlays them on shared axes.
+    Charts are also written as charts/*.svg beside each report. Re-rendering the same results
+    gives byte-identical files.
+    """
+    from servebench.report.html import write_overlay_report, write_report  # noqa: PLC0415
+
+    console = Console()
+    if len(dirs) == 1:
+        path = write_report(dirs[0], out)
+        console.print(f"report: {path}", highlight=False)
+        return
+    for d in dirs:
+        console.print(f"report: {write_report(d)}", highlight=False)
+    path = write_overlay_report(list(dirs), out or Path("servebench-results") / "overlay" / "report.html")
+    console.print(f"overlay: {path}", highlight=False)
+
+
+@click.command("compare")
+@click.argument("sides", nargs=-1, required=True)
+@click.option("--out", type=click.Path(file_okay=False),
+              help="Directory for compare.html, compare.json and charts/. [default: ./servebench-results/compare-<A>-vs-<B>]")
+@click.option("--resamples", type=click.IntRange(100, 100_000), default=1000, show_default=True,
+              help="Bootstrap replicates per side.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed (same seed, same intervals).")
+@click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True)
+@click.option("--html/--no-html", default=True, show_default=True, help="Write compare.html.")
+@_errors
+def compare_command(sides: tuple[str, ...], out: str | None, resamples: int, seed: int, confidence: float,
+                    html: bool) -> None:
+    """Compare results A B [C...]: each against A, ratio B/A with a bootstrap confidence interval.
+
+    A side is a run directory, a sweep directory, or repeats of one configuration written as
+    DIR1,DIR2,... (e.g. from --repeat): requests are resampled within each run, and repeats
+    across runs. A difference whose interval contains 1.00 is reported as within noise.
+    """
+    from servebench.report.compare import (  # noqa: PLC0415
+        compare_sides,
+        load_side,
+        print_comparison,
+        write_compare_html,
+        write_compare_json,
+    )
+
+    if len(sides) < 2:
+        raise ConfigError("compare needs at least two result directories: servebench compare A B [C...]")
+    if len(sides) > len(string.ascii_uppercase):
+        raise ConfigError("compare takes at most 26 sides")
+    console = Console()
+    loaded = [load_side(spec, string.ascii_uppercase[i]) for i, spec in enumerate(sides)]
+    for s, spec in zip(loaded, sides):
+        console.print(f"{s.name}: {spec}", highlight=False)
+    comparisons = compare_sides(loaded, resamples=resamples, seed=seed, confidence=confidence)
+    print_comparison(comparisons, console, confidence)
+    names = [Path(s.split(",")[0]).resolve().name for s in sides[:2]]
+    out_dir = Path(out) if out else Path("servebench-results") / f"compare-{names[0]}-vs-{names[1]}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    console.print(f"ratios: {write_compare_json(loaded, comparisons, out_dir / 'compare.json', confidence)}",
+                  highlight=False)
+    if html:
+        console.print(f"report: {write_compare_html(loaded, comparisons, out_dir, confidence)}", highlight=False)

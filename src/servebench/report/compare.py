@@ -1,0 +1,245 @@
+"""`servebench compare A B [C...]`: ratios against the first side, with bootstrap intervals.
+
+A side is one run directory, several repeats of one configuration (`DIR1,DIR2,...`), or a sweep
+directory. Runs compare metric by metric; sweeps compare at every load level both have.
+Output: words ("B's output throughput is 1.23× A's (95% CI 1.19–1.27)"), a rich table, and
+`compare.html` with the sides' curves or distributions overlaid on shared axes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from servebench import metrics
+from servebench.errors import ConfigError
+from servebench.report.data import SweepResult, load_results, measured
+from servebench.report.html import esc, fmt, render_overlay, write_page
+from servebench.report.stats import METRICS, MetricSpec, RatioEstimate, SideData, ratio_ci
+from servebench.store import RunResult
+
+__all__ = ["Side", "Comparison", "load_side", "side_data", "compare_sides", "sentence", "print_comparison",
+           "write_compare_html", "write_compare_json", "SWEEP_METRICS"]
+
+#: The metrics compared at each load level of a sweep.
+SWEEP_METRICS = tuple(m for m in METRICS if m.key in ("output_tokens_per_s", "ttft_median", "itl_median",
+                                                      "itl_p99", "e2e_median"))
+
+
+@dataclass(slots=True)
+class Side:
+    name: str
+    runs: list[RunResult] = field(default_factory=list)  # one, or repeats of one configuration
+    sweep: SweepResult | None = None
+
+    @property
+    def path(self) -> Path:
+        return self.sweep.path if self.sweep else self.runs[0].path
+
+
+@dataclass(slots=True)
+class Comparison:
+    baseline: str
+    other: str
+    label: str  # "" for runs, "concurrency 16" for a sweep point
+    estimates: list[RatioEstimate]
+
+
+def load_side(spec: str, name: str) -> Side:
+    """`DIR` (run or sweep) or `DIR1,DIR2,...` (repeats of one configuration)."""
+    parts = [p for p in spec.split(",") if p]
+    if not parts:
+        raise ConfigError(f"empty side {spec!r}")
+    loaded = [load_results(p) for p in parts]
+    if len(loaded) == 1 and isinstance(loaded[0], SweepResult):
+        return Side(name, sweep=loaded[0])
+    if any(isinstance(r, SweepResult) for r in loaded):
+        raise ConfigError(f"{spec}: repeats (comma-separated) must be run directories, not sweeps")
+    return Side(name, runs=[r for r in loaded if isinstance(r, RunResult)])
+
+
+def side_data(runs: Sequence[RunResult]) -> SideData:
+    """Pool the measured requests of one or more runs into bootstrap input."""
+    req_run: list[int] = []
+    windows: list[float] = []
+    cols: dict[str, list[float]] = {k: [] for k in ("ttft", "e2e", "tpot", "out", "total", "ok", "busy")}
+    itl: list[np.ndarray] = []
+    owner: list[np.ndarray] = []
+    for r_idx, run in enumerate(runs):
+        recs = measured(run.records)
+        win = metrics.window_ns(recs)
+        windows.append((win[1] - win[0]) / 1e9 if win and win[1] > win[0] else 0.0)
+        for rec in recs:
+            i = len(req_run)
+            req_run.append(r_idx)
+            ok = rec.status == "ok"
+            lat = metrics.request_latencies_ms(rec) if ok else {}
+            for key in ("ttft", "e2e", "tpot"):
+                v = lat.get(key)
+                cols[key].append(float(v) if v is not None else np.nan)
+            out_tok = float(rec.output_tokens or 0) if ok else 0.0
+            in_tok = float(rec.input_tokens if rec.input_tokens is not None else rec.input_len) if ok else 0.0
+            cols["out"].append(out_tok)
+            cols["total"].append(out_tok + in_tok)
+            cols["ok"].append(1.0 if ok else 0.0)
+            end = rec.t_end_ns if rec.t_end_ns is not None else (rec.t_last_ns or rec.t_send_ns)
+            cols["busy"].append(max(0.0, (end - rec.t_send_ns) / 1e9) if rec.t_send_ns is not None else 0.0)
+            if ok:
+                gaps = metrics.itl_gaps_ms(rec)
+                itl.append(gaps)
+                owner.append(np.full(gaps.size, i, dtype=np.int64))
+    return SideData(
+        req_run=np.asarray(req_run, dtype=np.int64), window_s=np.asarray(windows, dtype=float),
+        busy_s=np.asarray(cols["busy"]),
+        ttft_ms=np.asarray(cols["ttft"]), e2e_ms=np.asarray(cols["e2e"]), tpot_ms=np.asarray(cols["tpot"]),
+        output_tokens=np.asarray(cols["out"]), total_tokens=np.asarray(cols["total"]), ok=np.asarray(cols["ok"]),
+        itl_ms=np.concatenate(itl) if itl else np.empty(0),
+        itl_owner=np.concatenate(owner) if owner else np.empty(0, dtype=np.int64))
+
+
+def compare_sides(sides: Sequence[Side], *, resamples: int = 1000, seed: int = 0,
+                  confidence: float = 0.95) -> list[Comparison]:
+    """Every side against the first; sweeps point by point at the load levels both have."""
+    if len(sides) < 2:
+        raise ConfigError("compare needs at least two result directories")
+    base = sides[0]
+    out: list[Comparison] = []
+    for other in sides[1:]:
+        if (base.sweep is None) != (other.sweep is None):
+            raise ConfigError(f"cannot compare a sweep with a single run ({base.name} vs {other.name})")
+        if base.sweep is None:
+            est = ratio_ci(side_data(base.runs), side_data(other.runs), METRICS, resamples=resamples, seed=seed,
+                           confidence=confidence)
+            out.append(Comparison(base.name, other.name, "", est))
+            continue
+        assert other.sweep is not None
+        theirs = {p.x: p for p in other.sweep.points}
+        common = [p for p in base.sweep.points if p.x in theirs]
+        if not common:
+            raise ConfigError(f"sweeps {base.name} and {other.name} share no load level")
+        for p in common:
+            est = ratio_ci(side_data([p.run]), side_data([theirs[p.x].run]), SWEEP_METRICS,
+                           resamples=resamples, seed=seed, confidence=confidence)
+            out.append(Comparison(base.name, other.name, f"{base.sweep.x_key} {p.label}", est))
+    return out
+
+
+def _num(v: float) -> str:
+    return "n/a" if not np.isfinite(v) else f"{v:.2f}" if v < 10 else f"{v:.1f}"
+
+
+def sentence(e: RatioEstimate, a: str, b: str, confidence: float = 0.95) -> str:
+    """"B's output throughput is 1.23× A's (95% CI 1.19–1.27): better." """
+    pct = f"{confidence * 100:g}%"
+    if not np.isfinite(e.ratio):
+        return f"{b}'s {e.spec.label} cannot be compared with {a}'s (no data on one side)."
+    ci = f"{pct} CI {_num(e.lo)}–{_num(e.hi)}" if np.isfinite(e.lo) else f"{pct} CI n/a"
+    tail = {"within noise": "within noise (the interval contains 1.00)",
+            "better": f"{b} is better", "worse": f"{b} is worse", "n/a": "too few samples for an interval"}[e.verdict]
+    return f"{b}'s {e.spec.label} is {_num(e.ratio)}× {a}'s ({ci}): {tail}."
+
+
+def _value(v: float, spec: MetricSpec) -> str:
+    return "–" if not np.isfinite(v) else f"{v:,.1f} {spec.unit}"
+
+
+def print_comparison(comparisons: Sequence[Comparison], console: Console | None = None,
+                     confidence: float = 0.95) -> None:
+    console = console or Console()
+    groups: dict[tuple[str, str], list[Comparison]] = {}
+    for c in comparisons:
+        groups.setdefault((c.baseline, c.other), []).append(c)
+    style = {"better": "green", "worse": "red", "within noise": "dim", "n/a": "dim"}
+    for (a, b), comps in groups.items():
+        table = Table(title=f"{b} vs {a} (ratio B/A, {confidence * 100:g}% bootstrap CI)", title_justify="left")
+        if any(c.label for c in comps):
+            table.add_column("load")
+        for col, just in (("metric", "left"), (a, "right"), (b, "right"), ("B/A", "right"),
+                          ("CI", "right"), ("verdict", "left")):
+            table.add_column(col, justify=just)  # type: ignore[arg-type]
+        for c in comps:
+            for i, e in enumerate(c.estimates):
+                row = [e.spec.label, _value(e.a, e.spec), _value(e.b, e.spec), f"{_num(e.ratio)}×",
+                       f"{_num(e.lo)}–{_num(e.hi)}", f"[{style[e.verdict]}]{e.verdict}[/]"]
+                if any(x.label for x in comps):
+                    row.insert(0, c.label if i == 0 else "")
+                table.add_row(*row)
+            if c.label:
+                table.add_section()
+        console.print(table)
+        key = [c for c in comps if not c.label] or comps[-1:]
+        for e in key[0].estimates[:1] + [x for x in key[0].estimates[1:] if x.verdict != "within noise"][:4]:
+            console.print(sentence(e, a, b, confidence), highlight=False)
+
+
+def _compare_table_html(comparisons: Sequence[Comparison], confidence: float) -> str:
+    parts = []
+    for c in comparisons:
+        title = f"{c.other} vs {c.baseline}" + (f" at {c.label}" if c.label else "")
+        rows = []
+        for e in c.estimates:
+            cls = {"better": "better", "worse": "worse"}.get(e.verdict, "noise")
+            rows.append(f"<tr><td>{esc(e.spec.label)}</td><td>{esc(_value(e.a, e.spec))}</td>"
+                        f"<td>{esc(_value(e.b, e.spec))}</td><td>{esc(_num(e.ratio))}×</td>"
+                        f"<td>{esc(_num(e.lo))}–{esc(_num(e.hi))}</td>"
+                        f'<td class="txt {cls}">{esc(e.verdict)}</td></tr>')
+        words = "".join(f"<li>{esc(sentence(e, c.baseline, c.other, confidence))}</li>" for e in c.estimates)
+        parts.append(
+            f"<h3>{esc(title)}</h3><div class=\"tablewrap\"><table><thead><tr><th class=\"txt\">metric</th>"
+            f"<th>{esc(c.baseline)}</th><th>{esc(c.other)}</th><th>B/A</th>"
+            f"<th>{confidence * 100:g}% CI</th><th class=\"txt\">verdict</th></tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table></div><details><summary>In words</summary><ul>{words}</ul>"
+            f"</details>")
+    intro = (f"<h2>Ratios with {confidence * 100:g}% bootstrap confidence intervals</h2>"
+             "<p class=\"muted\">Requests resampled within each run (and repeats resampled across runs when a "
+             "side has several), fixed seed. A difference is <em>within noise</em> when its interval "
+             f"contains 1.00; {fmt(fmt_count(comparisons))} comparisons below.</p>")
+    return intro + "\n".join(parts)
+
+
+def fmt_count(comparisons: Sequence[Comparison]) -> int:
+    return sum(len(c.estimates) for c in comparisons)
+
+
+def write_compare_html(sides: Sequence[Side], comparisons: Sequence[Comparison], out_dir: str | Path,
+                       confidence: float = 0.95) -> Path:
+    items: list[tuple[str, RunResult | SweepResult]] = []
+    for s in sides:
+        if s.sweep is not None:
+            items.append((s.name, s.sweep))
+        else:
+            items.extend((s.name if len(s.runs) == 1 else f"{s.name} #{i + 1}", r) for i, r in enumerate(s.runs))
+    html, figs = render_overlay(items, title="servebench compare · " + " vs ".join(s.name for s in sides),
+                                prelude=_compare_table_html(comparisons, confidence))
+    return write_page(Path(out_dir) / "compare.html", html, figs)
+
+
+def write_compare_json(sides: Sequence[Side], comparisons: Sequence[Comparison], path: str | Path,
+                       confidence: float = 0.95) -> Path:
+    """Ratios as JSON (schema servebench.compare/1): what the table shows, for scripts."""
+    doc = {
+        "schema": "servebench.compare/1",
+        "confidence": confidence,
+        "sides": [{"name": s.name, "dirs": [str(r.path) for r in s.runs] if s.runs else [str(s.path)],
+                   "kind": "sweep" if s.sweep else ("repeats" if len(s.runs) > 1 else "run")} for s in sides],
+        "comparisons": [
+            {"baseline": c.baseline, "other": c.other, "at": c.label or None,
+             "metrics": [{"metric": e.spec.key, "label": e.spec.label, "unit": e.spec.unit,
+                          "higher_is_better": e.spec.higher_is_better, "a": _json_num(e.a), "b": _json_num(e.b),
+                          "ratio": _json_num(e.ratio), "ci_low": _json_num(e.lo), "ci_high": _json_num(e.hi),
+                          "verdict": e.verdict} for e in c.estimates]}
+            for c in comparisons],
+    }
+    p = Path(path)
+    p.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    return p
+
+
+def _json_num(v: float) -> float | None:
+    return float(v) if np.isfinite(v) else None
