@@ -373,7 +373,7 @@ def histogram_chart(samples: Sequence[tuple[str, Sequence[float]]], *, title: st
         return _no_data(svg, (left, top, right, bottom))
     pooled = sorted(v for _, vs in data for v in vs)
     lo = pooled[0]
-    hi = pooled[min(len(pooled) - 1, int(math.ceil(0.995 * len(pooled))) - 1)]
+    hi = pooled[int(0.995 * (len(pooled) - 1))]
     if hi <= lo:
         hi = lo + (abs(lo) * 0.1 or 1.0)
     ticks = nice_ticks(lo, hi, target=6)

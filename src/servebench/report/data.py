@@ -59,9 +59,25 @@ class SweepResult:
 
 def _load_run(path: Path) -> RunResult:
     run = load_run(path)
-    if not run.summary and run.records:
-        run.summary = metrics.summarize(run.records)
+    if not run.summary and run.records:  # interrupted before the summary: recompute from records
+        run.summary = metrics.summarize(run.records, run=_run_doc_from_manifest(run.manifest))
     return run
+
+
+def _run_doc_from_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
+    cfg = manifest.get("config") or {}
+    tgt = manifest.get("target") or {}
+    return {
+        "run_id": manifest.get("run_id"),
+        "started_at": manifest.get("started_at"),
+        "target": {"url": tgt.get("base_url") or cfg.get("url"), "model": tgt.get("model") or cfg.get("model"),
+                   "api": cfg.get("api"), "emulated": tgt.get("emulated")},
+        "load": {"concurrency": cfg.get("concurrency"), "rate_rps": cfg.get("rate"),
+                 "burstiness": cfg.get("burstiness")},
+        "workload": {"dataset": cfg.get("dataset"), "input_len": cfg.get("input_len"),
+                     "output_len": cfg.get("output_len")},
+        "interrupted": True,
+    }
 
 
 def _sweep_entries(doc: Any) -> list[dict[str, Any]]:
@@ -232,8 +248,8 @@ def run_title(summary: dict[str, Any], *, with_load: bool = True) -> str:
     if not with_load:
         load, mode = {}, None
     if load.get("rate_rps") is not None:
-        parts.append(f"rate {load['rate_rps']:g} req/s" + (f", burstiness {load['burstiness']:g}"
-                                                             if load.get("burstiness") not in (None, 1, 1.0) else ""))
+        parts.append(f"rate {_g(load['rate_rps'])} req/s" + (f", burstiness {_g(load['burstiness'])}"
+                                                              if load.get("burstiness") not in (None, 1, 1.0) else ""))
     if load.get("concurrency") is not None:
         parts.append(f"{'max ' if load.get('rate_rps') is not None else ''}concurrency {load['concurrency']}")
     elif mode and load.get("rate_rps") is None:
@@ -241,3 +257,7 @@ def run_title(summary: dict[str, Any], *, with_load: bool = True) -> str:
     if wl.get("input_len") is not None or wl.get("output_len") is not None:
         parts.append(f"{wl.get('dataset') or 'random'} {wl.get('input_len', '?')}→{wl.get('output_len', '?')} tokens")
     return " · ".join(parts)
+
+
+def _g(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)

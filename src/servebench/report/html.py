@@ -118,8 +118,12 @@ def _client_verdict(summary: dict[str, Any]) -> tuple[str, str]:
     client = summary.get("client") or {}
     lag_p99 = get(client, "schedule_lag_ms", "p99")
     if client.get("saturated"):
-        return "bad", (f"The client was the bottleneck (schedule lag P99 {fmt(lag_p99, 'ms')}): results understate "
-                       "the server. Use fewer requests per process or shard the load.")
+        reasons = client.get("reasons") or []
+        why = "; ".join(str(r) for r in reasons) if isinstance(reasons, list) else str(reasons)
+        advice = client.get("advice") or "Use fewer requests per process or shard the load."
+        advice = "; ".join(str(a) for a in advice) if isinstance(advice, list) else str(advice)
+        return "bad", (f"The client was the bottleneck (schedule lag P99 {fmt(lag_p99, 'ms')}"
+                       f"{'; ' + why if why else ''}): results understate the server. {advice}")
     if isinstance(lag_p99, (int, float)) and lag_p99 > 10:
         return "warn", f"Schedule lag P99 is {fmt(lag_p99, 'ms')}: the client sent some requests late."
     return "good", f"The client kept up: schedule lag P99 {fmt(lag_p99, 'ms')}."
@@ -232,6 +236,11 @@ def render_run(run: RunResult) -> tuple[str, dict[str, str]]:
     if slo_text:
         body.append(f'<p class="verdict {slo_cls}">{slo_text}</p>')
     body.append(f'<p class="verdict {cl_cls}">{esc(cl_text)}</p>')
+    notes = [str(n) for n in (s.get("notes") or []) if n]
+    if s.get("interrupted"):
+        notes.insert(0, "This run was interrupted: the figures cover the requests that completed before the stop.")
+    if notes:
+        body.append('<div class="verdict warn"><ul>' + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul></div>")
     body.append("<h2>Latency distributions</h2>")
     body.append(_figures({k: figs[k] for k in ("ttft_hist", "itl_hist", "e2e_hist", "latency_cdf")}))
     body.append("<h3>Latency summary (completed requests)</h3>" + _latency_table(s))

@@ -1,0 +1,126 @@
+"""The HTML report: content, self-containment, escaping, byte-stable re-rendering."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from servebench.errors import ConfigError
+from servebench.report.commands import report_command
+from servebench.report.data import inflight_series, load_results, tokens_per_s_series
+from servebench.report.html import write_overlay_report, write_report
+from servebench.report.synth import synth_records, write_synth_run, write_synth_sweep
+from servebench.store import SUMMARY
+
+PAYLOAD = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned=2"><h1>Bad Gateway</h1>'
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    recs = synth_records(120, seed=3, concurrency=6, fail_every=20, error_detail=PAYLOAD, warmup=3)
+    return write_synth_run(tmp_path / "run", recs, concurrency=6, model="<i>model</i>",
+                           slo={"ttft_ms": 200.0, "tpot_ms": 25.0},
+                           extra_summary={"cost": {"usd_per_million_output_tokens": 1.25}})
+
+
+def _tags(html: str) -> set[str]:
+    return {m.lower() for m in re.findall(r"<([a-zA-Z][a-zA-Z0-9]*)", html)}
+
+
+def test_run_report_has_every_section(run_dir: Path) -> None:
+    html = write_report(run_dir).read_text()
+    for text in ("Output throughput", "TTFT median", "ITL median", "SLO", "goodput", "Latency distributions",
+                 "Timeline", "Client self-check", "schedule lag", "Failures", "http_5xx", "timeout",
+                 "usd per million output tokens", "1.25"):
+        assert text in html, text
+    charts = sorted(p.stem for p in (run_dir / "charts").glob("*.svg"))
+    assert charts == sorted(["ttft_hist", "itl_hist", "e2e_hist", "latency_cdf", "inflight", "tokens_per_s",
+                             "ttft_over_time", "schedule_lag"])
+    for name in charts:  # the standalone file is exactly the inline chart
+        assert (run_dir / "charts" / f"{name}.svg").read_text() in html
+
+
+def test_report_is_self_contained(run_dir: Path) -> None:
+    html = write_report(run_dir).read_text()
+    assert "script" not in _tags(html)
+    assert not re.search(r'(?:src|href)\s*=\s*"(?:https?:)?//', html)
+    assert "<link" not in html and "@import" not in html and "url(" not in html
+
+
+def test_server_text_is_escaped(run_dir: Path) -> None:
+    html = write_report(run_dir).read_text()
+    assert PAYLOAD not in html
+    assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in html
+    assert "&lt;i&gt;model&lt;/i&gt;" in html and "<i>model</i>" not in html
+    assert "<img" not in html and "onerror=\"" not in html
+
+
+def test_rerender_is_byte_identical(run_dir: Path, tmp_path: Path) -> None:
+    first = write_report(run_dir).read_bytes()
+    svgs = {p.name: p.read_bytes() for p in (run_dir / "charts").glob("*.svg")}
+    second = write_report(run_dir).read_bytes()
+    assert first == second
+    assert svgs == {p.name: p.read_bytes() for p in (run_dir / "charts").glob("*.svg")}
+    # A copy of the results elsewhere renders to the same bytes: nothing depends on the path or time.
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in ("summary.json", "requests.jsonl", "manifest.json"):
+        (copy / name).write_bytes((run_dir / name).read_bytes())
+    assert write_report(copy).read_bytes() == first
+
+
+def test_sweep_report(tmp_path: Path) -> None:
+    sweep = write_synth_sweep(tmp_path / "sweep", [1, 4, 16, 64], n=40)
+    html = write_report(sweep).read_text()
+    for name in ("sweep_throughput", "sweep_itl", "sweep_ttft", "sweep_e2e", "sweep_request_rate",
+                 "sweep_throughput_vs_latency", "sweep_per_user"):
+        assert (sweep / "charts" / f"{name}.svg").is_file(), name
+        assert f'id="fig-{name}"' in html
+    assert "Peak output throughput" in html
+    assert re.search(r"at concurrency (1|4|16|64)<", html)
+    for sub in ("c0001", "c0004", "c0016", "c0064"):  # each load level gets its own report, linked
+        assert (sweep / sub / "report.html").is_file()
+        assert f'href="{sub}/report.html"' in html
+
+
+def test_sweep_without_sweep_json_and_run_without_summary(tmp_path: Path) -> None:
+    sweep = write_synth_sweep(tmp_path / "sweep", [2, 8], n=20)
+    (sweep / "sweep.json").unlink()
+    (sweep / "c0008" / SUMMARY).unlink()  # interrupted: the summary is recomputed from records
+    res = load_results(sweep)
+    assert [p.x for p in res.points] == [2.0, 8.0]
+    assert res.points[1].run.summary["requests"]["total"] == 20
+    assert write_report(sweep).is_file()
+
+
+def test_not_a_result_dir(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError):
+        load_results(tmp_path)
+
+
+def test_timeline_series_from_records() -> None:
+    recs = synth_records(30, seed=1, concurrency=3)
+    xs, ys = inflight_series(recs)
+    assert max(ys) == 3 and ys[-1] == 0 and xs == sorted(xs)
+    tx, ty = tokens_per_s_series(recs)
+    width = tx[1] - tx[0]
+    total = sum(y * width for y in ty)
+    assert total == pytest.approx(sum(r.output_tokens or 0 for r in recs), rel=1e-9)
+
+
+def test_report_command_single_and_overlay(run_dir: Path, tmp_path: Path) -> None:
+    other = write_synth_run(tmp_path / "other", synth_records(60, seed=9, concurrency=6), concurrency=6)
+    out = tmp_path / "ov" / "report.html"
+    res = CliRunner().invoke(report_command, [str(run_dir), str(other), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert (run_dir / "report.html").is_file() and (other / "report.html").is_file()
+    html = out.read_text()
+    assert "overlay_ttft_cdf" in html and "run" in html and "other" in html
+    assert write_overlay_report([run_dir, other], out).read_text() == html
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    bad = CliRunner().invoke(report_command, [str(empty)])
+    assert bad.exit_code == 2 and "holds no servebench results" in " ".join(bad.output.split())
