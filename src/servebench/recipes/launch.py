@@ -34,7 +34,7 @@ def launch_script(spec: RecipeSpec) -> str:
              "set -euo pipefail", ""]
     if lay.nodes > 1:
         lines += [f"# Node 0 address: {spec.leader_address} (edit to yours). Run each section on its node;",
-                  "# start the other nodes first where a section says so.", ""]
+                  "# any order: node 0 waits for the others before it serves.", ""]
     for rank in range(lay.nodes):
         cmds = commands_for_node(spec, rank=rank, leader=spec.leader_address)
         if lay.nodes > 1:

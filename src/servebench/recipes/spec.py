@@ -70,14 +70,18 @@ def join_command(argv: list[str], *, indent: str = "  ") -> str:
     """argv as one shell command, one flag (with its value) per continued line."""
     lines: list[str] = []
     for tok in argv:
-        q = tok if _is_shell_expansion(tok) else shlex.quote(tok)
-        if tok.startswith("-") or not lines:
+        q = _expansion(tok) or shlex.quote(tok)
+        keep = lines == ["python3"] and tok in ("-m", "-c")  # "python3 -m module" reads as one unit
+        if (tok.startswith("-") and not keep) or not lines:
             lines.append(q)
         else:
             lines[-1] += " " + q
     return (" \\\n" + indent).join(lines)
 
 
-def _is_shell_expansion(tok: str) -> bool:
-    # values such as $LWS_LEADER_ADDRESS:20000 or $((LWS_WORKER_INDEX * 8)) must stay unquoted
-    return tok.startswith("$") and re.fullmatch(r"[$A-Za-z0-9_:(){}* +\-./]+", tok) is not None
+def _expansion(tok: str) -> str:
+    """Tokens with shell expansions ($LWS_LEADER_ADDRESS:20000, $((LWS_WORKER_INDEX * 8))) stay
+    expandable: bare, or in double quotes when they hold a space. Empty string: quote normally."""
+    if "$" not in tok or re.fullmatch(r"[$A-Za-z0-9_:(){}* +\-./=]+", tok) is None:
+        return ""
+    return f'"{tok}"' if " " in tok else tok
