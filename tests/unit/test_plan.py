@@ -1,0 +1,131 @@
+"""servebench plan: layout defaults, the fit table, recipes on disk, what-if, calibration (issue 8)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from rich.console import Console
+
+from servebench.errors import ConfigError
+from servebench.plan import (
+    MeasuredPoint,
+    PlanArgs,
+    calibrate,
+    default_calibration,
+    deployment_dict,
+    load_measurements,
+    plan_command,
+    plan_main,
+    resolve_layout,
+    whatif,
+)
+from servebench.sim.catalog import get_gpu, get_model
+
+
+def _console() -> Console:
+    return Console(record=True, width=200, color_system=None)
+
+
+def test_layout_defaults_tp_in_node_pp_across_nodes() -> None:
+    m, g = get_model("DeepSeek-R1"), get_gpu("h100")
+    lay = resolve_layout(PlanArgs(model="DeepSeek-R1", gpus=8, nodes=2), m, g)
+    assert (lay.tp, lay.pp, lay.dp, lay.ep, lay.quant) == (8, 2, 1, 1, "fp8")
+    lay = resolve_layout(PlanArgs(model="x", gpus=8, nodes=2, tp=16), m, g)
+    assert (lay.tp, lay.pp, lay.dp) == (16, 1, 1)
+    lay = resolve_layout(PlanArgs(model="x", gpus=8, nodes=2, tp=1, dp=16, ep=16), m, g)
+    assert (lay.tp, lay.pp, lay.dp, lay.ep) == (1, 1, 16, 16)
+    lay = resolve_layout(PlanArgs(model="x", gpus=8, dp=2), m, g)
+    assert (lay.tp, lay.pp, lay.dp) == (4, 1, 2)
+    with pytest.raises(ConfigError):
+        resolve_layout(PlanArgs(model="x", gpus=8, tp=3), m, g)
+
+
+def test_plan_deepseek_fp8_on_8xh100_says_why_and_what_fits() -> None:
+    con = _console()
+    assert plan_main(PlanArgs(model="DeepSeek-R1", gpu="h100", gpus=8), console=con) == 1
+    text = con.export_text()
+    assert "Does not fit" in text and "usable" in text
+    assert "2x8 H100 TP8 PP2 fp8" in text and "8xH200 TP8 fp8" in text
+
+
+def test_plan_prints_kv_facts_and_writes_recipes(tmp_path) -> None:
+    con = _console()
+    out = tmp_path / "r1"
+    assert plan_main(PlanArgs(model="DeepSeek-R1", gpu="h200", out=str(out)), console=con) == 0
+    text = con.export_text()
+    assert "70,272" in text and "replicated on every TP rank" in text
+    assert {p.name for p in out.iterdir()} >= {"launch-vllm.sh", "docker-compose.yaml", "k8s-leaderworkerset.yaml",
+                                               "benchmark.sh"}
+    assert yaml.safe_load((out / "docker-compose.yaml").read_text())["services"]
+    con = _console()
+    assert plan_main(PlanArgs(model="Llama-3.1-70B", gpus=4), console=con) == 0
+    text = con.export_text()
+    assert "327,680 whole model" in text and "81,920 per GPU" in text and "vllm serve" in text
+
+
+def test_plan_command_via_click(tmp_path) -> None:
+    res = CliRunner().invoke(plan_command, ["--model", "Llama-3.1-8B", "--gpu", "h100", "--gpus", "1",
+                                            "--concurrency", "1,4", "--num-requests", "20"])
+    assert res.exit_code == 0, res.output
+    assert "what-if" in res.output and "KV capacity" in res.output
+    res = CliRunner().invoke(plan_command, ["--model", "Llama-3.1-405B", "--gpu", "a100", "--gpus", "8"])
+    assert res.exit_code == 1 and "Does not fit" in res.output
+    res = CliRunner().invoke(plan_command, ["--model", "nope"])
+    assert res.exit_code == 2 and "unknown model" in res.output
+    res = CliRunner().invoke(plan_command, ["--model", "Qwen3-8B", "--concurrency", "1,x"])
+    assert res.exit_code == 2
+
+
+def _awq_deployment() -> tuple[dict, object]:
+    args = PlanArgs(model="DeepSeek-V3-AWQ", gpu="h100", engine="vllm-0.7", max_model_len=8000,
+                    gpu_memory_utilization=0.95, max_num_seqs=128)
+    m = get_model(args.model)
+    return deployment_dict(args, m, resolve_layout(args, m, get_gpu("h100"))), m
+
+
+def test_whatif_throughput_rises_and_saturates_while_itl_grows() -> None:
+    dep, m = _awq_deployment()
+    pts = whatif(dep, default_calibration(m, "awq"), input_len=1024, output_len=256, concurrencies=(1, 16, 128),
+                 num_requests=64)
+    tput = [p.output_tokens_per_s for p in pts]
+    itl = [p.itl_ms_p50 for p in pts]
+    assert tput[0] < tput[1] < tput[2]
+    assert tput[2] / tput[1] < 128 / 16  # sub-linear: the batch costs more per step
+    assert itl[0] < itl[2]
+    with pytest.raises(ConfigError):
+        whatif(dep, default_calibration(m, "awq"), input_len=8000, output_len=256, concurrencies=(1,))
+
+
+def test_calibration_on_seed_low_concurrency_predicts_c100_within_20pct() -> None:
+    # seed 001 (vLLM 0.7.3, DeepSeek-V3-AWQ, 8xH100, 1024 in / 256 out): c=1 ~33 tok/s, ITL ~30 ms;
+    # c=5 ~103 tok/s, ~46 ms; c=15 ~245 tok/s, ~50 ms; output throughput peaks ~620 tok/s at c~100.
+    dep, m = _awq_deployment()
+    points = [MeasuredPoint(1, 1024, 256, 33, 30), MeasuredPoint(5, 1024, 256, 103, 46),
+              MeasuredPoint(15, 1024, 256, 245, 50)]
+    cal, report = calibrate(dep, points, start=default_calibration(m, "awq"))
+    assert "calibrated on 3 points" in report
+    (c1, c100) = whatif(dep, cal, input_len=1024, output_len=256, concurrencies=(1, 100))
+    assert c1.output_tokens_per_s == pytest.approx(33, rel=0.15)
+    assert c100.output_tokens_per_s == pytest.approx(620, rel=0.20)
+    assert yaml.safe_load(cal.to_yaml())["efficiency"]["memory"] == pytest.approx(cal.mem_efficiency, rel=1e-3)
+
+
+def test_load_measurements_from_results_and_yaml(tmp_path) -> None:
+    run = tmp_path / "runs" / "c5"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({
+        "schema": "servebench.summary/1", "load": {"concurrency": 5}, "workload": {"input_len": 1024, "output_len": 256},
+        "throughput": {"output_tokens_per_s": 103.0}, "latency_ms": {"itl": {"median": 46.0}, "ttft": {"median": 800}}}))
+    (pt,) = load_measurements(tmp_path / "runs")
+    assert (pt.concurrency, pt.output_tokens_per_s, pt.itl_ms, pt.ttft_ms) == (5, 103.0, 46.0, 800.0)
+    f = tmp_path / "points.yaml"
+    f.write_text("points:\n  - {concurrency: 1, input_len: 1024, output_len: 256, output_tokens_per_s: 33}\n")
+    (pt,) = load_measurements(f)
+    assert pt.itl_ms is None and pt.output_tokens_per_s == 33
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ConfigError):
+        load_measurements(empty)
