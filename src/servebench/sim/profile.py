@@ -16,6 +16,7 @@ Keys (all optional except `name`)::
     overhead:   {step_s, layer_s, seq_s, token_s}
     cost:       {<StepCost field>: value, ...}   # explicit coefficients, overriding derived ones
     output:     {eos_mean_tokens, default_max_tokens, reasoning_tokens_mean, reasoning_tokens_min}
+    extends:    BASE                              # start from another profile (one-level merge)
 
 `profile_from_dict` is pure; `load_profile` reads the packaged YAML (or a path to one).
 """
@@ -181,8 +182,15 @@ def list_profiles() -> list[str]:
 
 def load_profile(name_or_path: str) -> Profile:
     """A packaged profile by name (`tiny`, `deepseek-v3-awq`, ...) or a YAML file path."""
+    return profile_from_dict(_load_raw(name_or_path, depth=0))
+
+
+def _load_raw(name_or_path: str, depth: int) -> dict[str, Any]:
+    """Parsed YAML, with `extends: BASE` resolved (nested mappings merge one level deep)."""
     import yaml
 
+    if depth > 4:
+        raise ConfigError(f"profile {name_or_path}: 'extends' nests too deep")
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") and path.exists():
         text = path.read_text()
@@ -194,4 +202,11 @@ def load_profile(name_or_path: str) -> Profile:
     data = yaml.safe_load(text)
     if not isinstance(data, dict):
         raise ConfigError(f"profile {name_or_path}: not a mapping")
-    return profile_from_dict(data)
+    base_name = data.pop("extends", None)
+    if base_name is None:
+        return data
+    base = _load_raw(str(base_name), depth + 1)
+    merged = dict(base)
+    for k, v in data.items():
+        merged[k] = {**base[k], **v} if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+    return merged
