@@ -129,3 +129,26 @@ def test_load_measurements_from_results_and_yaml(tmp_path) -> None:
     empty.mkdir()
     with pytest.raises(ConfigError):
         load_measurements(empty)
+
+
+@pytest.mark.parametrize(("kv_blocks", "concurrency"), [(None, 1), (None, 7), (300, 7), (300, 60)])
+def test_median_itl_equals_brute_force_token_gaps(kv_blocks, concurrency) -> None:
+    import dataclasses
+    import statistics
+
+    from servebench.plan import _median_itl_s, engine_config
+    from servebench.sim.engine import SimRequest, simulate
+
+    dep, m = _awq_deployment()
+    cfg = engine_config(dep, default_calibration(m, "awq"))
+    if kv_blocks:
+        cfg = dataclasses.replace(cfg, kv_blocks=kv_blocks)  # a tiny cache forces preemptions
+    reqs = [SimRequest(id=i, prompt_len=1024, max_tokens=64) for i in range(3 * concurrency + 5)]
+    run = simulate(cfg, reqs, concurrency=concurrency)
+    gaps = []
+    for r in reqs:
+        t = run.token_times_s(r)
+        gaps.extend(b - a for a, b in zip(t, t[1:]))
+    assert _median_itl_s(run, reqs) == pytest.approx(statistics.median(gaps), rel=1e-12)
+    if kv_blocks and concurrency > 7:
+        assert run.stats.preemptions > 0
