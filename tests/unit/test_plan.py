@@ -131,7 +131,7 @@ def test_load_measurements_from_results_and_yaml(tmp_path) -> None:
         load_measurements(empty)
 
 
-@pytest.mark.parametrize(("kv_blocks", "concurrency"), [(None, 1), (None, 7), (300, 7), (300, 60)])
+@pytest.mark.parametrize(("kv_blocks", "concurrency"), [(None, 1), (None, 7), (300, 7), (300, 100)])
 def test_median_itl_equals_brute_force_token_gaps(kv_blocks, concurrency) -> None:
     import dataclasses
     import statistics
@@ -143,12 +143,12 @@ def test_median_itl_equals_brute_force_token_gaps(kv_blocks, concurrency) -> Non
     cfg = engine_config(dep, default_calibration(m, "awq"))
     if kv_blocks:
         cfg = dataclasses.replace(cfg, kv_blocks=kv_blocks)  # a tiny cache forces preemptions
-    reqs = [SimRequest(id=i, prompt_len=1024, max_tokens=64) for i in range(3 * concurrency + 5)]
+    reqs = [SimRequest(id=i, prompt_len=1024, max_tokens=256) for i in range(3 * concurrency + 5)]
     run = simulate(cfg, reqs, concurrency=concurrency)
     gaps = []
     for r in reqs:
         t = run.token_times_s(r)
         gaps.extend(b - a for a, b in zip(t, t[1:]))
     assert _median_itl_s(run, reqs) == pytest.approx(statistics.median(gaps), rel=1e-12)
-    if kv_blocks and concurrency > 7:
+    if kv_blocks:
         assert run.stats.preemptions > 0
