@@ -1,0 +1,72 @@
+"""Real-server tier: the tiny model and real third-party servers (llama-server, transformers serve).
+
+A test that needs a server SKIPS, with the setup command in the reason, when its binary is missing and
+`CI` is unset; under `CI=true` a missing binary FAILS, so CI cannot silently drop this tier.
+Servers are session-scoped: each starts once (llama-server in < 1 s, transformers serve in a few s).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.real_servers import (
+    RealServer,
+    find_llama_server,
+    find_transformers,
+    start_llama_server,
+    start_transformers_serve,
+)
+from tests.support.tiny_model import TinyModel, make_tiny_model
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def require_binary(path: Path | None, what: str, setup: str) -> Path:
+    if path is not None:
+        return path
+    msg = f"{what} is not installed; run `{setup}` (cached under $SERVEBENCH_CACHE, default ~/.cache/servebench)"
+    if _in_ci():
+        pytest.fail(f"CI is set and {msg}", pytrace=False)
+    pytest.skip(msg)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> TinyModel:
+    """The tiny random Llama (HF dir + hub cache + GGUF), generated once per session (~1 s)."""
+    return make_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture(scope="session")
+def llama_server_bin() -> Path:
+    return require_binary(find_llama_server(), "llama.cpp llama-server", "scripts/setup-llama-server.sh")
+
+
+@pytest.fixture(scope="session")
+def transformers_bin() -> Path:
+    return require_binary(find_transformers(), "transformers serve", "scripts/setup-transformers-serve.sh")
+
+
+@pytest.fixture(scope="session")
+def llama_server(llama_server_bin: Path, tiny_model: TinyModel) -> Iterator[RealServer]:
+    """llama-server with 4 slots (--parallel 4): a 5th concurrent request queues."""
+    srv = start_llama_server(llama_server_bin, tiny_model.gguf_path, parallel=4)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="session")
+def hf_serve(transformers_bin: Path, tiny_model: TinyModel) -> Iterator[RealServer]:
+    assert tiny_model.hub_cache_dir is not None
+    srv = start_transformers_serve(transformers_bin, tiny_model.hub_cache_dir)
+    try:
+        yield srv
+    finally:
+        srv.stop()

@@ -1,0 +1,165 @@
+"""Start and stop real third-party OpenAI-compatible servers on 127.0.0.1 for the e2e tier.
+
+Binaries come from the setup scripts (cached outside the repo, keyed on version):
+
+- `scripts/setup-llama-server.sh`       -> $SERVEBENCH_CACHE/llama-server-<v>/llama-server
+- `scripts/setup-transformers-serve.sh` -> $SERVEBENCH_CACHE/hf-serve-<v>/bin/transformers
+
+`SERVEBENCH_LLAMA_SERVER` / `SERVEBENCH_TRANSFORMERS` override the lookup. Every wait is bounded;
+server output goes to a temp file (a pipe nobody reads would block the server), shown on failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+__all__ = [
+    "RealServer",
+    "cache_dir",
+    "find_llama_server",
+    "find_transformers",
+    "free_port",
+    "start_llama_server",
+    "start_transformers_serve",
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SERVEBENCH_CACHE") or Path.home() / ".cache" / "servebench")
+
+
+def _version_key(p: Path) -> tuple[int, ...]:
+    tail = p.name.rsplit("-", 1)[-1]
+    return tuple(int(x) if x.isdigit() else 0 for x in tail.split("."))
+
+
+def find_llama_server() -> Path | None:
+    env = os.environ.get("SERVEBENCH_LLAMA_SERVER")
+    if env:
+        return Path(env) if Path(env).is_file() else None
+    dirs = sorted(cache_dir().glob("llama-server-*"), key=_version_key, reverse=True)
+    for d in dirs:
+        b = d / "llama-server"
+        if b.is_file() and os.access(b, os.X_OK):
+            return b
+    return None
+
+
+def find_transformers() -> Path | None:
+    env = os.environ.get("SERVEBENCH_TRANSFORMERS")
+    if env:
+        return Path(env) if Path(env).is_file() else None
+    dirs = sorted(cache_dir().glob("hf-serve-*"), key=_version_key, reverse=True)
+    for d in dirs:
+        exe = d / "bin" / "transformers"
+        if exe.is_file() and any(d.glob(".servebench-complete-*")):
+            return exe
+    return None
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _http_status(url: str, timeout_s: float = 2.0) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:  # noqa: S310 - loopback only
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+    except (urllib.error.URLError, OSError):
+        return 0
+
+
+class RealServer:
+    """A server subprocess on a loopback port; ready when `ready_path` answers 200."""
+
+    def __init__(self, name: str, cmd: list[str], port: int, ready_path: str, *,
+                 env: dict[str, str] | None = None, start_timeout_s: float = 120.0) -> None:
+        self.name = name
+        self.cmd = cmd
+        self.port = port
+        self.root = f"http://127.0.0.1:{port}"
+        self.url = self.root + "/v1"
+        self._log = tempfile.NamedTemporaryFile(mode="w+", prefix=f"{name}-", suffix=".log", delete=False)
+        self.log_path = Path(self._log.name)
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, text=True,
+                                     env={**os.environ, **(env or {})}, start_new_session=True)
+        t0 = time.monotonic()
+        deadline = t0 + start_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with {self.proc.returncode}:\n{self.log_tail()}")
+            if _http_status(self.root + ready_path) == 200:
+                self.start_s = time.monotonic() - t0
+                return
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"{name} not ready within {start_timeout_s:g} s:\n{self.log_tail()}")
+
+    def log_tail(self, n_chars: int = 3000) -> str:
+        self._log.flush()
+        try:
+            return self.log_path.read_text(errors="replace")[-n_chars:]
+        except OSError:
+            return ""
+
+    def get_json(self, path: str, timeout_s: float = 5.0) -> object:
+        with urllib.request.urlopen(self.root + path, timeout=timeout_s) as r:  # noqa: S310 - loopback
+            return json.loads(r.read())
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()
+
+    def __enter__(self) -> RealServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_llama_server(binary: Path, gguf: Path, *, parallel: int = 4, ctx: int = 8192, threads: int = 2,
+                       alias: str = "tiny-llama", extra: list[str] | None = None) -> RealServer:
+    port = free_port()
+    cmd = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "--alias", alias,
+           "--parallel", str(parallel), "-c", str(ctx), "--metrics", "-t", str(threads), *(extra or [])]
+    return RealServer("llama-server", cmd, port, "/health", start_timeout_s=60)
+
+
+def start_transformers_serve(exe: Path, hub_cache: Path, *, continuous_batching: bool = False,
+                             extra: list[str] | None = None) -> RealServer:
+    """`transformers serve` on CPU, offline, listing models from `hub_cache` (HF_HUB_CACHE)."""
+    port = free_port()
+    cmd = [str(exe), "serve", "--host", "127.0.0.1", "--port", str(port), "--device", "cpu", *(extra or [])]
+    if continuous_batching:
+        cmd.append("--continuous-batching")
+    home = Path(tempfile.mkdtemp(prefix="hf-home-"))
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_HUB_CACHE": str(hub_cache),
+        "HF_HOME": str(home),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": "2",
+    }
+    return RealServer("transformers-serve", cmd, port, "/v1/models", env=env, start_timeout_s=180)
