@@ -262,8 +262,19 @@ def whatif(dep: dict[str, Any], cal: Calibration, *, input_len: int, output_len:
     cfg = engine_config(dep, cal)
     if input_len + output_len > cfg.max_model_len:
         raise ConfigError(f"input_len + output_len = {input_len + output_len} exceeds max_model_len {cfg.max_model_len}")
-    return [simulate_point(cfg, concurrency=c, input_len=input_len, output_len=output_len,
-                           num_requests=_n_requests(c, num_requests)) for c in concurrencies]
+    replicas = int(dep.get("dp", 1))
+    out: list[WhatIfPoint] = []
+    for c in concurrencies:
+        # DP replicas are independent engines sharing the load evenly (their MoE sync is not modelled)
+        per = math.ceil(c / replicas)
+        p = simulate_point(cfg, concurrency=per, input_len=input_len, output_len=output_len,
+                           num_requests=math.ceil(_n_requests(c, num_requests) / replicas))
+        if replicas > 1:
+            p = dataclasses.replace(p, concurrency=c, output_tokens_per_s=p.output_tokens_per_s * replicas,
+                                    total_tokens_per_s=p.total_tokens_per_s * replicas,
+                                    requests_per_s=p.requests_per_s * replicas)
+        out.append(p)
+    return out
 
 
 _BOUNDS = {"mem_efficiency": (0.02, 1.0), "compute_efficiency": (0.005, 1.0),

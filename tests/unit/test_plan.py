@@ -152,3 +152,17 @@ def test_median_itl_equals_brute_force_token_gaps(kv_blocks, concurrency) -> Non
     assert _median_itl_s(run, reqs) == pytest.approx(statistics.median(gaps), rel=1e-12)
     if kv_blocks:
         assert run.stats.preemptions > 0
+
+
+def test_whatif_with_data_parallel_scales_replicas() -> None:
+    args = PlanArgs(model="Llama-3.1-8B", gpu="h100", gpus=2, tp=1, dp=2)
+    m = get_model(args.model)
+    lay = resolve_layout(args, m, get_gpu("h100"))
+    dep2 = deployment_dict(args, m, lay)
+    one = PlanArgs(model="Llama-3.1-8B", gpu="h100", gpus=1)
+    dep1 = deployment_dict(one, m, resolve_layout(one, m, get_gpu("h100")))
+    cal = default_calibration(m, "bf16")
+    (p2,) = whatif(dep2, cal, input_len=512, output_len=64, concurrencies=(16,), num_requests=64)
+    (p1,) = whatif(dep1, cal, input_len=512, output_len=64, concurrencies=(8,), num_requests=32)
+    assert p2.concurrency == 16
+    assert p2.output_tokens_per_s == pytest.approx(2 * p1.output_tokens_per_s, rel=1e-6)
