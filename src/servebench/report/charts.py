@@ -359,7 +359,7 @@ def _clean(s: Series) -> Series:
 
 
 def histogram_chart(samples: Sequence[tuple[str, Sequence[float]]], *, title: str, x_label: str = "",
-                    subtitle: str = "", bins: int = 40, width: int = 640, height: int = 360,
+                    subtitle: str = "", bins: int | None = None, width: int = 640, height: int = 360,
                     refs: Sequence[RefLine] = ()) -> str:
     """Histograms of one or more samples on shared bins (share of each sample, %).
 
@@ -372,6 +372,8 @@ def histogram_chart(samples: Sequence[tuple[str, Sequence[float]]], *, title: st
         svg, left, top, right, bottom, _ = _frame(title, subtitle, [], width, height, "share")
         return _no_data(svg, (left, top, right, bottom))
     pooled = sorted(v for _, vs in data for v in vs)
+    if bins is None:  # about 2·sqrt(n) bins, 8..40: few samples do not shatter into spikes
+        bins = max(8, min(40, int(2 * math.sqrt(max(len(vs) for _, vs in data)))))
     lo = pooled[0]
     hi = pooled[int(0.995 * (len(pooled) - 1))]
     if hi <= lo:

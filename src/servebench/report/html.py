@@ -118,12 +118,14 @@ def _client_verdict(summary: dict[str, Any]) -> tuple[str, str]:
     client = summary.get("client") or {}
     lag_p99 = get(client, "schedule_lag_ms", "p99")
     if client.get("saturated"):
-        reasons = client.get("reasons") or []
-        why = "; ".join(str(r) for r in reasons) if isinstance(reasons, list) else str(reasons)
-        advice = client.get("advice") or "Use fewer requests per process or shard the load."
-        advice = "; ".join(str(a) for a in advice) if isinstance(advice, list) else str(advice)
-        return "bad", (f"The client was the bottleneck (schedule lag P99 {fmt(lag_p99, 'ms')}"
-                       f"{'; ' + why if why else ''}): results understate the server. {advice}")
+        advice = client.get("advice")
+        advice = " ".join(str(a) for a in advice) if isinstance(advice, list) else str(advice or "")
+        if not advice:
+            reasons = client.get("reasons") or []
+            why = "; ".join(str(r) for r in reasons) if isinstance(reasons, list) else str(reasons)
+            advice = (f"the client, not the server, may be limiting this run{f' ({why})' if why else ''}. "
+                      "Lower the load per client process or split it over more processes.")
+        return "bad", f"Client check: {advice[:1].upper()}{advice[1:]} Schedule lag P99 {fmt(lag_p99, 'ms')}."
     if isinstance(lag_p99, (int, float)) and lag_p99 > 10:
         return "warn", f"Schedule lag P99 is {fmt(lag_p99, 'ms')}: the client sent some requests late."
     return "good", f"The client kept up: schedule lag P99 {fmt(lag_p99, 'ms')}."
@@ -141,6 +143,10 @@ def _cost_cards(summary: dict[str, Any]) -> list[str]:
 
 
 def _flatten(doc: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(doc, dict) and prefix and "p99" in doc and "median" in doc:  # a distribution: one line
+        return [(prefix, " · ".join(f"{k.upper() if k.startswith('p') else k} {format_number(float(v))}"
+                                    for k, v in doc.items() if k in ("mean", "median", "p99", "max")
+                                    and isinstance(v, (int, float))))]
     if isinstance(doc, dict):
         out: list[tuple[str, Any]] = []
         for k, v in doc.items():
