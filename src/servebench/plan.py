@@ -129,7 +129,7 @@ def whatif_table(points: Sequence[WhatIfPoint], title: str) -> Table:
 def deployment_dict(args: PlanArgs, model: ModelSpec, layout: Layout) -> dict[str, Any]:
     """The profile-shaped mapping `sim.profile` turns into an engine (what-if and calibration)."""
     return {
-        "name": f"plan-{model.name}", "model": model.hf_id or model.name, "gpu": layout.gpu.name,
+        "name": f"plan-{model.name}", "model": args.model, "gpu": layout.gpu.name,
         "gpus": layout.gpus, "tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "ep": layout.ep,
         "quant": layout.quant, "kv_dtype": layout.kv_dtype, "engine": args.engine,
         "gpu_memory_utilization": args.gpu_memory_utilization, "max_model_len": args.max_model_len,

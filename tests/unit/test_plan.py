@@ -166,3 +166,16 @@ def test_whatif_with_data_parallel_scales_replicas() -> None:
     (p1,) = whatif(dep1, cal, input_len=512, output_len=64, concurrencies=(8,), num_requests=32)
     assert p2.concurrency == 16
     assert p2.output_tokens_per_s == pytest.approx(2 * p1.output_tokens_per_s, rel=1e-6)
+
+
+def test_plan_with_a_local_config_json(tmp_path) -> None:
+    ckpt = tmp_path / "my-llama"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "num_hidden_layers": 32, "intermediate_size": 14336, "vocab_size": 128256}))
+    con = _console()
+    args = PlanArgs(model=str(ckpt / "config.json"), gpus=1, concurrency=(1,), num_requests=4)
+    assert plan_main(args, console=con) == 0
+    text = con.export_text()
+    assert f"vllm serve {ckpt}" in text and "131,072 whole model" in text and "what-if" in text

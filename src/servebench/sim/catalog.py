@@ -6,6 +6,7 @@ Hugging Face `config.json`; `parse_hf_config` turns an already-loaded dict into 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -279,8 +280,9 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         cfg = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot read model config {p}: {exc}") from exc
-    name = p.parent.name or p.stem
-    return parse_hf_config(cfg, name=name)
+    spec = parse_hf_config(cfg, name=p.parent.name or p.stem)
+    # the checkpoint directory is what an engine is launched with (`vllm serve /models/foo`)
+    return dataclasses.replace(spec, hf_id=str(p.parent))
 
 
 _SUPPORTED_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3", "deepseek_v2", "mistral")
