@@ -24,4 +24,4 @@ if ! "$PYTHON" -c "import playwright" >/dev/null 2>&1; then
 fi
 
 chromium --version
-"$PYTHON" -c "import playwright, sys; print('playwright', getattr(playwright, '__version__', '?'), 'for', sys.executable)"
+"$PYTHON" -c "import importlib.metadata as m, sys; print('playwright', m.version('playwright'), 'for', sys.executable)"
