@@ -18,8 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import aiohttp
-
+from servebench.http import ConnectionPool, Endpoint, HttpError, request_head
 from servebench.protocol.openai import StreamAccumulator, interpret_response
 from servebench.protocol.sse import SSEDecoder
 from servebench.records import RequestRecord
@@ -80,6 +79,47 @@ def classify_status(status: int) -> str:
     return "http_5xx"
 
 
+class _StreamSink:
+    """Body bytes of one streamed response -> SSE events -> the accumulator, timestamped."""
+
+    __slots__ = ("dec", "acc", "t0", "feed", "on_event")
+
+    def __init__(self, acc: StreamAccumulator, t0_ns: int) -> None:
+        self.dec = SSEDecoder()
+        self.acc = acc
+        self.t0 = t0_ns
+        self.feed = self.dec.feed
+        self.on_event = acc.on_event
+
+    def on_body(self, data: bytes, t_ns: int) -> None:
+        t = t_ns - self.t0
+        for event, payload in self.feed(data):
+            if event is None or event == b"message":
+                self.on_event(payload, t)
+            elif event == b"error":
+                self.acc.error = payload.decode("utf-8", "replace")[:500]
+
+    def close(self) -> None:
+        for event, payload in self.dec.close():
+            if event is None or event == b"message":
+                self.on_event(payload, self.acc.chunk_ns[-1] if self.acc.chunk_ns else 0)
+
+
+class _BufferSink:
+    """A non-streamed body: kept whole; the arrival of its last byte is the token time."""
+
+    __slots__ = ("parts", "t0", "t_last_ns")
+
+    def __init__(self, t0_ns: int) -> None:
+        self.parts: list[bytes] = []
+        self.t0 = t0_ns
+        self.t_last_ns = 0
+
+    def on_body(self, data: bytes, t_ns: int) -> None:
+        self.parts.append(data)
+        self.t_last_ns = t_ns - self.t0
+
+
 class Shard:
     """Runs one shard's schedule against the target and returns its records."""
 
@@ -100,27 +140,19 @@ class Shard:
         self.done = 0
         self.failed = 0
         self.output_tokens = 0
-        self._session: aiohttp.ClientSession | None = None
+        self._pool: ConnectionPool | None = None
+        self._head_prefix = b""
         self._deadline_ns: int | None = None
 
     # ------------------------------------------------------------------ public
     async def run(self) -> ShardResult:
         spec = self.spec
-        connector = aiohttp.TCPConnector(
-            limit=0,  # no pool cap: aiohttp's default of 100 would silently cap concurrency
-            limit_per_host=0,
-            keepalive_timeout=120,
-            ttl_dns_cache=None,
-            force_close=False,
-        )
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=spec.connect_timeout_s)
-        async with aiohttp.ClientSession(
-            connector=connector, timeout=timeout, auto_decompress=False,
-            skip_auto_headers=("User-Agent",),
-        ) as session:
-            self._session = session
+        pool = ConnectionPool(Endpoint.parse(spec.url), connect_timeout_s=spec.connect_timeout_s)
+        self._pool = pool
+        self._head_prefix = pool.head_prefix("POST", spec.headers)
+        try:
             if spec.preconnect:
-                await self._preconnect(spec.preconnect)
+                await pool.preconnect(spec.preconnect)
             lag: list[float] = []
             cpu_peak = [0.0]
             self.t0_ns = _perf_ns()
@@ -145,6 +177,8 @@ class Shard:
                 watch.cancel()
             elapsed = (_perf_ns() - self.t0_ns) / 1e9
             cpu = _cpu_s() - cpu0
+        finally:
+            pool.close()
         self.records.sort(key=lambda r: r.id)
         return ShardResult(
             records=self.records,
@@ -256,63 +290,40 @@ class Shard:
         t0 = self.t0_ns
         self.sent += 1
         acc = StreamAccumulator(spec.api)
+        sink: _StreamSink | _BufferSink = _StreamSink(acc, t0) if spec.stream else _BufferSink(t0)
+        head = request_head(self._head_prefix, len(item.body))
+        resp = None
         try:
             rec.t_send_ns = _perf_ns() - t0
             async with asyncio.timeout(spec.timeout_s):
-                async with self._session.post(  # type: ignore[union-attr]
-                    spec.url, data=item.body, headers=spec.headers
-                ) as resp:
-                    rec.http_status = resp.status
-                    if resp.status != 200:
-                        body = await resp.content.read(_ERROR_BODY_BYTES)
-                        _fail(rec, classify_status(resp.status), body.decode("utf-8", "replace"))
-                    elif spec.stream:
-                        await self._read_stream(resp, rec, acc)
-                    else:
-                        body = await resp.read()
-                        t = _perf_ns() - t0
-                        _finish_unary(rec, body, t, spec.api)
+                resp = await self._pool.request(head, item.body, sink)  # type: ignore[union-attr]
+            rec.t_end_ns = _perf_ns() - t0
+            rec.http_status = resp.status
+            if not 200 <= resp.status < 300:
+                _fail(rec, classify_status(resp.status), resp.error_body.decode("utf-8", "replace"))
+            elif spec.stream:
+                sink.close()  # type: ignore[union-attr]
+            else:
+                _finish_unary(rec, b"".join(sink.parts), sink.t_last_ns, spec.api)  # type: ignore[union-attr]
         except TimeoutError:
             _fail(rec, "timeout", f"no complete response within --timeout {spec.timeout_s:g} s")
         except asyncio.CancelledError:
             _fail(rec, "cancelled", "still in flight when the run stopped")
             raise
-        except aiohttp.ClientConnectorError as e:
-            _fail(rec, "connect", str(e))
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError,
-                aiohttp.ClientOSError, ConnectionError) as e:
-            _fail(rec, "reset", f"{type(e).__name__}: {e}")
+        except HttpError as e:
+            _fail(rec, "reset", str(e))
         except ValueError as e:  # orjson.JSONDecodeError is a ValueError
             _fail(rec, "malformed_sse", f"{type(e).__name__}: {e}")
-        except aiohttp.ClientError as e:
-            _fail(rec, "reset", f"{type(e).__name__}: {e}")
+        except OSError as e:
+            _fail(rec, "connect" if rec.chunks == 0 and not acc.chunk_ns else "reset", f"{type(e).__name__}: {e}")
         finally:
             if rec.t_end_ns is None:
                 rec.t_end_ns = _perf_ns() - t0
-            if spec.stream and rec.http_status == 200:
+            if spec.stream and (resp is None or 200 <= resp.status < 300):
                 _finish_stream(rec, acc)  # partial streams keep their timestamps too
             if sem is not None:
                 sem.release()
             self._record(rec)
-
-    async def _read_stream(
-        self, resp: aiohttp.ClientResponse, rec: RequestRecord, acc: StreamAccumulator
-    ) -> None:
-        t0 = self.t0_ns
-        dec = SSEDecoder()
-        feed = dec.feed
-        on_event = acc.on_event
-        async for chunk in resp.content.iter_any():
-            t = _perf_ns() - t0
-            for event, data in feed(chunk):
-                if event is None or event == b"message":
-                    on_event(data, t)
-                elif event == b"error":
-                    acc.error = data.decode("utf-8", "replace")[:500]
-        for event, data in dec.close():
-            if event is None or event == b"message":
-                on_event(data, rec.t_end_ns or _perf_ns() - t0)
-        rec.t_end_ns = _perf_ns() - t0
 
     def _record(self, rec: RequestRecord) -> None:
         self.records.append(rec)
@@ -325,25 +336,6 @@ class Shard:
             self.on_record(rec)
 
     # ------------------------------------------------------------------ support
-    async def _preconnect(self, n: int) -> None:
-        """Open n keep-alive connections before t0, so connection setup is not in TTFT."""
-        models_url = self.spec.url.rsplit("/", 2)[0] + "/models"
-        if self.spec.url.endswith("/chat/completions"):
-            models_url = self.spec.url[: -len("/chat/completions")] + "/models"
-        elif self.spec.url.endswith("/completions"):
-            models_url = self.spec.url[: -len("/completions")] + "/models"
-
-        async def one() -> None:
-            try:
-                async with self._session.get(  # type: ignore[union-attr]
-                    models_url, headers=self.spec.headers, timeout=aiohttp.ClientTimeout(total=10)
-                ) as r:
-                    await r.read()
-            except (aiohttp.ClientError, TimeoutError):
-                pass
-
-        await asyncio.gather(*(one() for _ in range(n)))
-
     async def _watch(self, lag: list[float], cpu_peak: list[float]) -> None:
         """Samples event-loop oversleep every 20 ms and this process's CPU share every second."""
         interval_ns = 20_000_000

@@ -1,0 +1,347 @@
+"""A lean HTTP/1.1 client for the hot path, on asyncio transports.
+
+Why our own: a general client (aiohttp) wakes the reading coroutine for every HTTP chunk a server
+sends and runs several layers of Python per chunk; for a stream of one token per chunk that cost is
+most of the client's CPU per token. Here `data_received` is the hot path: it takes one timestamp
+per socket read — where the bytes arrive —, strips the chunked framing of everything that read
+holds and hands the body bytes to the response's sink in one call. The request coroutine sleeps on
+one future for the whole response.
+
+Scope, on purpose: HTTP/1.1 (and 1.0) over TCP or TLS, keep-alive, bodies framed by
+`Transfer-Encoding: chunked`, `Content-Length` or connection close; `Accept-Encoding: identity`
+is sent so bodies are never compressed. No proxies, redirects or HTTP/2: setup and pre-flight use
+aiohttp; only the measured requests use this.
+
+The seam for tests is `BodySink`: anything with `on_body(data, t_ns)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl as _ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+from urllib.parse import urlsplit
+
+__all__ = ["BodySink", "ConnectionPool", "HttpError", "Response", "Endpoint", "request_head"]
+
+_perf_ns = time.perf_counter_ns
+_MAX_HEAD = 64 * 1024
+
+
+class HttpError(ConnectionError):
+    """The connection broke or the server spoke something that is not HTTP/1.x."""
+
+    def __init__(self, message: str, *, before_response: bool = False) -> None:
+        super().__init__(message)
+        self.before_response = before_response
+
+
+class BodySink(Protocol):
+    def on_body(self, data: bytes, t_ns: int) -> None: ...
+
+
+@dataclass(slots=True)
+class Response:
+    status: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+    error_body: bytes = b""  # the first bytes of a non-2xx body (for the error record)
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    host: str
+    port: int
+    path: str
+    ssl: bool
+
+    @classmethod
+    def parse(cls, url: str) -> Endpoint:
+        u = urlsplit(url)
+        if u.scheme not in ("http", "https"):
+            raise ValueError(f"unsupported URL scheme in {url!r}")
+        tls = u.scheme == "https"
+        path = u.path or "/"
+        if u.query:
+            path += "?" + u.query
+        return cls(u.hostname or "127.0.0.1", u.port or (443 if tls else 80), path, tls)
+
+
+# Parser states
+_HEAD, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_CRLF, _TRAILER, _LENGTH, _UNTIL_CLOSE, _DONE = range(8)
+
+
+class _Conn(asyncio.Protocol):
+    __slots__ = ("transport", "pool", "buf", "state", "remaining", "resp", "sink", "done",
+                 "keep_alive", "got_bytes", "closed", "_error_limit")
+
+    def __init__(self, pool: ConnectionPool) -> None:
+        self.pool = pool
+        self.transport: asyncio.Transport | None = None
+        self.buf = b""
+        self.state = _DONE
+        self.remaining = 0
+        self.resp: Response | None = None
+        self.sink: BodySink | None = None
+        self.done: asyncio.Future[None] | None = None
+        self.keep_alive = True
+        self.got_bytes = False
+        self.closed = False
+        self._error_limit = 2048
+
+    # -- asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.pool._forget(self)
+        if self.state == _UNTIL_CLOSE:
+            self._finish()
+        elif self.done is not None and not self.done.done():
+            msg = f"connection closed by the server{f': {exc}' if exc else ''}"
+            self.done.set_exception(HttpError(msg, before_response=not self.got_bytes))
+
+    def data_received(self, data: bytes) -> None:
+        t_ns = _perf_ns()
+        if self.done is None or self.done.done():
+            return  # bytes after a finished response (or none asked for): ignore
+        self.got_bytes = True
+        if self.buf:
+            data = self.buf + data
+            self.buf = b""
+        try:
+            self._parse(data, t_ns)
+        except HttpError as e:
+            self.keep_alive = False
+            if not self.done.done():
+                self.done.set_exception(e)
+            if self.transport is not None:
+                self.transport.abort()
+        except Exception as e:  # a sink's error (e.g. malformed JSON) ends this response
+            self.keep_alive = False
+            if not self.done.done():
+                self.done.set_exception(e)
+            if self.transport is not None:
+                self.transport.abort()
+
+    # -- request
+    def start(self, head: bytes, body: bytes, sink: BodySink) -> asyncio.Future[None]:
+        assert self.transport is not None
+        self.resp = Response()
+        self.sink = sink
+        self.state = _HEAD
+        self.buf = b""
+        self.got_bytes = False
+        self.keep_alive = True
+        self.done = asyncio.get_running_loop().create_future()
+        self.transport.write(head + body)
+        return self.done
+
+    # -- parsing
+    def _emit(self, piece: bytes, t_ns: int) -> None:
+        resp = self.resp
+        assert resp is not None and self.sink is not None
+        if 200 <= resp.status < 300:
+            self.sink.on_body(piece, t_ns)
+        elif len(resp.error_body) < self._error_limit:
+            resp.error_body += piece[: self._error_limit - len(resp.error_body)]
+
+    def _parse(self, data: bytes, t_ns: int) -> None:
+        pos = 0
+        n = len(data)
+        out: list[bytes] = []
+        while pos < n:
+            state = self.state
+            if state == _CHUNK_SIZE:
+                eol = data.find(b"\r\n", pos)
+                if eol < 0:
+                    break
+                line = data[pos:eol]
+                semi = line.find(b";")
+                try:
+                    size = int(line if semi < 0 else line[:semi], 16)
+                except ValueError:
+                    raise HttpError(f"bad chunk size line {line[:40]!r}") from None
+                pos = eol + 2
+                if size == 0:
+                    self.state = _TRAILER
+                elif pos + size + 2 <= n:  # the whole chunk is here: one step
+                    out.append(data[pos:pos + size])
+                    pos += size + 2
+                else:
+                    self.remaining = size
+                    self.state = _CHUNK_DATA
+            elif state == _CHUNK_DATA:
+                take = min(self.remaining, n - pos)
+                out.append(data[pos:pos + take])
+                pos += take
+                self.remaining -= take
+                if self.remaining == 0:
+                    self.state = _CHUNK_CRLF
+            elif state == _CHUNK_CRLF:
+                if n - pos < 2:
+                    break
+                pos += 2
+                self.state = _CHUNK_SIZE
+            elif state == _HEAD:
+                end = data.find(b"\r\n\r\n", pos)
+                if end < 0:
+                    if n - pos > _MAX_HEAD:
+                        raise HttpError("response head larger than 64 KiB")
+                    break
+                self._head(data[pos:end])
+                pos = end + 4
+            elif state == _LENGTH:
+                take = min(self.remaining, n - pos)
+                out.append(data[pos:pos + take])
+                pos += take
+                self.remaining -= take
+                if self.remaining == 0:
+                    self.state = _DONE
+            elif state == _UNTIL_CLOSE:
+                out.append(data[pos:])
+                pos = n
+            elif state == _TRAILER:
+                eol = data.find(b"\r\n", pos)
+                if eol < 0:
+                    break
+                empty = eol == pos
+                pos = eol + 2
+                if empty:
+                    self.state = _DONE
+            else:  # _DONE: bytes past the end of the response
+                self.keep_alive = False
+                pos = n
+                break
+            if self.state == _DONE:
+                break
+        if pos < n and self.state not in (_DONE,):
+            self.buf = data[pos:]
+        if out:
+            self._emit(out[0] if len(out) == 1 else b"".join(out), t_ns)
+        if self.state == _DONE:
+            self._finish()
+
+    def _head(self, head: bytes) -> None:
+        lines = head.split(b"\r\n")
+        status_line = lines[0].split(b" ", 2)
+        if len(status_line) < 2 or not status_line[0].startswith(b"HTTP/1."):
+            raise HttpError(f"not an HTTP/1.x response: {lines[0][:60]!r}")
+        status = int(status_line[1])
+        if 100 <= status < 200:  # interim response: the real one follows
+            return
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            k, _, v = line.partition(b":")
+            headers[k.strip().lower().decode("latin-1")] = v.strip().decode("latin-1")
+        resp = self.resp
+        assert resp is not None
+        resp.status = status
+        resp.headers = headers
+        conn_hdr = headers.get("connection", "").lower()
+        self.keep_alive = (status_line[0] == b"HTTP/1.1" and "close" not in conn_hdr) or "keep-alive" in conn_hdr
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            self.state = _CHUNK_SIZE
+        elif "content-length" in headers:
+            self.remaining = int(headers["content-length"])
+            self.state = _LENGTH if self.remaining > 0 else _DONE
+        elif status in (204, 304):
+            self.state = _DONE
+        else:
+            self.state = _UNTIL_CLOSE
+            self.keep_alive = False
+
+    def _finish(self) -> None:
+        self.state = _DONE
+        if self.done is not None and not self.done.done():
+            self.done.set_result(None)
+
+
+class ConnectionPool:
+    """Keep-alive connections to one host:port, opened on demand or ahead of the clock."""
+
+    def __init__(self, endpoint: Endpoint, *, connect_timeout_s: float = 10.0) -> None:
+        self.endpoint = endpoint
+        self.connect_timeout_s = connect_timeout_s
+        self._idle: list[_Conn] = []
+        self._all: set[_Conn] = set()
+        self._ssl = _ssl.create_default_context() if endpoint.ssl else None
+
+    async def _open(self) -> _Conn:
+        loop = asyncio.get_running_loop()
+        ep = self.endpoint
+        factory: Callable[[], _Conn] = lambda: _Conn(self)  # noqa: E731
+        async with asyncio.timeout(self.connect_timeout_s):
+            _, conn = await loop.create_connection(factory, ep.host, ep.port, ssl=self._ssl)
+        self._all.add(conn)
+        return conn
+
+    async def preconnect(self, n: int) -> int:
+        """Open up to n idle connections now (before the clock); returns how many opened."""
+        results = await asyncio.gather(*(self._open() for _ in range(n)), return_exceptions=True)
+        conns = [c for c in results if isinstance(c, _Conn)]
+        self._idle.extend(conns)
+        return len(conns)
+
+    def _forget(self, conn: _Conn) -> None:
+        self._all.discard(conn)
+        if conn in self._idle:
+            self._idle.remove(conn)
+
+    async def request(self, head: bytes, body: bytes, sink: BodySink) -> Response:
+        """Send one request and wait for its whole response; body bytes go to `sink`.
+
+        A pooled connection that the server had closed while idle fails before any response byte;
+        such a request is sent once more on a fresh connection.
+        """
+        for attempt in (0, 1):
+            reused = bool(self._idle)
+            conn = self._idle.pop() if reused else await self._open()
+            try:
+                await conn.start(head, body, sink)
+            except HttpError as e:
+                if reused and e.before_response and attempt == 0:
+                    continue
+                raise
+            except BaseException:
+                # cancelled or timed out mid-response: the connection is in an unknown state
+                if conn.transport is not None:
+                    conn.transport.abort()
+                self._forget(conn)
+                raise
+            resp = conn.resp
+            assert resp is not None
+            if conn.keep_alive and not conn.closed:
+                self._idle.append(conn)
+            elif conn.transport is not None:
+                conn.transport.close()
+            return resp
+        raise HttpError("unreachable")  # pragma: no cover
+
+    def head_prefix(self, method: str, headers: dict[str, str]) -> bytes:
+        """Request line and headers up to Content-Length, encoded once before the clock.
+
+        A request's head is `prefix + b"Content-Length: N\\r\\n\\r\\n"` (see `request_head`).
+        """
+        ep = self.endpoint
+        host = ep.host if ep.port in (80, 443) else f"{ep.host}:{ep.port}"
+        lines = [f"{method} {ep.path} HTTP/1.1", f"Host: {host}", "Accept-Encoding: identity",
+                 "Connection: keep-alive"]
+        for k, v in headers.items():
+            if k.lower() not in ("host", "content-length", "connection", "accept-encoding"):
+                lines.append(f"{k}: {v}")
+        return ("\r\n".join(lines) + "\r\n").encode("latin-1")
+
+    def close(self) -> None:
+        for conn in list(self._all):
+            if conn.transport is not None:
+                conn.transport.abort()
+        self._all.clear()
+        self._idle.clear()
+
+
+def request_head(prefix: bytes, body_len: int) -> bytes:
+    return prefix + b"Content-Length: %d\r\n\r\n" % body_len
