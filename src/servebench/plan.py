@@ -25,7 +25,7 @@ from servebench.errors import ConfigError, ServebenchError
 from servebench.recipes import RecipeSpec, render_all
 from servebench.sim.catalog import GPUS, MODELS, GPUSpec, ModelSpec, get_gpu, get_model, params_b
 from servebench.sim.engine import EngineConfig, SimRequest, simulate
-from servebench.sim.memory import ENGINES, QUANTS, FitResult, Layout, fit, kv_bytes_per_token
+from servebench.sim.memory import ENGINES, QUANTS, FitResult, Layout, fit, kv_bytes_per_token, weight_bytes_per_gpu
 from servebench.sim.profile import profile_from_dict
 
 __all__ = ["PlanArgs", "plan_main", "plan_command", "resolve_layout", "fit_table", "whatif_table", "whatif",
@@ -393,6 +393,10 @@ def plan_main(args: PlanArgs, console: Console | None = None) -> int:
             for s in res.suggestions:
                 con.print(f"  - {s}")
         return 1
+    if model.attention == "mla" and args.engine == "vllm":
+        extra = weight_bytes_per_gpu(model, layout, engine="vllm-0.7") - res.weights_per_gpu_bytes
+        con.print(f"note: vLLM 0.7.x kept absorbed MLA weights, {extra / _GIB:.1f} GiB more per GPU here; "
+                  "--engine vllm-0.7 models that version")
     if args.dp and args.dp > 1 and args.ep is None and model.is_moe:
         con.print("hint: with DP on an MoE model, add --ep to split experts (vLLM --enable-expert-parallel)")
     spec = RecipeSpec(model=model, layout=layout, engine=engine_base(args.engine), max_model_len=args.max_model_len,
