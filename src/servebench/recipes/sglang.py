@@ -1,9 +1,9 @@
 """SGLang launch commands.
 
 Flags from the SGLang docs: server arguments
-(https://docs.sglang.ai/advanced_features/server_arguments.html) and multi-node deployment with
---nnodes / --node-rank / --dist-init-addr (https://docs.sglang.ai/references/multi_node_deployment/multi_node.html);
-DP attention for DeepSeek with --enable-dp-attention (https://docs.sglang.ai/basic_usage/deepseek.html).
+(https://docs.sglang.io/advanced_features/server_arguments.html) and multi-node deployment with
+--nnodes / --node-rank / --dist-init-addr (https://docs.sglang.io/references/multi_node_deployment/multi_node.html);
+DP attention for DeepSeek with --enable-dp-attention (https://docs.sglang.io/basic_usage/deepseek_v3.html).
 """
 
 from __future__ import annotations
