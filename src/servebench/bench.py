@@ -136,7 +136,7 @@ async def _run(cfg: RunConfig, url: str, console: Console, *, emulated: bool) ->
     prepared = plan_requests(cfg, items, info.model, rejected)
     open_loop = cfg.load_mode != "concurrency"
 
-    out_dir = prepare_out_dir(cfg.out or default_out_dir(f"{info.model}-{cfg.slug()}"))
+    out_dir = prepare_out_dir(cfg.out or default_out_dir(cfg.slug(info.model)))
     started = _dt.datetime.now(_dt.timezone.utc)
     run_id = uuid.uuid4().hex[:12]
     manifest = _manifest(cfg, info, caps, run_id, started, emulated)
@@ -245,7 +245,7 @@ def _enforced(cfg: RunConfig, caps: Any) -> bool | None:
         return False
     if caps is None:
         return None  # not probed: unknown
-    return bool(getattr(caps, "output_len_enforced", True))
+    return getattr(caps, "output_len_enforced", None)
 
 
 def _notes(cfg: RunConfig, summary: dict[str, Any], caps: Any) -> list[str]:

@@ -125,6 +125,31 @@ def run(**options: Any) -> None:
     sys.exit(outcome.exit_code)
 
 
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                                "help_option_names": []})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def emulate(args: tuple[str, ...]) -> None:
+    """Start the built-in emulated OpenAI-compatible server (see --help for its flags).
+
+    Prints `READY http://HOST:PORT` once listening; runs until Ctrl-C.
+    """
+    from servebench.emulator import main as emulator_main  # noqa: PLC0415
+
+    sys.exit(emulator_main(list(args)))
+
+
+def _register() -> None:
+    from servebench.plan import plan_command  # noqa: PLC0415
+    from servebench.report.commands import compare_command, report_command  # noqa: PLC0415
+
+    cli.add_command(report_command)
+    cli.add_command(compare_command)
+    cli.add_command(plan_command)
+
+
+_register()
+
+
 def main() -> None:
     cli()
 

@@ -148,14 +148,17 @@ class RunConfig:
             doc["rate"] = "inf"
         return doc
 
-    def slug(self) -> str:
-        load = {
-            "concurrency": f"c{self.effective_concurrency}",
-            "rate": f"r{self.rate:g}",
-            "offline": "offline",
-            "ramp": f"ramp{self.ramp_up_start_rps:g}-{self.ramp_up_end_rps:g}",
-        }[self.load_mode]
-        return f"{self.model or self.profile or 'target'}-{load}-in{self.input_len}-out{self.output_len}"
+    def slug(self, model: str | None = None) -> str:
+        mode = self.load_mode
+        if mode == "concurrency":
+            load = f"c{self.effective_concurrency}"
+        elif mode == "rate":
+            load = f"r{self.rate:g}"
+        elif mode == "ramp":
+            load = f"ramp{self.ramp_up_start_rps:g}-{self.ramp_up_end_rps:g}"
+        else:
+            load = "offline"
+        return f"{model or self.model or self.profile or 'target'}-{load}-in{self.input_len}-out{self.output_len}"
 
 
 def parse_headers(items: list[str]) -> dict[str, str]:
