@@ -36,7 +36,7 @@ from servebench.target import DEFAULT_PROFILE, EmulatorProcess, TargetInfo, pref
 from servebench.workload import WorkItem
 from servebench.workload.random import random_workload
 
-__all__ = ["RunOutcome", "run_benchmark", "run_benchmark_sync"]
+__all__ = ["RunOutcome", "build_items", "plan_requests", "run_against", "run_benchmark", "run_benchmark_sync"]
 
 _POOL_FOR_DURATION = 1000  # closed loop with --duration: prompts are reused cyclically
 _MAX_SCHEDULED = 2_000_000
@@ -70,8 +70,8 @@ async def run_benchmark(cfg: RunConfig, console: Console | None = None) -> RunOu
     console = console or Console(stderr=False, quiet=cfg.quiet)
     if cfg.url is None:
         async with EmulatorProcess(cfg.profile or DEFAULT_PROFILE) as emu:
-            return await _run(cfg, emu.url or "", console, emulated=True)
-    return await _run(cfg, cfg.url, console, emulated=False)
+            return await run_against(cfg, emu.url or "", console, emulated=True)
+    return await run_against(cfg, cfg.url, console, emulated=False)
 
 
 def build_items(cfg: RunConfig, n_total: int) -> list[WorkItem]:
@@ -124,7 +124,8 @@ def _n_total(cfg: RunConfig) -> int:
     return _POOL_FOR_DURATION + cfg.warmup
 
 
-async def _run(cfg: RunConfig, url: str, console: Console, *, emulated: bool) -> RunOutcome:
+async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: bool) -> RunOutcome:
+    """One run against a server already up at `url` (`emulated`: it is our emulator, `cfg.profile`)."""
     base = normalize_base_url(url)
     headers = cfg.request_headers()
     info = await preflight(base, cfg.model, headers)
