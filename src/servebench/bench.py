@@ -33,10 +33,10 @@ from servebench.runner import Prepared, Shard, ShardSpec
 from servebench.schedule import open_loop_offsets_ns, ramp_rates
 from servebench.store import MANIFEST, RECORDS, SUMMARY, RecordWriter, default_out_dir, prepare_out_dir, write_json
 from servebench.target import DEFAULT_PROFILE, EmulatorProcess, TargetInfo, preflight
-from servebench.workload import WorkItem
-from servebench.workload.random import random_workload
+from servebench import servermetrics
+from servebench.workload import WorkItem, prepare_workload
 
-__all__ = ["RunOutcome", "build_items", "plan_requests", "run_against", "run_benchmark", "run_benchmark_sync"]
+__all__ = ["RunOutcome", "plan_requests", "run_against", "run_benchmark", "run_benchmark_sync"]
 
 _POOL_FOR_DURATION = 1000  # closed loop with --duration: prompts are reused cyclically
 _MAX_SCHEDULED = 2_000_000
@@ -72,18 +72,6 @@ async def run_benchmark(cfg: RunConfig, console: Console | None = None) -> RunOu
         async with EmulatorProcess(cfg.profile or DEFAULT_PROFILE) as emu:
             return await run_against(cfg, emu.url or "", console, emulated=True)
     return await run_against(cfg, cfg.url, console, emulated=False)
-
-
-def build_items(cfg: RunConfig, n_total: int) -> list[WorkItem]:
-    """The workload's prompts (before the clock). Other datasets plug in here."""
-    if cfg.dataset != "random":
-        from servebench.workload import datasets  # noqa: PLC0415 - optional, heavier loaders
-
-        return datasets.build(cfg, n_total)
-    return random_workload(
-        n_total, input_len=cfg.input_len, output_len=cfg.output_len,
-        range_ratio=cfg.range_ratio, seed=cfg.seed,
-    )
 
 
 def plan_requests(cfg: RunConfig, items: list[WorkItem], model: str, ignore_rejected: set[str]) -> list[Prepared]:
@@ -133,7 +121,9 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     rejected = set(getattr(caps, "rejected_fields", ()) or ())
 
     n_total = _n_total(cfg)
-    items = build_items(cfg, n_total)
+    workload = await prepare_workload(cfg, n_total, base_url=info.base_url, model=info.model,
+                                      headers=headers, caps=caps)
+    items = workload.items
     prepared = plan_requests(cfg, items, info.model, rejected)
     open_loop = cfg.load_mode != "concurrency"
 
@@ -141,7 +131,9 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     started = _dt.datetime.now(_dt.timezone.utc)
     run_id = uuid.uuid4().hex[:12]
     manifest = _manifest(cfg, info, caps, run_id, started, emulated)
+    manifest["workload"] = workload.info
     write_json(out_dir / MANIFEST, manifest)
+    metrics_before = await servermetrics.scrape(info.base_url, headers)
 
     spec = ShardSpec(
         url=base + API_PATHS[cfg.api],
@@ -181,6 +173,7 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
         writer.close()
         loop.remove_signal_handler(signal.SIGINT)
     interrupted = result.interrupted or interrupts[0] > 0
+    metrics_after = await servermetrics.scrape(info.base_url, headers) if metrics_before else None
 
     out_tokens = sum(r.output_tokens or 0 for r in result.records if r.status == "ok")
     client = {
@@ -212,12 +205,14 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
             "range_ratio": cfg.range_ratio, "ignore_eos": cfg.ignore_eos and not rejected,
             "stream": cfg.stream, "seed": cfg.seed,
             "output_len_enforced": _enforced(cfg, caps),
+            **workload.info,
         },
         "interrupted": interrupted,
     }
     summary = summarize(result.records, run=run_doc, slo=cfg.slo or None, client=client)
     saturated, reasons, advice = assess_client(summary, open_loop=cfg.load_mode in ("rate", "ramp"))
     summary["client"].update({"saturated": saturated, "reasons": reasons, "advice": advice})
+    summary["server"] = servermetrics.server_summary(metrics_before, metrics_after)
     summary["notes"] = _notes(cfg, summary, caps)
     write_json(out_dir / SUMMARY, summary)
     manifest["ended_at"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
