@@ -164,6 +164,7 @@ class Emulator:
     def start(self) -> None:
         self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._run())
+        self._task.add_done_callback(_report_crash)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -235,6 +236,7 @@ class Emulator:
             if text is None:
                 text = tj[tid] = orjson.dumps(self.tok.token_text(tid))
             last = i + 1 == st.n_total
+            t = perf_ns()  # taken just before the bytes are handed to the socket: causal with any client
             if st.stream:
                 tpl = st.tpl
                 pre = tpl.reasoning_pre if i < st.n_reason else tpl.content_pre
@@ -248,11 +250,8 @@ class Emulator:
                     if i == 0 and tpl.role_chunk:
                         data = tpl.role_chunk + data
                     st.write(b"%x\r\n%s\r\n" % (len(data), data))
-                t = perf_ns()
-            else:
-                t = perf_ns()
-                if last:
-                    self._respond_full(st)
+            elif last:
+                self._respond_full(st)
             tokens = st.token_ns
             if tokens:
                 gap = (t - tokens[-1]) * 1e-9
@@ -569,6 +568,14 @@ class Emulator:
                 return kind
             u -= frac
         return None
+
+
+def _report_crash(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        import traceback
+
+        traceback.print_exception(task.exception(), file=sys.stderr)
+        print("servebench.emulator: engine loop crashed", file=sys.stderr)
 
 
 def _pct(values: Any, p: float) -> float:

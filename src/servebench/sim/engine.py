@@ -53,7 +53,7 @@ __all__ = [
     "block_hashes",
 ]
 
-_WAITING, _PREFILL, _DECODE, _DONE = 0, 1, 2, 3
+_WAITING, _PREFILL, _DECODE, _DONE, _SAMPLED = 0, 1, 2, 3, 4
 
 
 @dataclass(slots=True)
@@ -330,6 +330,7 @@ class Engine:
                 continue
             # prefill complete: this step samples the next token
             self._prefilling.remove(req)
+            req.state = _SAMPLED
             if tokens is not None:
                 tokens.append(req)
             self._gen_tokens += 1
