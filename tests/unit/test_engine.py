@@ -1,0 +1,271 @@
+"""The engine on a virtual clock: batching, queueing, KV limits, prefix caching, preemption."""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+import pytest
+
+from servebench.sim.engine import Engine, EngineConfig, SimRequest, SimRun, block_hashes, simulate
+from servebench.sim.steptime import StepCost
+
+# A small dense model: 3 ms fixed + 50 us per sequence + a roofline that matters for prefill.
+COST = StepCost(dense_weight_bytes=2e9, kv_bytes_per_token=2e5, flops_per_token=4e9, hbm_bytes_per_s=3e12,
+                flops_per_s=1e15, attn_flops_per_token_ctx=1e5, step_overhead_s=0.003, seq_overhead_s=5e-5)
+
+
+def config(**kw: object) -> EngineConfig:
+    base = dict(cost=COST, kv_blocks=100_000, block_size=16, max_num_seqs=16, max_num_batched_tokens=2048,
+                max_model_len=8192)
+    base.update(kw)
+    return EngineConfig(**base)  # type: ignore[arg-type]
+
+
+def closed(cfg: EngineConfig, c: int, n: int = 0, prompt: int = 256, out: int = 64) -> tuple[SimRun, list[SimRequest]]:
+    reqs = [SimRequest(i, prompt, out) for i in range(n or 4 * c)]
+    return simulate(cfg, reqs, concurrency=c), reqs
+
+
+def out_tps(run: SimRun, reqs: list[SimRequest]) -> float:
+    return sum(r.max_tokens for r in reqs) / run.duration_s
+
+
+def median_ttft(run: SimRun, reqs: list[SimRequest]) -> float:
+    return statistics.median(run.first_token_s(r) - r.arrival_s for r in reqs)
+
+
+def itls(run: SimRun, reqs: list[SimRequest]) -> list[float]:
+    out: list[float] = []
+    for r in reqs:
+        t = run.token_times_s(r)
+        out += [b - a for a, b in zip(t, t[1:])]
+    return out
+
+
+def check_complete(run: SimRun, reqs: list[SimRequest]) -> None:
+    for r in reqs:
+        t = run.token_times_s(r)
+        assert len(t) == r.max_tokens, (r.id, len(t), r.max_tokens)
+        assert t == sorted(t)
+        assert t[0] == run.first_token_s(r) and t[-1] == run.end_s(r)
+        assert run.first_token_s(r) > r.arrival_s
+
+
+def test_throughput_rises_then_plateaus_at_max_num_seqs() -> None:
+    cfg = config(max_num_seqs=16)
+    tps = {c: out_tps(*closed(cfg, c, n=96)) for c in (1, 4, 16, 32, 64)}
+    assert tps[1] < tps[4] < tps[16]
+    assert tps[4] > 2.5 * tps[1]
+    # past max_num_seqs the batch cannot grow: flat within 5%
+    assert abs(tps[32] - tps[16]) / tps[16] < 0.05
+    assert abs(tps[64] - tps[16]) / tps[16] < 0.05
+
+
+def test_throughput_plateaus_when_kv_is_full() -> None:
+    # 320 tokens per request (256 + 64); 40 blocks x 16 = 640 tokens: at most 2 sequences fit.
+    cfg = config(max_num_seqs=64, kv_blocks=40)
+    t2, t8, t32 = (out_tps(*closed(cfg, c, n=64)) for c in (2, 8, 32))
+    assert abs(t8 - t2) / t2 < 0.15 and abs(t32 - t2) / t2 < 0.15
+    roomy = out_tps(*closed(config(max_num_seqs=64), 8, n=64))
+    assert roomy > 2 * t8
+
+
+def test_ttft_grows_with_queueing_past_max_num_seqs() -> None:
+    cfg = config(max_num_seqs=8)
+    at8 = median_ttft(*closed(cfg, 8, n=64))
+    at32 = median_ttft(*closed(cfg, 32, n=128))
+    assert at32 > 3 * at8
+
+
+def test_shared_prefix_lowers_ttft_once_cached() -> None:
+    rng = random.Random(1)
+    system = [rng.randrange(1000, 30000) for _ in range(2048)]
+    def mk() -> list[SimRequest]:
+        return [SimRequest(i, 2048 + 16, 8, arrival_s=i * 1.0, prompt_token_ids=system + [i] * 16) for i in range(3)]
+
+    reqs = mk()
+    run = simulate(config(max_num_batched_tokens=512), reqs)
+    ttft = [run.first_token_s(r) - r.arrival_s for r in reqs]
+    assert ttft[1] < 0.5 * ttft[0] and ttft[2] < 0.5 * ttft[0]
+    assert reqs[1].cached_tokens == 2048 and reqs[0].cached_tokens == 0
+    assert run.stats.prefix_hits == 2 * 2048
+    assert run.stats.prefix_queries == 3 * (2048 + 16)
+    # with prefix caching off, no request benefits
+    off = mk()
+    run_off = simulate(config(max_num_batched_tokens=512, enable_prefix_caching=False), off)
+    ttft_off = [run_off.first_token_s(r) - r.arrival_s for r in off]
+    assert ttft_off[1] > 0.9 * ttft_off[0]
+
+
+def test_itl_grows_with_batch_size() -> None:
+    cfg = config(max_num_seqs=64)
+    small = statistics.median(itls(*closed(cfg, 1, n=4)))
+    big = statistics.median(itls(*closed(cfg, 64, n=128)))
+    assert big > 1.5 * small
+
+
+def test_preemption_when_kv_runs_out_and_no_request_lost() -> None:
+    # Short prompts admitted together, then decoding grows the KV past capacity.
+    cfg = config(max_num_seqs=32, kv_blocks=60)  # 960 tokens
+    reqs = [SimRequest(i, 32, 200) for i in range(24)]
+    run = simulate(cfg, reqs, concurrency=12)
+    assert run.stats.preemptions > 0
+    assert any(r.preemptions > 0 for r in reqs)
+    check_complete(run, reqs)
+    assert run.stats.finished == 24
+    assert run.stats.generation_tokens == 24 * 200
+    assert run.stats.kv_usage == 0.0  # every block returned
+
+
+def test_request_that_cannot_fit_is_rejected() -> None:
+    eng = Engine(config(kv_blocks=4))
+    with pytest.raises(ValueError):
+        eng.add(SimRequest("big", 60, 10))
+    with pytest.raises(ValueError):
+        Engine(config()).add(SimRequest("long", 8000, 500))
+
+
+def test_chunked_prefill_interleaves_with_decode() -> None:
+    cfg = config(max_num_batched_tokens=256)
+    a = SimRequest("a", 64, 100, arrival_s=0.0)
+    b = SimRequest("b", 4096, 4, arrival_s=0.05)
+    run = simulate(cfg, [a, b])
+    # b's prefill needs 16 steps of 256 tokens; a keeps decoding in every one of them
+    ta = run.token_times_s(a)
+    gaps = [y - x for x, y in zip(ta, ta[1:])]
+    assert max(gaps) < 0.02
+    assert run.first_token_s(b) - b.arrival_s > 15 * 0.003
+    # without chunking, the whole prompt goes in one step and a's ITL spikes
+    cfg2 = config(max_num_batched_tokens=8192, chunked_prefill=False)
+    a2, b2 = SimRequest("a", 64, 100), SimRequest("b", 4096, 4, arrival_s=0.05)
+    run2 = simulate(cfg2, [a2, b2])
+    t2 = run2.token_times_s(a2)
+    assert max(y - x for x, y in zip(t2, t2[1:])) > max(gaps)
+
+
+def test_step_tokens_match_fast_path() -> None:
+    """The emulator's path (with_tokens=True) and simulate's lazy path agree token for token."""
+    cfg = config(max_num_seqs=8, kv_blocks=50)
+    mk = lambda: [SimRequest(i, 40 + 7 * i, 30 + 5 * (i % 4)) for i in range(20)]  # noqa: E731
+    reqs = mk()
+    run = simulate(cfg, reqs, concurrency=10)
+    eng = Engine(cfg)
+    reqs2 = mk()
+    times: dict[int, list[float]] = {r.id: [] for r in reqs2}
+    pending = list(reqs2)
+    now, in_flight = 0.0, 0
+    for _ in range(100_000):
+        while pending and in_flight < 10:
+            r = pending.pop(0)
+            r.arrival_s = now
+            eng.add(r)
+            in_flight += 1
+        res = eng.step(now)
+        if res is None:
+            break
+        now += res.duration_s
+        assert res.tokens is not None
+        for r in res.tokens:
+            times[r.id].append(now)
+        in_flight -= len(res.finished)
+    for r1, r2 in zip(reqs, reqs2):
+        assert run.token_times_s(r1) == pytest.approx(times[r2.id])
+        assert eng.emitted(r2) == r2.max_tokens
+
+
+def test_abort_frees_blocks() -> None:
+    eng = Engine(config())
+    a, b = SimRequest("a", 100, 50), SimRequest("b", 100, 50)
+    eng.add(a)
+    eng.add(b)
+    now = 0.0
+    for _ in range(5):
+        res = eng.step(now)
+        assert res is not None
+        now += res.duration_s
+    assert eng.stats.kv_usage > 0 and eng.stats.running == 2
+    eng.abort(a)
+    eng.abort(b)
+    assert eng.stats.running == 0 and eng.stats.kv_usage == 0.0
+    assert eng.step(now) is None
+
+
+def test_max_tokens_one_and_open_loop_gaps() -> None:
+    reqs = [SimRequest(i, 10, 1, arrival_s=i * 10.0) for i in range(3)]
+    run = simulate(config(), reqs)
+    check_complete(run, reqs)
+    assert run.duration_s > 20.0  # the clock jumped over idle gaps
+
+
+def test_lru_evicts_old_prefixes() -> None:
+    # 64 blocks; each prompt has 30 full blocks: the cache holds about two prompts.
+    cfg = config(kv_blocks=64, max_num_seqs=1)
+    prompts = [[p * 10_000 + k for k in range(480)] for p in range(4)]
+    order = [0, 1, 2, 3, 3, 0]
+    reqs = [SimRequest(i, 480, 2, arrival_s=float(i), prompt_token_ids=prompts[p]) for i, p in enumerate(order)]
+    simulate(cfg, reqs)
+    assert reqs[4].cached_tokens > 0  # 3 again, just after 3: still cached
+    assert reqs[5].cached_tokens == 0  # 0 was evicted by 1, 2 and 3
+
+
+def test_block_hashes_chain() -> None:
+    a = block_hashes(list(range(40)), 16)
+    b = block_hashes(list(range(32)) + [0] * 8, 16)
+    assert len(a) == 2 and a == b  # the partial third block is not hashed
+    c = block_hashes([1] + list(range(1, 40)), 16)
+    assert c[0] != a[0] and c[1] != a[1]  # a change in block 0 changes every later hash
+
+
+def test_deterministic() -> None:
+    cfg = config(max_num_seqs=8, kv_blocks=80)
+    r1, q1 = closed(cfg, 12, n=40)
+    r2, q2 = closed(cfg, 12, n=40)
+    assert r1.step_end_s == r2.step_end_s
+    assert [r.segments for r in q1] == [r.segments for r in q2]
+
+
+def _used_blocks_from_requests(eng: Engine) -> int:
+    """Blocks the running requests should hold, recomputed from their state (white-box invariant)."""
+    bs = eng.config.block_size
+    s = eng.stats.steps  # index of the next step
+    private = 0
+    for r in eng._running:
+        held = -(-(r.pos0 + s) // bs) if r in eng._decoding.values() else r.blocks
+        private += held - len(r.hashed)
+    shared = sum(1 for rc in eng._table.values() if rc > 0)
+    return private + shared
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_block_accounting_invariant_under_random_load(seed: int) -> None:
+    rng = random.Random(seed)
+    cfg = config(max_num_seqs=12, kv_blocks=rng.choice([40, 80, 200]), max_num_batched_tokens=rng.choice([64, 256]))
+    eng = Engine(cfg)
+    prefixes = [[rng.randrange(50_000) for _ in range(96)] for _ in range(3)]
+    live: list[SimRequest] = []
+    now = 0.0
+    added = 0
+    for step in range(3000):
+        if added < 60 and rng.random() < 0.3:
+            p = rng.choice(prefixes) + [rng.randrange(50_000) for _ in range(rng.randrange(1, 60))]
+            r = SimRequest(added, len(p), rng.randrange(1, 120), arrival_s=now, prompt_token_ids=p)
+            eng.add(r)
+            live.append(r)
+            added += 1
+        if live and rng.random() < 0.01:
+            eng.abort(live.pop(rng.randrange(len(live))))
+        res = eng.step(now)
+        if res is None:
+            if added >= 60:
+                break
+            continue
+        now += res.duration_s
+        for r in res.finished:
+            live.remove(r)
+        st = eng.stats
+        used = round(st.kv_usage * cfg.kv_blocks)
+        assert used == _used_blocks_from_requests(eng)
+        assert eng._free >= 0 and used <= cfg.kv_blocks
+        assert st.running <= cfg.max_num_seqs
+    assert not live and eng.stats.running == 0 and eng.stats.kv_usage == 0.0
