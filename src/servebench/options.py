@@ -36,8 +36,15 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The flags of one run, shared by `run` and `sweep`."""
+def run_options(fn: Callable[..., Any] | None = None, *, lists: bool = False) -> Any:
+    """The flags of one run, shared by `run` and `sweep`.
+
+    `lists=True` (`@run_options(lists=True)`, for `sweep`): --concurrency, --rate, --input-len and
+    --output-len take comma-separated lists and arrive as strings for the caller to parse.
+    """
+    if fn is None:
+        return functools.partial(run_options, lists=lists)
+    num = str if lists else int
     opts = [
         click.option("-f", "--scenario", type=click.Path(dir_okay=False), help="YAML file with the same settings as the flags."),
         click.option("--url", help="Base URL of an OpenAI-compatible server, with or without /v1. Default: start the built-in emulator."),
@@ -49,12 +56,12 @@ def run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--warmup", type=int, help="Extra requests sent first and excluded from every metric."),
         click.option("--seed", type=int, help="Seed for prompts, lengths and arrivals. [default: 0]"),
         click.option("--dataset", help="Workload: random (more arrive with the workload issue). [default: random]"),
-        click.option("--input-len", "--random-input-len", "input_len", type=int, help="Prompt tokens per request. [default: 512]"),
-        click.option("--output-len", "--random-output-len", "output_len", type=int, help="Output tokens per request (max_tokens). [default: 128]"),
+        click.option("--input-len", "--random-input-len", "input_len", type=num, help="Prompt tokens per request. [default: 512]"),
+        click.option("--output-len", "--random-output-len", "output_len", type=num, help="Output tokens per request (max_tokens). [default: 128]"),
         click.option("--range-ratio", "--random-range-ratio", "range_ratio", type=float, help="Uniform spread of lengths: [len·(1−r), len·(1+r)]. [default: 0]"),
         click.option("--ignore-eos/--no-ignore-eos", default=None, help="Ask for exact output lengths (ignore_eos + min_tokens). [default: on]"),
-        click.option("--concurrency", "--max-concurrency", "concurrency", type=int, help="Closed loop: N requests in flight. With --rate: a cap. [default: 16 when no --rate]"),
-        click.option("--rate", "--request-rate", "rate", type=float, help="Open loop: requests per second; 'inf' sends every request at once."),
+        click.option("--concurrency", "--max-concurrency", "concurrency", type=num, help="Closed loop: N requests in flight. With --rate: a cap. [default: 16 when no --rate]"),
+        click.option("--rate", "--request-rate", "rate", type=str if lists else float, help="Open loop: requests per second; 'inf' sends every request at once."),
         click.option("--burstiness", type=float, help="Gamma shape of arrivals: 1 = Poisson, inf = constant spacing. [default: 1]"),
         click.option("--ramp-up-strategy", type=click.Choice(["linear", "exponential"]), help="Raise the request rate over the run."),
         click.option("--ramp-up-start-rps", type=float, help="Ramp-up: rate of the first request."),
