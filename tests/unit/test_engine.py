@@ -269,3 +269,19 @@ def test_block_accounting_invariant_under_random_load(seed: int) -> None:
         assert eng._free >= 0 and used <= cfg.kv_blocks
         assert st.running <= cfg.max_num_seqs
     assert not live and eng.stats.running == 0 and eng.stats.kv_usage == 0.0
+
+
+@pytest.mark.parametrize("concurrency", [None, 1, 7, 40])
+def test_decode_fast_path_is_exact(concurrency: int | None) -> None:
+    cfg = config(max_num_seqs=16, kv_blocks=120)
+
+    def mk() -> list[SimRequest]:
+        rng = random.Random(5)
+        return [SimRequest(i, rng.randrange(8, 300), rng.randrange(1, 150), arrival_s=i * 0.05) for i in range(60)]
+
+    a, b = mk(), mk()
+    ra = simulate(cfg, a, concurrency=concurrency, fast=True)
+    rb = simulate(cfg, b, concurrency=concurrency, fast=False)
+    assert ra.step_end_s == pytest.approx(rb.step_end_s, rel=1e-12)
+    assert [r.segments for r in a] == [r.segments for r in b]
+    assert ra.stats == rb.stats

@@ -348,6 +348,52 @@ class Engine:
         self._s = s + 1
         return StepResult(s, now_s, duration, n_dec, shape.prefill_tokens, tokens, first, finished, preempted)
 
+    def decode_run(self, now_s: float, until_s: float, max_steps: int) -> list[float]:
+        """Fast path for virtual clocks: run consecutive decode-only steps in one call.
+
+        Runs only while nothing but decoding can happen: no request in prefill or admissible from
+        the queue (it is empty or the batch is at `max_num_seqs`), no
+        request finishing, blocks available, and each step starting before `until_s` (the next
+        arrival). Returns the durations of the steps run (maybe none); equivalent to calling
+        `step(with_tokens=False)` that many times.
+        """
+        if (self._waiting and len(self._running) < self.config.max_num_seqs) or self._prefilling \
+                or not self._decoding:
+            return []
+        heap = self._finish_heap
+        while heap and (heap[0][2] != heap[0][3].gen or heap[0][3].state != _DECODE):
+            heapq.heappop(heap)
+        s0 = self._s
+        k_max = min(max_steps, (heap[0][0] - s0) if heap else max_steps)
+        bs = self._bs
+        phase = self._phase
+        avail = self._available()
+        n = len(self._decoding)
+        cost = self.config.cost
+        shape = StepShape(decode_seqs=n)
+        base_ctx = self._sum_pos0
+        durations: list[float] = []
+        need_total = 0
+        t = now_s
+        for j in range(k_max):
+            if t >= until_s:
+                break
+            s = s0 + j
+            need = phase[(-s) % bs]
+            if need_total + need > avail:
+                break
+            need_total += need
+            shape.decode_ctx_tokens = base_ctx + n * s
+            d = step_time_s(cost, shape)
+            durations.append(d)
+            t += d
+        k = len(durations)
+        if k:
+            self._alloc(need_total)
+            self._gen_tokens += n * k
+            self._s = s0 + k
+        return durations
+
     # --------------------------------------------------------------- internals
     def _available(self) -> int:
         return self._free + len(self._lru)
@@ -531,12 +577,14 @@ def simulate(
     *,
     concurrency: int | None = None,
     max_steps: int = 50_000_000,
+    fast: bool = True,
 ) -> SimRun:
     """Run `requests` to completion on a virtual clock.
 
     Open loop (default): each request arrives at its `arrival_s`. Closed loop (`concurrency=N`):
     arrival times are ignored; N requests start at 0 and each completion admits the next request
     at the completing step's end time (its `arrival_s` is overwritten with that time).
+    `fast=False` disables the decode fast path (`Engine.decode_run`); results are identical.
     """
     engine = Engine(config)
     reqs = list(requests)
@@ -563,6 +611,15 @@ def simulate(
                 engine.add(pending[i])
                 i += 1
                 in_flight += 1
+        if fast:
+            until = pending[i].arrival_s if concurrency is None and i < n else float("inf")
+            durations = engine.decode_run(now, until, max_steps - len(ends))
+            if durations:
+                for d in durations:
+                    starts.append(now)
+                    now += d
+                    ends.append(now)
+                continue
         res = engine.step(now, with_tokens=False)
         if res is None:
             if i >= n:
