@@ -94,10 +94,12 @@ def plan_requests(cfg: RunConfig, items: list[WorkItem], model: str, ignore_reje
             min_tokens=cfg.ignore_eos and "min_tokens" not in ignore_rejected,
             extra_body=cfg.extra_body,
         )
+        t_s = item.meta.get("t_s")  # trace replay: the workload's own send time
+        offset = int(t_s * 1e9) if t_s is not None else (offsets[i] if offsets is not None else None)
         prepared.append(Prepared(
             id=i, body=encode_body(body), input_len=item.input_len, output_len=out_len or 0,
-            warmup=i < cfg.warmup, offset_ns=offsets[i] if offsets is not None else None,
-            session=item.session, turn=item.turn,
+            warmup=i < cfg.warmup, offset_ns=offset, session=item.session, turn=item.turn,
+            think_ns=int(item.meta.get("think_s", 0.0) * 1e9),
         ))
     return prepared
 
@@ -125,7 +127,8 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
                                       headers=headers, caps=caps)
     items = workload.items
     prepared = plan_requests(cfg, items, info.model, rejected)
-    open_loop = cfg.load_mode != "concurrency"
+    trace = any("t_s" in item.meta for item in items)
+    open_loop = cfg.load_mode != "concurrency" or trace
 
     out_dir = prepare_out_dir(cfg.out or default_out_dir(cfg.slug(info.model)))
     started = _dt.datetime.now(_dt.timezone.utc)
@@ -141,7 +144,7 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
         headers=headers,
         items=prepared,
         stream=cfg.stream,
-        concurrency=cfg.effective_concurrency,
+        concurrency=cfg.concurrency if trace else cfg.effective_concurrency,
         open_loop=open_loop,
         duration_s=cfg.duration,
         num_requests=(cfg.effective_num_requests + cfg.warmup) if cfg.effective_num_requests else None,

@@ -41,6 +41,25 @@ class Prepared:
     offset_ns: int | None = None  # None: closed loop (sent when a slot frees)
     session: int | None = None
     turn: int | None = None
+    think_ns: int = 0  # multi-turn: pause after the previous turn's answer, before this one
+
+
+def _units(items: list[Prepared]) -> list[list[Prepared]]:
+    """Group a multi-turn session's requests (same `session`, in `turn` order) into one unit;
+    every other request is a unit of its own. Units keep the order of their first request."""
+    units: list[list[Prepared]] = []
+    by_session: dict[int, list[Prepared]] = {}
+    for item in items:
+        if item.session is None:
+            units.append([item])
+        elif item.session in by_session:
+            by_session[item.session].append(item)
+        else:
+            by_session[item.session] = [item]
+            units.append(by_session[item.session])
+    for unit in by_session.values():
+        unit.sort(key=lambda p: p.turn or 0)
+    return units
 
 
 @dataclass(slots=True)
@@ -140,6 +159,8 @@ class Shard:
         self.done = 0
         self.failed = 0
         self.output_tokens = 0
+        self._units = _units(spec.items)
+        self._started = 0
         self._pool: ConnectionPool | None = None
         self._head_prefix = b""
         self._deadline_ns: int | None = None
@@ -198,27 +219,49 @@ class Shard:
             return spec.num_requests
         return len(spec.items) if spec.duration_s is None else 1 << 62
 
-    def _item(self, i: int) -> Prepared:
-        items = self.spec.items
-        return items[i] if i < len(items) else items[i % len(items)]
+    def _unit(self, u: int) -> list[Prepared] | None:
+        """Unit u of the schedule (a session's turns, or one request); reused cyclically only
+        when --duration asks for more requests than the workload holds."""
+        units = self._units
+        if u < len(units):
+            return units[u]
+        if self.spec.duration_s is None or not units:
+            return None
+        return units[u % len(units)]
 
     def _past_deadline(self, now_rel_ns: int) -> bool:
         return self._deadline_ns is not None and now_rel_ns >= self._deadline_ns
+
+    def _may_send(self) -> bool:
+        return not self.stop.is_set() and self._started < self._total()
+
+    async def _run_unit(self, unit: list[Prepared], first_sched_ns: int) -> None:
+        """Send a unit's requests in order: a multi-turn session waits for each answer, then its
+        think time, before the next turn."""
+        t0 = self.t0_ns
+        sched = first_sched_ns
+        for k, item in enumerate(unit):
+            if k:
+                if item.think_ns:
+                    await asyncio.sleep(item.think_ns / 1e9)
+                sched = _perf_ns() - t0
+            if not self._may_send() or self._past_deadline(sched):
+                return
+            self._started += 1
+            await self._request(item, self._started - 1, sched)
 
     async def _open_loop(self) -> None:
         spec = self.spec
         sem = asyncio.Semaphore(spec.concurrency) if spec.concurrency else None
         t0 = self.t0_ns
-        stop = self.stop
-        for i in range(min(self._total(), len(spec.items))):
-            item = spec.items[i]
-            offset = item.offset_ns or 0
-            if self._past_deadline(offset):
+        for unit in self._units:
+            offset = unit[0].offset_ns or 0
+            if self._past_deadline(offset) or not self._may_send():
                 break
             delay_ns = t0 + offset - _perf_ns()
             if delay_ns > 0:
                 await asyncio.sleep(delay_ns / 1e9)
-            if stop.is_set():
+            if self.stop.is_set():
                 break
             sched = offset
             if sem is not None:
@@ -228,25 +271,31 @@ class Shard:
                     sched = max(offset, _perf_ns() - t0)
                 else:
                     await sem.acquire()
-            task = asyncio.ensure_future(self._request(item, i, sched, sem))
+            task = asyncio.ensure_future(self._run_capped(unit, sched, sem))
             self.in_flight.add(task)
             task.add_done_callback(self.in_flight.discard)
+
+    async def _run_capped(self, unit: list[Prepared], sched: int, sem: asyncio.Semaphore | None) -> None:
+        try:
+            await self._run_unit(unit, sched)
+        finally:
+            if sem is not None:
+                sem.release()
 
     async def _closed_loop(self) -> None:
         n = self.spec.concurrency or 1
         counter = itertools.count()
-        total = self._total()
         t0 = self.t0_ns
 
         async def worker() -> None:
-            while not self.stop.is_set():
-                i = next(counter)
-                if i >= total:
+            while self._may_send():
+                unit = self._unit(next(counter))
+                if unit is None:
                     return
                 sched = _perf_ns() - t0  # the slot just became free
                 if self._past_deadline(sched):
                     return
-                await self._request(self._item(i), i, sched, None)
+                await self._run_unit(unit, sched)
 
         workers = [asyncio.ensure_future(worker()) for _ in range(n)]
         for w in workers:
@@ -274,9 +323,7 @@ class Shard:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     # ------------------------------------------------------------- one request
-    async def _request(
-        self, item: Prepared, seq: int, sched_ns: int, sem: asyncio.Semaphore | None
-    ) -> None:
+    async def _request(self, item: Prepared, seq: int, sched_ns: int) -> None:
         spec = self.spec
         rec = RequestRecord(
             id=seq,
@@ -321,8 +368,6 @@ class Shard:
                 rec.t_end_ns = _perf_ns() - t0
             if spec.stream and (resp is None or 200 <= resp.status < 300):
                 _finish_stream(rec, acc)  # partial streams keep their timestamps too
-            if sem is not None:
-                sem.release()
             self._record(rec)
 
     def _record(self, rec: RequestRecord) -> None:

@@ -1,0 +1,95 @@
+"""Sessions, stopping and killing a run (issue 2, must-hold 5; multi-turn runner contract)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from servebench.protocol.openai import build_body, encode_body
+from servebench.runner import Prepared, Shard, ShardSpec
+from servebench.store import read_records
+
+
+def _body(turn: int) -> bytes:
+    return encode_body(build_body(api="completions", model="m", prompt="x " * (turn + 1), max_tokens=5))
+
+
+def test_multi_turn_sessions_send_turns_in_order_with_think_time(scripted_server) -> None:
+    srv = scripted_server("--ttft-ms", "20", "--itl-ms", "5")
+    items = [Prepared(id=s * 3 + t, body=_body(t), input_len=t + 1, output_len=5, session=s, turn=t,
+                      think_ns=50_000_000 if t else 0)
+             for s in range(4) for t in range(3)]
+    spec = ShardSpec(url=srv.url + "/v1/completions", api="completions", headers={}, items=items, concurrency=2)
+    result = asyncio.run(Shard(spec).run())
+    assert len(result.records) == 12 and all(r.status == "ok" for r in result.records)
+    by_session: dict[int, list] = {}
+    for r in result.records:
+        by_session.setdefault(r.session, []).append(r)
+    for recs in by_session.values():
+        recs.sort(key=lambda r: r.turn)
+        assert [r.turn for r in recs] == [0, 1, 2]
+        for prev, nxt in zip(recs, recs[1:]):
+            # the next turn waits for the previous answer plus 50 ms of think time
+            assert nxt.t_send_ns >= prev.t_end_ns + 50_000_000
+    # concurrency counts sessions: never more than 2 sessions' requests in flight at once
+    events = sorted([(r.t_send_ns, 1) for r in result.records] + [(r.t_end_ns, -1) for r in result.records])
+    depth = peak = 0
+    for _, d in events:
+        depth += d
+        peak = max(peak, depth)
+    assert peak <= 2
+
+
+def _start_run(srv_url: str, out: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "servebench.cli", "run", "--url", srv_url, "--model", "m", "--concurrency", "8",
+         "--num-requests", "400", "--output-len", "40", "--no-probe", "--out", str(out), "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_records(path: Path, n: int, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_bytes().count(b"\n") >= n:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {n} records in {path} after {timeout_s} s")
+
+
+def test_sigint_stops_cleanly_with_a_summary_of_what_completed(scripted_server, tmp_path: Path) -> None:
+    srv = scripted_server("--ttft-ms", "10", "--itl-ms", "10")
+    proc = _start_run(srv.url, tmp_path)
+    _wait_for_records(tmp_path / "requests.jsonl", 16)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["interrupted"] is True
+    assert 16 <= s["requests"]["completed"] < 400
+    records = read_records(tmp_path / "requests.jsonl")
+    ok = [r for r in records if r.status == "ok"]
+    cancelled = [r for r in records if r.error_kind == "cancelled"]
+    assert len(ok) == s["requests"]["completed"]
+    assert len(cancelled) <= 8  # only what was in flight
+    assert s["latency_ms"]["ttft"]["count"] == len(ok)
+
+
+def test_sigkill_leaves_every_completed_record_readable(scripted_server, tmp_path: Path) -> None:
+    srv = scripted_server("--ttft-ms", "10", "--itl-ms", "10")
+    proc = _start_run(srv.url, tmp_path)
+    _wait_for_records(tmp_path / "requests.jsonl", 24)
+    proc.kill()
+    proc.wait(10)
+    raw = (tmp_path / "requests.jsonl").read_bytes()
+    lines = [line for line in raw.split(b"\n") if line]
+    records = read_records(tmp_path / "requests.jsonl")
+    assert len(records) >= 24
+    assert len(records) == len(lines)  # every line written is a whole, parseable record
+    assert all(r.status == "ok" and r.output_tokens == 40 for r in records)
+    assert not (tmp_path / "summary.json").exists()
+    assert json.loads((tmp_path / "manifest.json").read_text())["target"]["model"] == "m"
