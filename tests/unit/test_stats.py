@@ -85,3 +85,21 @@ def test_empty_side_gives_nan_not_a_crash() -> None:
     full = side_data([_run(synth_records(30, seed=1))])
     est = ratio_ci(empty, full, resamples=100)
     assert all(e.verdict == "n/a" for e in est)
+
+
+def test_binned_quantiles_are_exact() -> None:
+    """The fast path (rank bins + one bin walked) equals a cumulative sum over every value."""
+    from servebench.report.stats import _Quantiles
+
+    rng = np.random.default_rng(0)
+    for n, g in ((5, 7), (50, 3000), (300, 300), (1000, 64000), (400, 250)):
+        owner = rng.integers(0, n, size=g)
+        v = rng.lognormal(size=g)
+        o = np.argsort(v, kind="stable")
+        v, owner = v[o], owner[o]
+        quant = _Quantiles(v, owner, n)
+        w = rng.integers(0, 3, size=(20, n)).astype(float)
+        for q in (0.01, 0.5, 0.9, 0.99, 1.0):
+            fast = quant.evaluate(w, [q])[0]
+            slow = weighted_quantile_rows(v, w[:, owner], q)
+            assert np.array_equal(fast, slow, equal_nan=True), (n, g, q)

@@ -139,12 +139,70 @@ def _weights(side: SideData, b: int, rng: np.random.Generator) -> tuple[np.ndarr
     return w, c
 
 
-class _Prepared:
-    """Per-metric data sorted once, so each replicate is a cumulative sum."""
+class _Quantiles:
+    """Exact weighted quantiles of per-token (or per-request) values under request weights.
 
-    def __init__(self, side: SideData, spec: MetricSpec) -> None:
+    Values are sorted once and cut into K equal-count rank bins; H[i, k] counts request i's values
+    in bin k. A replicate finds the bin holding its quantile from w @ H (cheap: K columns), then
+    walks that one bin's values in order. Exact (the same answer as a cumulative sum over every
+    value) at a cost of O(N·K + G/K) per replicate instead of O(G).
+    """
+
+    def __init__(self, sorted_values: np.ndarray, owner: np.ndarray, n_requests: int) -> None:
+        g = sorted_values.size
+        self.sorted = sorted_values
+        self.owner = owner
+        k = int(max(1, min(g, 1024, max(64, 2_000_000 // max(n_requests, 1)))))
+        self.edges = (np.arange(k + 1, dtype=np.int64) * g) // k
+        bin_of_rank = np.repeat(np.arange(k, dtype=np.int64), np.diff(self.edges))
+        self.k = k
+        # Bin weights as (B,N)@(N,K) when values are many per request (ITL), else a segmented sum.
+        self.h = None
+        if g > 4 * n_requests:
+            h = np.bincount(owner * k + bin_of_rank, minlength=n_requests * k).reshape(n_requests, k)
+            self.h = h.astype(float)
+        self.span = int(np.diff(self.edges).max()) if g else 0
+        self._memo: tuple[int, np.ndarray, np.ndarray] | None = None
+
+    def _bins(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self._memo is not None and self._memo[0] == id(w):  # median and P99 of one replicate batch
+            return self._memo[1], self._memo[2]
+        bw = w @ self.h if self.h is not None else np.add.reduceat(w[:, self.owner], self.edges[:-1], axis=1)
+        cum = np.cumsum(bw, axis=1)
+        self._memo = (id(w), bw, cum)
+        return bw, cum
+
+    def evaluate(self, w: np.ndarray, qs: Sequence[float]) -> list[np.ndarray]:
+        b = w.shape[0]
+        rows = np.arange(b)
+        bw, cum = self._bins(w)
+        total = cum[:, -1]
+        tol = 1e-12 * np.maximum(total, 1.0)
+        out = []
+        for q in qs:
+            target = q * total - tol
+            kb = np.minimum((cum < target[:, None]).sum(axis=1), self.k - 1)
+            base = cum[rows, kb] - bw[rows, kb]
+            start = self.edges[kb]
+            size = self.edges[kb + 1] - start
+            offs = np.arange(self.span)
+            idx = np.minimum(start[:, None] + offs, self.sorted.size - 1)
+            ww = w[rows[:, None], self.owner[idx]] * (offs < size[:, None])
+            inner = base[:, None] + np.cumsum(ww, axis=1)
+            j = np.minimum((inner < target[:, None]).sum(axis=1), np.maximum(size - 1, 0))
+            val = self.sorted[start + j].astype(float)
+            val[total <= 0] = np.nan
+            out.append(val)
+        return out
+
+
+class _Prepared:
+    """Per-metric data prepared once, so each replicate is a few matrix products."""
+
+    def __init__(self, side: SideData, spec: MetricSpec, shared: dict) -> None:
         self.spec = spec
         values = np.asarray(getattr(side, spec.source), dtype=float)
+        n = side.req_run.size
         if spec.stat == "rate":
             self.values = np.nan_to_num(values)
             self.busy = np.nan_to_num(side.busy_s)
@@ -154,51 +212,49 @@ class _Prepared:
             return
         owner = side.itl_owner if spec.source == "itl_ms" else np.arange(values.size)
         keep = np.isfinite(values)
-        order = np.argsort(values[keep], kind="stable")
-        self.sorted = values[keep][order]
-        self.owner = owner[keep][order]
+        if spec.stat == "mean":  # per-request sums and counts: Σ W_i·sum_i / Σ W_i·count_i
+            self.sums = np.bincount(owner[keep], weights=values[keep], minlength=n)
+            self.counts = np.bincount(owner[keep], minlength=n).astype(float)
+            return
+        if spec.source not in shared:  # median and P99 of one source share the sorted data
+            order = np.argsort(values[keep], kind="stable")
+            shared[spec.source] = _Quantiles(values[keep][order], owner[keep][order].astype(np.int64), n)
+        self.quantiles: _Quantiles = shared[spec.source]
 
-    def evaluate(self, w: np.ndarray, c: np.ndarray, cache: dict | None = None) -> np.ndarray:
+    def evaluate(self, w: np.ndarray, c: np.ndarray) -> np.ndarray:
         spec = self.spec
-        if spec.stat == "rate":
-            busy = w @ self.busy
-            inflight = (c @ self.inflight) / c.sum(axis=1)
-            with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if spec.stat == "rate":
+                busy = w @ self.busy
+                inflight = (c @ self.inflight) / c.sum(axis=1)
                 return np.where(busy > 0, (w @ self.values) / busy * inflight, np.nan)
-        if self.sorted.size == 0:
+            if spec.stat == "mean":
+                cnt = w @ self.counts
+                return np.where(cnt > 0, (w @ self.sums) / cnt, np.nan)
+        if self.quantiles.sorted.size == 0:
             return np.full(w.shape[0], np.nan)
-        cache = {} if cache is None else cache
-        if spec.source not in cache:  # metrics of one source share the weights and their cumsum
-            ww = w[:, self.owner]
-            cache[spec.source] = (ww, np.cumsum(ww, axis=1) if spec.stat == "q" else None)
-        ww, cum = cache[spec.source]
-        if spec.stat == "mean":
-            tot = ww.sum(axis=1)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                return np.where(tot > 0, (ww @ self.sorted) / tot, np.nan)
-        if cum is None:
-            cum = np.cumsum(ww, axis=1)
-        return weighted_quantile_rows(self.sorted, ww, spec.q, cum)
+        return self.quantiles.evaluate(w, [spec.q])[0]
 
 
 def bootstrap_side(side: SideData, specs: Sequence[MetricSpec], *, resamples: int, seed: int,
                    side_index: int) -> tuple[np.ndarray, np.ndarray]:
     """Point estimates (M,) and replicates (M, B) of every metric of one side."""
     rng = np.random.default_rng([seed, side_index])
-    prepared = [_Prepared(side, s) for s in specs]
+    shared: dict = {}
+    prepared = [_Prepared(side, s, shared) for s in specs]
     ones_w = np.ones((1, side.req_run.size))
     ones_c = np.ones((1, side.runs))
     points = np.array([p.evaluate(ones_w, ones_c)[0] for p in prepared])
-    width = max([side.req_run.size, side.itl_ms.size, 1])
-    batch = int(max(1, min(resamples, 4_000_000 // width)))
+    width = max([side.req_run.size, 1] + [q.span for q in shared.values()]
+                + [q.k for q in shared.values()])
+    batch = int(max(1, min(resamples, 2_000_000 // width)))
     reps = np.empty((len(specs), resamples))
     done = 0
     while done < resamples:
         b = min(batch, resamples - done)
         w, c = _weights(side, b, rng)
-        cache: dict = {}
         for m, p in enumerate(prepared):
-            reps[m, done:done + b] = p.evaluate(w, c, cache)
+            reps[m, done:done + b] = p.evaluate(w, c)
         done += b
     return points, reps
 
