@@ -136,7 +136,10 @@ def profile_from_dict(data: Mapping[str, Any]) -> Profile:
         if kv_tokens is None:
             kv_tokens = fitted
     else:
-        cost = StepCost(**_cost_values(data.get("cost") or {}))
+        try:
+            cost = StepCost(**_cost_values(data.get("cost") or {}))
+        except TypeError:
+            raise ConfigError(f"profile {name}: needs a catalogue 'model' or a complete 'cost' block") from None
     extra = data.get("cost") or {}
     unknown = set(extra) - _COST_FIELDS
     if unknown:

@@ -1,0 +1,61 @@
+"""Step time: roofline regimes, MoE experts touched, overheads."""
+
+from __future__ import annotations
+
+import pytest
+
+from servebench.sim.profile import load_profile
+from servebench.sim.steptime import StepCost, StepShape, distinct_experts, step_time_s
+
+DENSE = StepCost(dense_weight_bytes=16e9, kv_bytes_per_token=131072, flops_per_token=16e9, hbm_bytes_per_s=3.35e12,
+                 flops_per_s=989.5e12, mem_efficiency=1.0, compute_efficiency=1.0)
+
+
+def test_empty_step_is_free() -> None:
+    assert step_time_s(DENSE, StepShape()) == 0.0
+
+
+def test_small_decode_is_memory_bound() -> None:
+    t = step_time_s(DENSE, StepShape(decode_seqs=1, decode_ctx_tokens=1000))
+    assert t == pytest.approx((16e9 + 131072 * 1000) / 3.35e12)
+
+
+def test_large_prefill_is_compute_bound() -> None:
+    t = step_time_s(DENSE, StepShape(prefill_seqs=1, prefill_tokens=8192))
+    assert t == pytest.approx(16e9 * 8192 / 989.5e12)
+    assert t > (16e9 / 3.35e12)
+
+
+def test_kv_reads_grow_decode_time() -> None:
+    short = step_time_s(DENSE, StepShape(decode_seqs=64, decode_ctx_tokens=64 * 100))
+    long = step_time_s(DENSE, StepShape(decode_seqs=64, decode_ctx_tokens=64 * 8000))
+    assert long > short * 1.5
+
+
+def test_distinct_experts_grows_and_saturates() -> None:
+    moe = StepCost(dense_weight_bytes=1e9, kv_bytes_per_token=0, flops_per_token=1e9, hbm_bytes_per_s=1e12,
+                   flops_per_s=1e15, routed_expert_bytes=1e8, n_experts=256, experts_per_token=8)
+    assert distinct_experts(moe, 1) == pytest.approx(8.0)
+    assert distinct_experts(moe, 15) == pytest.approx(256 * (1 - (1 - 8 / 256) ** 15))
+    assert 240 < distinct_experts(moe, 100) < 256
+    assert distinct_experts(moe, 10_000) == pytest.approx(256)
+    assert distinct_experts(DENSE, 100) == 0.0
+    t1 = step_time_s(moe, StepShape(decode_seqs=1))
+    t100 = step_time_s(moe, StepShape(decode_seqs=100))
+    assert t100 > 5 * t1  # more experts hit -> more bytes
+
+
+def test_overheads_add() -> None:
+    c = StepCost(dense_weight_bytes=0, kv_bytes_per_token=0, flops_per_token=0, hbm_bytes_per_s=1, flops_per_s=1,
+                 layers=10, step_overhead_s=0.001, layer_overhead_s=0.0001, seq_overhead_s=1e-5, token_overhead_s=1e-6)
+    t = step_time_s(c, StepShape(decode_seqs=4, prefill_seqs=1, prefill_tokens=100))
+    assert t == pytest.approx(0.001 + 10 * 0.0001 + 5 * 1e-5 + 104 * 1e-6)
+
+
+def test_small_batch_moe_decode_is_dominated_by_fixed_overhead() -> None:
+    cost = load_profile("deepseek-v3-awq").engine.cost
+    t1 = step_time_s(cost, StepShape(decode_seqs=1, decode_ctx_tokens=1024))
+    fixed = cost.step_overhead_s + cost.layers * cost.layer_overhead_s + cost.seq_overhead_s
+    assert fixed / t1 > 0.6
+    experts = step_time_s(cost, StepShape(decode_seqs=15, decode_ctx_tokens=15 * 1024))
+    assert experts > 1.4 * t1  # 15 streams hit ~97 experts per layer instead of 8
