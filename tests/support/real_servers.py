@@ -110,8 +110,9 @@ class RealServer:
         raise RuntimeError(f"{name} not ready within {start_timeout_s:g} s:\n{self.log_tail()}")
 
     def log_tail(self, n_chars: int = 3000) -> str:
-        self._log.flush()
         try:
+            if not self._log.closed:
+                self._log.flush()
             return self.log_path.read_text(errors="replace")[-n_chars:]
         except OSError:
             return ""

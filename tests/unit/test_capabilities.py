@@ -107,8 +107,8 @@ class App:
         if self.dialect == "transformers":
             extra = [f for f in ("ignore_eos", "min_tokens") if f in body]
             if extra:
-                detail = [{"type": "extra_forbidden", "loc": ["body", f], "msg": "Extra inputs are not permitted"}
-                          for f in extra]
+                # transformers serve 5.23's exact refusal
+                detail = "Unexpected fields in the request: {" + ", ".join(repr(f) for f in extra) + "}"
                 return web.json_response({"detail": detail}, status=422)
             events = [_chunk({"role": "assistant", "content": ""})]
             events += [_chunk({"content": f"t{i}"}) for i in range(n - 1)]

@@ -150,8 +150,9 @@ def detect_engine(*, version: Any = None, metric_names: set[str] | None = None,
             return "llamacpp", ["/props"]
     if server_header and "llama.cpp" in server_header.lower():
         return "llamacpp", [f"Server: {server_header}"]
-    if rejected_body and "extra_forbidden" in rejected_body:
-        return "transformers", ["unknown request fields rejected as extra_forbidden (HTTP 422)"]
+    if rejected_body and "Unexpected fields in the request" in rejected_body:
+        # transformers serve (5.x): {"detail": "Unexpected fields in the request: {'ignore_eos', ...}"}
+        return "transformers", ["HTTP 422 'Unexpected fields in the request'"]
     return None, ev
 
 
