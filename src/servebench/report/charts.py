@@ -1,4 +1,4 @@
-"""Dependency-free SVG charts: data in, SVG text out.
+"""SVG charts with no plotting library (numpy only): data in, SVG text out.
 
 Pure and deterministic: the same data gives the same bytes (fixed float formatting, no ids, no
 timestamps, no randomness), so a report re-rendered from the same results is byte-identical.
@@ -12,6 +12,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
+
+import numpy as np
 
 __all__ = [
     "PALETTE",
@@ -358,6 +360,12 @@ def _clean(s: Series) -> Series:
                   s.dashed, s.markers, labels, s.lines, s.step, s.fill)
 
 
+def _finite_sorted(values: Sequence[float] | np.ndarray, positive: bool = False) -> np.ndarray:
+    a = np.array(values, dtype=float).ravel()  # None -> nan
+    a = a[np.isfinite(a)]
+    return np.sort(a[a > 0] if positive else a)
+
+
 def histogram_chart(samples: Sequence[tuple[str, Sequence[float]]], *, title: str, x_label: str = "",
                     subtitle: str = "", bins: int | None = None, width: int = 640, height: int = 360,
                     refs: Sequence[RefLine] = ()) -> str:
@@ -366,31 +374,28 @@ def histogram_chart(samples: Sequence[tuple[str, Sequence[float]]], *, title: st
     The range is [min, P99.5] over all samples so one outlier does not squash the shape; values
     above the range are counted in the last bin and said in the subtitle.
     """
-    data = [(n, sorted(float(v) for v in vs if v is not None and math.isfinite(v))) for n, vs in samples]
-    data = [(n, vs) for n, vs in data if vs]
+    data = [(n, _finite_sorted(vs)) for n, vs in samples]
+    data = [(n, vs) for n, vs in data if vs.size]
     if not data:
         svg, left, top, right, bottom, _ = _frame(title, subtitle, [], width, height, "share")
         return _no_data(svg, (left, top, right, bottom))
-    pooled = sorted(v for _, vs in data for v in vs)
+    pooled = np.sort(np.concatenate([vs for _, vs in data]))
     if bins is None:  # about 2·sqrt(n) bins, 8..40: few samples do not shatter into spikes
         bins = max(8, min(40, int(2 * math.sqrt(max(len(vs) for _, vs in data)))))
-    lo = pooled[0]
-    hi = pooled[int(0.995 * (len(pooled) - 1))]
+    lo = float(pooled[0])
+    hi = float(pooled[int(0.995 * (len(pooled) - 1))])
     if hi <= lo:
         hi = lo + (abs(lo) * 0.1 or 1.0)
     ticks = nice_ticks(lo, hi, target=6)
     lo_e, hi_e = ticks[0], ticks[-1]
     width_bin = (hi_e - lo_e) / bins
-    over = sum(1 for v in pooled if v > hi_e)
+    over = int(np.count_nonzero(pooled > hi_e))
     note = f"{over} value(s) above {format_number(hi_e)} counted in the last bin" if over else ""
     subtitle = "; ".join(p for p in (subtitle, note) if p)
     series = []
     for i, (name, vs) in enumerate(data):
-        counts = [0] * bins
-        for v in vs:
-            k = min(bins - 1, max(0, int((v - lo_e) / width_bin)))
-            counts[k] += 1
-        share = [100.0 * c / len(vs) for c in counts]
+        k = np.clip(((vs - lo_e) / width_bin).astype(np.int64), 0, bins - 1)
+        share = [100.0 * float(c) / vs.size for c in np.bincount(k, minlength=bins)]
         xs = [lo_e + k * width_bin for k in range(bins)] + [hi_e]
         series.append(Series(name, xs, share + [share[-1]], PALETTE[i % len(PALETTE)], step=True,
                              fill=True, markers=False))
@@ -404,15 +409,15 @@ def cdf_chart(samples: Sequence[tuple[str, Sequence[float]]], *, title: str, x_l
     """Empirical CDFs (percentile 0-100 on y) of one or more samples, overlaid."""
     series = []
     for i, (name, vs) in enumerate(samples):
-        v = sorted(float(x) for x in vs if x is not None and math.isfinite(x) and (x > 0 or not x_log))
-        if not v:
+        v = _finite_sorted(vs, positive=x_log)
+        if not v.size:
             continue
-        n = len(v)
+        n = int(v.size)
         if n <= max_points:
-            xs, ys = v, [100.0 * (k + 1) / n for k in range(n)]
+            idx = list(range(n))
         else:
             idx = sorted({min(n - 1, int(round(k * (n - 1) / (max_points - 1)))) for k in range(max_points)})
-            xs, ys = [v[k] for k in idx], [100.0 * (k + 1) / n for k in idx]
+        xs, ys = [float(v[k]) for k in idx], [100.0 * (k + 1) / n for k in idx]
         series.append(Series(name, xs, ys, PALETTE[i % len(PALETTE)], step=True, markers=False))
     refs = list(refs) + [RefLine(50.0, "P50", "y", _MUTED), RefLine(99.0, "P99", "y", _MUTED)]
     return line_chart(series, title=title, x_label=x_label, y_label="percentile", subtitle=subtitle,
