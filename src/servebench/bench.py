@@ -29,6 +29,7 @@ from servebench.config import RunConfig
 from servebench.metrics import assess_client, summarize
 from servebench.protocol.openai import API_PATHS, build_body, encode_body, normalize_base_url
 from servebench.report.console import LiveProgress, print_summary
+from servebench.report.html import write_report
 from servebench.runner import Prepared, Shard, ShardSpec
 from servebench.schedule import open_loop_offsets_ns, ramp_rates
 from servebench.store import MANIFEST, RECORDS, SUMMARY, RecordWriter, default_out_dir, prepare_out_dir, write_json
@@ -218,6 +219,8 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     summary["server"] = servermetrics.server_summary(metrics_before, metrics_after)
     summary["notes"] = _notes(cfg, summary, caps)
     write_json(out_dir / SUMMARY, summary)
+    if cfg.report:
+        write_report(out_dir)
     manifest["ended_at"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     write_json(out_dir / MANIFEST, manifest)
     if not cfg.quiet:

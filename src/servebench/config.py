@@ -62,6 +62,7 @@ class RunConfig:
     profile: str | None = None  # emulator profile when url is None
     tokenizer: str | None = None
     probe: bool = True
+    report: bool = True  # write report.html (and charts/) beside the results
 
     # ------------------------------------------------------------------ derived
     @property
