@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["WorkItem"]
+__all__ = ["WorkItem", "Workload", "prepare_workload"]
 
 
 @dataclass(slots=True)
@@ -37,15 +37,10 @@ async def prepare_workload(
 ) -> Workload:
     """Every prompt of the run, before the clock (`cfg` is a RunConfig).
 
-    This is the one entry point `bench` calls; datasets, exact token lengths (the server's
-    /tokenize or a local tokenizer) and multi-turn sessions plug in behind it.
+    This is the one entry point `bench` calls. `cfg.dataset` says what to build (workload/spec.py);
+    exact token lengths come from `cfg.tokenizer` (a local Hugging Face tokenizer) or the server's own
+    /tokenize, else lengths are approximate; `info` says which, for the manifest and the summary.
     """
-    from servebench.workload.random import random_workload  # noqa: PLC0415
+    from servebench.workload.prepare import prepare  # noqa: PLC0415
 
-    if cfg.dataset != "random":
-        from servebench.errors import ConfigError  # noqa: PLC0415
-
-        raise ConfigError(f"--dataset {cfg.dataset!r} is not supported yet (random is)")
-    items = random_workload(n_total, input_len=cfg.input_len, output_len=cfg.output_len,
-                            range_ratio=cfg.range_ratio, seed=cfg.seed)
-    return Workload(items=items, info={"dataset": "random", "lengths": "approximate"})
+    return await prepare(cfg, n_total, base_url=base_url, model=model, headers=headers, caps=caps)

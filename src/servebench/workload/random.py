@@ -14,7 +14,7 @@ import numpy as np
 
 from servebench.workload import WorkItem
 
-__all__ = ["WORDS", "random_lengths", "random_prompt", "random_workload"]
+__all__ = ["WORDS", "mixture_lengths", "random_lengths", "random_prompt", "random_workload"]
 
 WORDS = tuple(dict.fromkeys(
     """the of and to in is was for on that with as by at from his it an were are which this be
@@ -62,3 +62,29 @@ def random_workload(
         WorkItem(prompt=random_prompt(i_len, rng), input_len=i_len, output_len=o_len)
         for i_len, o_len in zip(ins, outs)
     ]
+
+
+def mixture_lengths(n: int, mix: list[tuple[int, int | None, float]], range_ratio: float,
+                    rng: np.random.Generator) -> tuple[np.ndarray, list[int | None]]:
+    """Input and output lengths for `n` requests from a length mixture `[(in, out, weight), ...]`.
+
+    Each component gets its share of requests exactly (largest remainders), order shuffled with the
+    seed; `range_ratio` spreads each component uniformly around its lengths.
+    """
+    weights = np.array([w for _, _, w in mix], dtype=float)
+    raw = weights / weights.sum() * n
+    counts = np.floor(raw).astype(int)
+    for i in np.argsort(-(raw - counts))[: n - int(counts.sum())]:
+        counts[i] += 1
+    comp = rng.permutation(np.repeat(np.arange(len(mix)), counts))
+    ins = np.empty(n, dtype=np.int64)
+    outs: list[int | None] = [None] * n
+    for c, (i_len, o_len, _) in enumerate(mix):
+        sel = np.flatnonzero(comp == c)
+        if not len(sel):
+            continue
+        ins[sel] = random_lengths(len(sel), i_len, range_ratio, rng)
+        if o_len is not None:
+            for j, v in zip(sel.tolist(), random_lengths(len(sel), o_len, range_ratio, rng)):
+                outs[j] = v
+    return ins, outs

@@ -1,0 +1,207 @@
+"""Token counts before the clock: the server's own `/tokenize`, a local Hugging Face tokenizer, or none.
+
+A `TokenCounter` answers one question, in batches: how many tokens is each of these texts? Exact
+prompt lengths are built from those answers (workload/exact.py); nothing here runs on the hot path.
+
+Server dialects (request body -> response), tried in this order unless the capability probe already
+found the one that answers:
+
+- vLLM, SGLang, our emulator: POST /tokenize {"model", "prompt"} -> {"count", "tokens", "max_model_len"}
+  (SGLang also serves /v1/tokenize)
+- llama.cpp llama-server: POST /tokenize {"content"} -> {"tokens": [...]}
+- TGI: POST /tokenize {"inputs"} -> [{"id", "text", "start", "stop"}, ...]
+
+Counts of a text include whatever special tokens the endpoint adds (vLLM adds BOS, llama.cpp does not
+by default), so callers use differences of counts, never a count alone, to learn a unit's cost, and
+learn the chat template and BOS overhead from one real request's `usage.prompt_tokens` (`probe_usage`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, Protocol
+
+import aiohttp
+import orjson
+
+from servebench.errors import ConfigError
+
+__all__ = ["LocalCounter", "ServerCounter", "TokenCounter", "detect_server_counter", "probe_usage", "root_of"]
+
+_DIALECTS: tuple[tuple[str, str], ...] = (
+    ("/tokenize", "prompt"),
+    ("/v1/tokenize", "prompt"),
+    ("/tokenize", "content"),
+    ("/tokenize", "inputs"),
+)
+
+
+class TokenCounter(Protocol):
+    label: str  # for Workload.info["lengths"]
+
+    async def count(self, texts: list[str]) -> list[int]: ...
+
+    async def close(self) -> None: ...
+
+
+def root_of(base_url: str) -> str:
+    """`http://h:p/v1` -> `http://h:p` (where /tokenize and /metrics live)."""
+    u = base_url.rstrip("/")
+    return u[: -len("/v1")] if u.endswith("/v1") else u
+
+
+def _count_from(doc: Any) -> int | None:
+    if isinstance(doc, dict):
+        if isinstance(doc.get("count"), int) and isinstance(doc.get("tokens"), list):
+            return int(doc["count"])
+        if isinstance(doc.get("tokens"), list):
+            return len(doc["tokens"])
+        return None
+    if isinstance(doc, list):  # TGI
+        return len(doc)
+    return None
+
+
+class ServerCounter:
+    """Counts with the target's /tokenize; up to `parallel` calls in flight on one keep-alive pool."""
+
+    def __init__(self, root: str, model: str, headers: dict[str, str], path: str, shape: str,
+                 *, parallel: int = 16, session: aiohttp.ClientSession | None = None) -> None:
+        self.root, self.model, self.path, self.shape = root, model, path, shape
+        self.label = "exact (server /tokenize)"
+        self._headers = {k: v for k, v in headers.items() if k.lower() != "accept"}
+        self._headers["Content-Type"] = "application/json"
+        self._parallel = parallel
+        self._session = session
+        self.calls = 0
+
+    def _body(self, text: str) -> bytes:
+        if self.shape == "prompt":
+            return orjson.dumps({"model": self.model, "prompt": text})
+        if self.shape == "content":
+            return orjson.dumps({"content": text})
+        return orjson.dumps({self.shape: text})
+
+    def _sess(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._parallel),
+                timeout=aiohttp.ClientTimeout(total=120))
+        return self._session
+
+    async def _one(self, text: str) -> int:
+        self.calls += 1
+        async with self._sess().post(self.root + self.path, data=self._body(text), headers=self._headers) as r:
+            raw = await r.read()
+            if r.status != 200:
+                raise ConfigError(f"{self.root}{self.path} answered HTTP {r.status} while counting prompt tokens: "
+                                  f"{raw[:200].decode('utf-8', 'replace')}")
+        n = _count_from(orjson.loads(raw))
+        if n is None:
+            raise ConfigError(f"{self.root}{self.path}: unexpected /tokenize response {raw[:200]!r}")
+        return n
+
+    async def count(self, texts: list[str]) -> list[int]:
+        sem = asyncio.Semaphore(self._parallel)
+
+        async def guarded(t: str) -> int:
+            async with sem:
+                return await self._one(t)
+
+        return list(await asyncio.gather(*(guarded(t) for t in texts)))
+
+    async def count_messages(self, messages: list[dict[str, Any]]) -> int | None:
+        """Tokens of chat messages with the server's template (vLLM / SGLang / emulator shape), or None."""
+        if self.shape != "prompt":
+            return None
+        body = orjson.dumps({"model": self.model, "messages": messages, "add_generation_prompt": True})
+        try:
+            async with self._sess().post(self.root + self.path, data=body, headers=self._headers) as r:
+                if r.status != 200:
+                    return None
+                return _count_from(orjson.loads(await r.read()))
+        except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError):
+            return None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+async def detect_server_counter(base_url: str, model: str, headers: dict[str, str],
+                                caps: Any = None) -> ServerCounter | None:
+    """The /tokenize dialect that answers with a plausible count, or None (no exact lengths from the server)."""
+    root = root_of(base_url)
+    tried: list[tuple[str, str]] = []
+    known = getattr(caps, "tokenize", None)
+    if isinstance(known, dict) and known.get("path") and known.get("body"):
+        tried.append((str(known["path"]), str(known["body"])))
+    tried += [d for d in _DIALECTS if d not in tried]
+    session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
+    probe_a, probe_b = "hello world", "hello world hello world hello world"
+    for path, shape in tried:
+        c = ServerCounter(root, model, headers, path, shape, session=session)
+        try:
+            a, b = await c.count([probe_a, probe_b])
+        except (aiohttp.ClientError, TimeoutError, ConfigError, orjson.JSONDecodeError, ValueError):
+            continue
+        if b > a > 0:
+            c._session = None  # noqa: SLF001 - the probe session closes below; counting opens a pooled one
+            await session.close()
+            return c
+    await session.close()
+    return None
+
+
+class LocalCounter:
+    """A local Hugging Face tokenizer (`tokenizer.json`, or a folder holding one); `servebench[tokenizers]`."""
+
+    def __init__(self, path: str) -> None:
+        try:
+            from tokenizers import Tokenizer  # noqa: PLC0415 - optional extra
+        except ImportError:
+            raise ConfigError("--tokenizer needs the `tokenizers` package: pip install 'servebench[tokenizers]'") from None
+        p = Path(path).expanduser()
+        if p.is_dir():
+            p = p / "tokenizer.json"
+        if not p.is_file():
+            raise ConfigError(f"--tokenizer {path}: no tokenizer.json there (a local file or model folder)")
+        try:
+            self._tok = Tokenizer.from_file(str(p))
+        except Exception as e:  # the library raises a bare Exception on a bad file
+            raise ConfigError(f"--tokenizer {p}: cannot load: {e}") from None
+        self.label = f"exact (local tokenizer {p})"
+
+    async def count(self, texts: list[str]) -> list[int]:
+        encs = self._tok.encode_batch(texts, add_special_tokens=False)
+        return [len(e.ids) for e in encs]
+
+    async def close(self) -> None:
+        return None
+
+
+async def probe_usage(base_url: str, model: str, headers: dict[str, str], api: str,
+                      prompt: str | list[dict[str, Any]]) -> int | None:
+    """One real request (max_tokens 1, not streamed): the server's `usage.prompt_tokens`, or None."""
+    body: dict[str, Any] = {"model": model, "max_tokens": 1, "stream": False, "temperature": 0}
+    if api == "chat":
+        body["messages"] = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+        path = "/chat/completions"
+    else:
+        body["prompt"] = prompt
+        path = "/completions"
+    h = {k: v for k, v in headers.items() if k.lower() != "accept"}
+    h["Content-Type"] = "application/json"
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as s:
+            async with s.post(base_url.rstrip("/") + path, data=orjson.dumps(body), headers=h) as r:
+                if r.status != 200:
+                    return None
+                doc = orjson.loads(await r.read())
+    except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError):
+        return None
+    usage = doc.get("usage") if isinstance(doc, dict) else None
+    n = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    return int(n) if isinstance(n, int) and n > 0 else None

@@ -1,0 +1,77 @@
+"""`prepare_workload` behind the scenes: parse `--dataset`, pick the counter, build, describe."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from servebench.errors import ConfigError
+from servebench.workload import Workload
+from servebench.workload.builder import PromptBuilder, Target
+from servebench.workload.spec import parse_dataset
+
+__all__ = ["prepare"]
+
+
+def _bool(v: str | None, default: bool) -> bool:
+    if v is None:
+        return default
+    return v.strip().lower() not in ("0", "false", "no", "off")
+
+
+async def prepare(cfg: Any, n_total: int, *, base_url: str, model: str, headers: dict[str, str],
+                  caps: Any = None) -> Workload:
+    t_start = time.perf_counter()
+    spec = parse_dataset(cfg.dataset)
+    target = Target(base_url=base_url, model=model, headers=headers, api=cfg.api, caps=caps)
+    builder = await PromptBuilder.create(target, getattr(cfg, "tokenizer", None))
+    try:
+        if spec.kind == "random":
+            from servebench.workload.synthetic import random_items  # noqa: PLC0415
+
+            items, extra = await random_items(spec, cfg, n_total, builder)
+        elif spec.kind == "shared-prefix":
+            from servebench.workload.synthetic import shared_prefix_items  # noqa: PLC0415
+
+            items, extra = await shared_prefix_items(spec, cfg, n_total, builder)
+        elif spec.kind == "trace":
+            from servebench.workload.trace import trace_items  # noqa: PLC0415
+
+            items, extra = await trace_items(spec.path or "", cfg, n_total, builder,
+                                             spec.opt_float("speedup", 1.0) or 1.0)
+        else:
+            from servebench.workload import files  # noqa: PLC0415
+            from servebench.workload.sessions import records_to_items  # noqa: PLC0415
+
+            if spec.kind == "jsonl":
+                records = files.load_jsonl(spec.path or "")
+            elif spec.kind == "sharegpt":
+                records = files.load_sharegpt(spec.path or "")
+            else:
+                records = files.load_hf(spec.path or "", spec.options)
+            multi = spec.kind == "sharegpt" and _bool(spec.options.get("multi_turn"), True)
+            think = spec.opt_float("think", 0.0) or 0.0
+            if think < 0:
+                raise ConfigError("--dataset: think must be >= 0 seconds")
+            items, extra = await records_to_items(
+                records, cfg, n_total, builder, multi_turn=multi, think_s=think,
+                max_turns=spec.opt_int("max_turns"), shuffle=_bool(spec.options.get("shuffle"), True))
+    finally:
+        await builder.close()
+    lengths = builder.lengths_label
+    if spec.kind in ("jsonl", "sharegpt", "hf"):
+        lengths = ("dataset text; counted with " + lengths.removeprefix("exact (").rstrip(")")
+                   if builder.units.exact else "dataset text; approximate counts (~4 characters per token)")
+    info: dict[str, Any] = {
+        "dataset": cfg.dataset,
+        "kind": spec.kind,
+        "lengths": lengths,
+        "overhead_source": builder.overhead_source or None,
+        "prepare_s": round(time.perf_counter() - t_start, 3),
+        **extra,
+    }
+    if builder.counter is not None and hasattr(builder.counter, "calls"):
+        info["tokenize_calls"] = builder.counter.calls  # type: ignore[union-attr]
+    if builder.notes:
+        info["notes"] = list(dict.fromkeys(builder.notes))
+    return Workload(items=items, info=info)

@@ -1,0 +1,108 @@
+"""Trace replay: requests sent at the times a JSONL trace says, optionally sped up.
+
+One JSON object per line. Time (one of): `t_s` (seconds), `timestamp_ms`, or `timestamp`
+(milliseconds, as in Mooncake's traces). Lengths: `input_length` / `input_len` and
+`output_length` / `output_len`; or the request itself as `prompt` / `messages`. Lines are sorted by
+time; send offsets are measured from the first request and divided by `speedup`
+(`trace:PATH:speedup=2` replays twice as fast). Each item carries `meta["t_s"]`, its send offset;
+the runner sends at those absolute offsets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from servebench.errors import ConfigError
+from servebench.workload import WorkItem
+from servebench.workload.builder import PromptBuilder
+from servebench.workload.files import _messages, _read_json_any, _file
+from servebench.workload.sessions import flatten
+
+__all__ = ["trace_items", "read_trace"]
+
+
+def _time_s(obj: dict[str, Any], where: str) -> float:
+    if "t_s" in obj:
+        v, scale = obj["t_s"], 1.0
+    elif "timestamp_ms" in obj:
+        v, scale = obj["timestamp_ms"], 1e-3
+    elif "timestamp" in obj:
+        v, scale = obj["timestamp"], 1e-3
+    else:
+        raise ConfigError(f"{where}: needs a time: t_s (seconds), timestamp_ms or timestamp (ms)")
+    if not isinstance(v, (int, float)) or v != v:
+        raise ConfigError(f"{where}: the time must be a number")
+    return float(v) * scale
+
+
+def _first_int(obj: dict[str, Any], keys: tuple[str, ...]) -> int | None:
+    for k in keys:
+        v = obj.get(k)
+        if isinstance(v, (int, float)) and v >= 1:
+            return int(v)
+    return None
+
+
+def read_trace(path: str) -> list[dict[str, Any]]:
+    """Rows sorted by time: {"t_s", "input_len", "output_len", "messages"} (messages may be None)."""
+    p = _file(path)
+    rows = []
+    for i, obj in enumerate(_read_json_any(p)):
+        where = f"{p} line {i + 1}"
+        if not isinstance(obj, dict):
+            raise ConfigError(f"{where}: expected a JSON object")
+        msgs = None
+        if isinstance(obj.get("prompt"), str):
+            msgs = [{"role": "user", "content": obj["prompt"]}]
+        elif "messages" in obj:
+            msgs = _messages(obj["messages"], where)
+        in_len = _first_int(obj, ("input_length", "input_len", "input_tokens"))
+        if msgs is None and in_len is None:
+            raise ConfigError(f"{where}: needs input_length (or a prompt / messages)")
+        rows.append({"t_s": _time_s(obj, where), "input_len": in_len, "messages": msgs,
+                     "output_len": _first_int(obj, ("output_length", "output_len", "output_tokens", "max_tokens"))})
+    if not rows:
+        raise ConfigError(f"{p}: an empty trace")
+    rows.sort(key=lambda r: r["t_s"])
+    return rows
+
+
+async def trace_items(path: str, cfg: Any, n: int, builder: PromptBuilder,
+                      speedup: float) -> tuple[list[WorkItem], dict[str, Any]]:
+    if not speedup > 0:
+        raise ConfigError("--dataset trace: speedup must be > 0")
+    rows = read_trace(path)[:n]
+    t0 = rows[0]["t_s"]
+    chat = builder.target.api == "chat"
+    # requests without text: exact-length random prompts, like --dataset random
+    gen = [i for i, r in enumerate(rows) if r["messages"] is None]
+    texts: dict[int, str] = {}
+    overhead = 0
+    if gen:
+        overhead = await builder.overhead("single")
+        totals = np.array([rows[i]["input_len"] for i in gen], dtype=np.int64)
+        content = builder.content_targets(totals, overhead)
+        pool = builder.pool(len(gen), int(content.max()), cfg.seed)
+        texts = dict(zip(gen, pool.texts(content)))
+    given = [i for i, r in enumerate(rows) if r["messages"] is not None and r["input_len"] is None]
+    if given:
+        first, further = await builder.message_overheads()
+        contents = [m["content"] for i in given for m in rows[i]["messages"]]
+        counts = dict(zip(contents, await builder.count_texts(contents)))
+        for i in given:
+            msgs = rows[i]["messages"]
+            rows[i]["input_len"] = sum(counts[m["content"]] for m in msgs) + first + further * (len(msgs) - 1)
+    items = []
+    for i, r in enumerate(rows):
+        msgs = r["messages"]
+        prompt: Any = texts[i] if msgs is None else ([dict(m) for m in msgs] if chat else flatten(msgs))
+        items.append(WorkItem(prompt=prompt, input_len=int(r["input_len"]), output_len=r["output_len"] or cfg.output_len,
+                              meta={"t_s": (r["t_s"] - t0) / speedup}))
+    span = items[-1].meta["t_s"] if items else 0.0
+    info = {"trace": {"requests": len(items), "speedup": speedup, "span_s": round(span, 3),
+                      "mean_rate_rps": round((len(items) - 1) / span, 3) if span > 0 else None}}
+    if n > len(rows):
+        info["trace"]["note"] = f"the trace holds {len(rows)} requests; {n} were asked for"
+    return items, info
