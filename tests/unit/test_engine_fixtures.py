@@ -121,3 +121,4 @@ def test_chunks_that_never_start_ttft_are_present() -> None:
     assert any(b"\r\n" in b for b in blobs.values())
     assert any(b"\n:\n" in b or b.startswith(b":") for b in blobs.values())
     assert any(b.startswith(b"data:{") for b in blobs.values())  # no space after the colon
+    assert any(not _load(name)[1]["expect"]["done"] for name in CASES)  # a stream without [DONE]
