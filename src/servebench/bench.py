@@ -8,6 +8,7 @@ starts; records stream to disk during the run; metrics are computed after it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as _dt
 import math
 import os
@@ -28,7 +29,8 @@ from servebench import __version__
 from servebench.config import RunConfig
 from servebench.metrics import assess_client, summarize
 from servebench.protocol.openai import API_PATHS, build_body, encode_body, normalize_base_url
-from servebench.report.console import LiveProgress, print_summary
+from servebench.repeats import spread
+from servebench.report.console import LiveProgress, print_spread, print_summary
 from servebench.report.html import write_report
 from servebench.runner import Prepared, Shard, ShardSpec
 from servebench.schedule import open_loop_offsets_ns, ramp_rates
@@ -67,12 +69,38 @@ def run_benchmark_sync(cfg: RunConfig, console: Console | None = None) -> RunOut
 
 
 async def run_benchmark(cfg: RunConfig, console: Console | None = None) -> RunOutcome:
+    """One run, or `cfg.repeat` runs of the same configuration, against `cfg.url` or the emulator."""
     cfg.validate()
     console = console or Console(stderr=False, quiet=cfg.quiet)
     if cfg.url is None:
         async with EmulatorProcess(cfg.profile or DEFAULT_PROFILE) as emu:
-            return await run_against(cfg, emu.url or "", console, emulated=True)
-    return await run_against(cfg, cfg.url, console, emulated=False)
+            return await _run_or_repeat(cfg, emu.url or "", console, emulated=True)
+    return await _run_or_repeat(cfg, cfg.url, console, emulated=False)
+
+
+async def _run_or_repeat(cfg: RunConfig, url: str, console: Console, *, emulated: bool) -> RunOutcome:
+    if cfg.repeat <= 1:
+        return await run_against(cfg, url, console, emulated=emulated)
+    root = prepare_out_dir(cfg.out or default_out_dir(cfg.slug() + f"-x{cfg.repeat}"))
+    outcomes: list[RunOutcome] = []
+    for k in range(1, cfg.repeat + 1):
+        sub = dataclasses.replace(cfg, out=str(root / f"repeat-{k}"), repeat=1)
+        if not cfg.quiet:
+            console.rule(f"repeat {k} of {cfg.repeat}")
+        outcome = await run_against(sub, url, console, emulated=emulated)
+        outcomes.append(outcome)
+        if outcome.interrupted:
+            break
+    doc = {
+        "schema": "servebench.repeats/1",
+        "repeats": [o.out_dir.name for o in outcomes],
+        "spread": spread([o.summary for o in outcomes]),
+    }
+    write_json(root / "repeats.json", doc)
+    if not cfg.quiet:
+        print_spread(doc["spread"], console, str(root))
+    last = outcomes[-1]
+    return RunOutcome(out_dir=root, summary=last.summary, interrupted=last.interrupted)
 
 
 def plan_requests(cfg: RunConfig, items: list[WorkItem], model: str, ignore_rejected: set[str]) -> list[Prepared]:
@@ -260,6 +288,10 @@ def _notes(cfg: RunConfig, summary: dict[str, Any], caps: Any) -> list[str]:
         )
     if summary["tokens"]["input_source"] != "usage" and summary["requests"]["completed"]:
         notes.append("the server sent no usage.prompt_tokens: input tokens are the requested (approximate) lengths")
+    notes.extend(summary["workload"].get("notes") or [])  # workload: how lengths were made, if not exact
+    prefix = servermetrics.prefix_cache_note(summary["workload"].get("intended_prefix_hit_rate"), summary.get("server"))
+    if prefix:
+        notes.append(prefix)
     return notes
 
 
