@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 
-__all__ = ["COMMON", "parse_prometheus", "scrape", "server_summary"]
+__all__ = ["COMMON", "HISTOGRAMS", "parse_prometheus", "prefix_cache_note", "scrape", "server_summary"]
 
 # common key -> metric names (without `_total`), in the order they are tried
 COMMON: dict[str, tuple[str, ...]] = {
@@ -28,12 +28,24 @@ COMMON: dict[str, tuple[str, ...]] = {
                       "llamacpp:prompt_tokens"),
     "generation_tokens": ("vllm:generation_tokens", "sglang:generation_tokens", "trtllm_generation_tokens",
                           "llamacpp:tokens_predicted"),
-    "prefix_queries": ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries", "sglang:prompt_tokens"),
+    "prefix_queries": ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries", "sglang:prompt_tokens",
+                       "llamacpp:prompt_tokens"),
     "prefix_hits": ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits", "sglang:cached_tokens",
                     "llamacpp:prompt_tokens_cached"),
     "preemptions": ("vllm:num_preemptions", "sglang:num_retracted_reqs"),
 }
 _COUNTERS = ("prompt_tokens", "generation_tokens", "prefix_queries", "prefix_hits", "preemptions")
+# server-side latency histograms: common key -> names; the window's mean is Δ_sum / Δ_count (seconds)
+HISTOGRAMS: dict[str, tuple[str, ...]] = {
+    "ttft": ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds",
+             "trtllm_time_to_first_token_seconds"),
+    "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
+            "sglang:inter_token_latency_seconds", "trtllm_time_per_output_token_seconds"),
+    "e2e": ("vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds",
+            "trtllm_e2e_request_latency_seconds"),
+    "queue": ("vllm:request_queue_time_seconds", "sglang:queue_time_seconds", "trtllm_request_queue_time_seconds"),
+}
+PREFIX_TOLERANCE = 0.05  # intended vs achieved prefix-cache hit rate: warn beyond 5 points
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 
 
@@ -100,4 +112,37 @@ def server_summary(before: dict[str, float] | None, after: dict[str, float] | No
             doc[key] = value
     q, h = doc.get("prefix_queries"), doc.get("prefix_hits")
     doc["prefix_cache_hit_rate"] = (h / q) if q and h is not None and q > 0 else None
+    means: dict[str, float] = {}
+    for key, names in HISTOGRAMS.items():
+        for name in names:
+            if f"{name}_count" in after:
+                dn = after[f"{name}_count"] - (before or {}).get(f"{name}_count", 0.0)
+                ds = after.get(f"{name}_sum", 0.0) - (before or {}).get(f"{name}_sum", 0.0)
+                if dn > 0:
+                    means[f"{key}_mean_ms"] = ds / dn * 1e3
+                    doc["metrics_used"][f"{key}_hist"] = name
+                break
+    if means:
+        doc["latency_ms"] = means
     return doc
+
+
+def prefix_cache_note(intended: float | None, server: dict[str, Any] | None,
+                      tolerance: float = PREFIX_TOLERANCE) -> str | None:
+    """A warning when the workload's intended prefix-cache hit rate and the server's achieved one
+    disagree by more than `tolerance` (a fraction: 0.05 = 5 points); None when they agree or when
+    either is unknown."""
+    if intended is None or not server:
+        return None
+    achieved = server.get("prefix_cache_hit_rate")
+    if achieved is None:
+        return None
+    if abs(achieved - intended) <= tolerance:
+        return None
+    why = ("prefix caching may be off, the cache too small for the shared prefixes, or requests evicted "
+           "before reuse" if achieved < intended else
+           "the server reused more than the workload shares (e.g. template tokens, repeated prompts or a "
+           "warm cache from an earlier run)")
+    return (f"prefix cache: intended hit rate {intended:.1%}, achieved {achieved:.1%} "
+            f"(server {server.get('metrics_used', {}).get('prefix_hits', 'counters')}); they differ by more than "
+            f"{tolerance * 100:.0f} points: {why}")
