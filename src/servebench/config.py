@@ -62,6 +62,7 @@ class RunConfig:
     profile: str | None = None  # emulator profile when url is None
     tokenizer: str | None = None
     probe: bool = True
+    repeat: int = 1  # run the same configuration N times (DIR/repeat-k) and report the spread
     report: bool = True  # write report.html (and charts/) beside the results
 
     # ------------------------------------------------------------------ derived
@@ -115,6 +116,8 @@ class RunConfig:
             raise ConfigError("--duration must be > 0 seconds")
         if self.duration is not None and self.load_mode == "offline":
             raise ConfigError("--rate inf sends every request at once; give --num-requests, not --duration")
+        if self.repeat < 1:
+            raise ConfigError("--repeat must be at least 1")
         if self.warmup < 0:
             raise ConfigError("--warmup must be >= 0")
         if self.input_len < 1:

@@ -74,6 +74,7 @@ def run_options(fn: Callable[..., Any] | None = None, *, lists: bool = False) ->
         click.option("--slo", help="Per-request limits for goodput, e.g. ttft_ms=2000,tpot_ms=80."),
         click.option("--profile", help="Emulator profile when no --url is given. [default: llama-3.1-8b]"),
         click.option("--no-probe", "no_probe", is_flag=True, default=None, help="Skip the capability probe before the clock."),
+        click.option("--repeat", type=int, help="Run the same configuration N times (DIR/repeat-1..N) and report the spread."),
         click.option("--report/--no-report", default=None, help="Write report.html beside the results. [default: on]"),
         click.option("--quiet", "-q", is_flag=True, default=None, help="No progress display and no summary table."),
     ]

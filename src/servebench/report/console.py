@@ -11,7 +11,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["LiveProgress", "print_summary", "summary_table"]
+__all__ = ["LiveProgress", "print_spread", "print_summary", "summary_table"]
 
 
 class LiveProgress:
@@ -149,3 +149,18 @@ def _load_words(load: dict[str, Any]) -> str:
     if mode == "ramp":
         return f"ramp {load.get('ramp_up_strategy')} {load.get('ramp_up_start_rps')}→{load.get('ramp_up_end_rps')} req/s"
     return "offline (every request at once)"
+
+
+def print_spread(spread: dict[str, Any], console: Console, out_dir: str | None = None) -> None:
+    """The run-to-run spread of `--repeat N`: mean ± std, range and CV per metric."""
+    table = Table(title=None, show_edge=False, pad_edge=False, box=None)
+    table.add_column("over repeats", style="bold")
+    for col in ("mean", "± std", "min", "max", "CV"):
+        table.add_column(col, justify="right")
+    for label, d in spread.items():
+        cv = d.get("cv")
+        table.add_row(label, _fmt(d["mean"], 2), _fmt(d["std"], 2), _fmt(d["min"], 2), _fmt(d["max"], 2),
+                      "—" if cv is None else f"{cv * 100:.1f}%")
+    console.print(table)
+    if out_dir:
+        console.print(f"  repeats  {out_dir} (repeat-1 … ; compare them with servebench compare)")
