@@ -20,10 +20,14 @@ seeded EOS), `POST /tokenize` and `/detokenize` (vLLM shapes), `GET /health`, `G
 
 Ground truth, for checking a client's measurements: `GET /_servebench/truth` returns
 ``{"clock": "perf_counter_ns", "requests": [{"id", "arrival_ns", "token_ns": [...], "status",
-"prompt_tokens", "completion_tokens", "reasoning_tokens"}, ...]}`` with times from
-`time.perf_counter_ns()` (CLOCK_MONOTONIC: comparable across processes on one Linux host); `id`
-is the `x-request-id` response header (the client's own `x-request-id` if it sent one).
-`GET /_servebench/pacing` gives the emission lateness (actual write - engine emission time).
+"prompt_tokens", "completion_tokens", "reasoning_tokens"}, ...]}`` for the last 50,000 requests.
+Times are `time.perf_counter_ns()` (CLOCK_MONOTONIC: comparable across processes on one Linux
+host): `arrival_ns` when the request was read and parsed, `token_ns[i]` just before token i's bytes
+went to the socket (so a client on the same host always sees it later). `id` is the `x-request-id`
+response header (the client's own `x-request-id` if it sent one). `status` is one of `running`,
+`ok`, `error_500`, `error_429`, `dropped`, `stalled`, `aborted` (client went away), `rejected`.
+`?id=X` selects one request; `?clear=1` forgets the finished ones after answering.
+`GET /_servebench/pacing` gives the emission error |actual write - engine emission time|.
 
 Faults (fractions of requests, drawn from `--fault-seed` in arrival order): answered 500, answered
 429, dropped (connection closed after a seeded number of tokens), stalled (no more bytes after a
@@ -38,6 +42,7 @@ step from pre-encoded byte templates.
 from __future__ import annotations
 
 import argparse
+from array import array
 import asyncio
 import itertools
 import random
@@ -115,7 +120,7 @@ class _Stream:
                  "write")
 
     def __init__(self) -> None:
-        self.token_ns: list[int] = []
+        self.token_ns = array("q")
         self.sent = 0
         self.status = "running"
         self.fault: str | None = None
@@ -123,7 +128,7 @@ class _Stream:
         self.sim: SimRequest | None = None
 
     def truth(self) -> dict[str, Any]:
-        return {"id": self.rid, "arrival_ns": self.arrival_ns, "token_ns": self.token_ns, "status": self.status,
+        return {"id": self.rid, "arrival_ns": self.arrival_ns, "token_ns": self.token_ns.tolist(), "status": self.status,
                 "prompt_tokens": self.prompt_len, "completion_tokens": self.n_total,
                 "reasoning_tokens": self.n_reason}
 
@@ -132,7 +137,7 @@ class Emulator:
     """The application: HTTP routes, the engine loop, metrics and truth."""
 
     def __init__(self, profile: Profile, *, faults: Faults | None = None, seed: int = 0,
-                 served_model_name: str | None = None, truth_limit: int = 200_000) -> None:
+                 served_model_name: str | None = None, truth_limit: int = 50_000) -> None:
         self.profile = profile
         self.model = served_model_name or profile.served_model_name
         self.engine = Engine(profile.engine)
@@ -344,8 +349,7 @@ class Emulator:
                 if path == "/v1/models":
                     return conn.respond(200, self._models())
                 if path == "/_servebench/truth":
-                    return conn.respond(200, orjson.dumps({"clock": "perf_counter_ns",
-                                                           "requests": [s.truth() for s in self._truth]}))
+                    return conn.respond(200, self._truth_body(query))
                 if path == "/_servebench/pacing":
                     return conn.respond(200, orjson.dumps(self.pacing()))
                 if path == "/_servebench/info":
@@ -355,6 +359,19 @@ class Emulator:
             return conn.respond(e.status, error_body(str(e), e.kind, e.status))
         except Exception as e:  # a bug: answer 500 rather than hang the connection
             return conn.respond(500, error_body(f"{type(e).__name__}: {e}", "InternalServerError", 500))
+
+    def _truth_body(self, query: str) -> bytes:
+        """`?id=X` one request; `?clear=1` forget the finished ones after answering."""
+        params = dict(p.partition("=")[::2] for p in query.split("&") if p)
+        recs = list(self._truth)
+        if "id" in params:
+            recs = [s for s in recs if s.rid == params["id"]]
+        body = orjson.dumps({"clock": "perf_counter_ns", "requests": [s.truth() for s in recs]})
+        if params.get("clear") in ("1", "true"):
+            keep = [s for s in self._truth if s.status in ("running", "stalled")]
+            self._truth.clear()
+            self._truth.extend(keep)
+        return body
 
     def _models(self) -> bytes:
         return orjson.dumps({"object": "list", "data": [{

@@ -31,7 +31,7 @@ class HttpApp(Protocol):
 class HttpConn(asyncio.Protocol):
     """One client connection. `busy` while a response is in progress; later requests wait in `buf`."""
 
-    __slots__ = ("app", "transport", "buf", "busy", "closed", "keep_alive", "current", "_parsing")
+    __slots__ = ("app", "transport", "buf", "busy", "closed", "keep_alive", "current", "_parsing", "_continued")
 
     def __init__(self, app: HttpApp) -> None:
         self.app = app
@@ -42,6 +42,7 @@ class HttpConn(asyncio.Protocol):
         self.keep_alive = True
         self.current: Any = None  # the application's in-flight response state
         self._parsing = False
+        self._continued = False
 
     # ---------------------------------------------------------------- asyncio
     def connection_made(self, transport: Any) -> None:
@@ -102,7 +103,11 @@ class HttpConn(asyncio.Protocol):
                 self._fail(413)
                 return False
             if len(buf) < start + n:
+                if headers.get("expect", "").lower() == "100-continue" and not self._continued:
+                    self._continued = True
+                    self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
                 return False
+            self._continued = False
             body = bytes(buf[start:start + n])
             del buf[:start + n]
         conn_hdr = headers.get("connection", "").lower()
