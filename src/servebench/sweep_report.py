@@ -1,0 +1,169 @@
+"""A sweep's summary: one row per point, the saturation diagnosis, the table. Pure apart from
+`render_table`, which only builds a rich Table (printing is the caller's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.table import Table
+
+__all__ = ["SATURATION_GAIN", "diagnose", "point_row", "render_table", "table_text"]
+
+#: Throughput has stopped growing at a point when the next load step adds less than this fraction.
+SATURATION_GAIN = 0.10
+#: TTFT growth (median, last point over the saturation point) that says requests queue.
+_TTFT_GROWTH = 2.0
+
+
+def _get(doc: dict[str, Any] | None, *path: str) -> Any:
+    cur: Any = doc
+    for key in path:
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(key)
+    return cur
+
+
+def point_row(entry: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    """The figures of one point that the sweep summary shows (and sweep.json keeps)."""
+    lat = summary.get("latency_ms") or {}
+    tp = summary.get("throughput") or {}
+    return {
+        "dir": entry.get("dir"),
+        "load": entry.get("load_label"),
+        "input_len": entry.get("input_len"),
+        "output_len": entry.get("output_len"),
+        "offered_requests_per_s": tp.get("offered_requests_per_s"),
+        "completed_requests_per_s": tp.get("requests_per_s"),
+        "output_tokens_per_s": tp.get("output_tokens_per_s"),
+        "total_tokens_per_s": tp.get("total_tokens_per_s"),
+        "ttft_median_ms": _get(lat, "ttft", "median"), "ttft_p99_ms": _get(lat, "ttft", "p99"),
+        "itl_median_ms": _get(lat, "itl", "median"), "itl_p99_ms": _get(lat, "itl", "p99"),
+        "tpot_median_ms": _get(lat, "tpot", "median"), "tpot_p99_ms": _get(lat, "tpot", "p99"),
+        "e2e_median_ms": _get(lat, "e2e", "median"), "e2e_p99_ms": _get(lat, "e2e", "p99"),
+        "failed": _get(summary, "requests", "failed"),
+        "goodput_requests_per_s": _get(summary, "goodput", "requests_per_s"),
+        "slo_passed": _get(summary, "slo_check", "passed"),
+        "usd_per_1m_output_tokens": _get(summary, "cost", "usd_per_1m_output_tokens"),
+        "usd_per_1m_total_tokens": _get(summary, "cost", "usd_per_1m_total_tokens"),
+        "client_saturated": _get(summary, "client", "saturated"),
+        "server_waiting": _get(summary, "server", "waiting"),
+    }
+
+
+def diagnose(loads: Sequence[float], summaries: Sequence[dict[str, Any]], *, label: str = "load",
+             gain: float = SATURATION_GAIN) -> dict[str, Any]:
+    """Where output throughput stops growing, and who queued: the server or the client.
+
+    The saturation point is the first load whose next step adds less than `gain` (10%) output
+    tokens/s. Past it: the client is the bottleneck when a run's client self-check says so
+    (`client.saturated`: schedule lag, loop lag, CPU); the server queued when the median TTFT grew
+    `_TTFT_GROWTH`× or more, when its /metrics showed waiting requests, or when open-loop runs
+    completed fewer requests/s than offered.
+    """
+    order = sorted(range(len(loads)), key=lambda i: loads[i])
+    xs = [loads[i] for i in order]
+    ss = [summaries[i] for i in order]
+    tput = [float(_get(s, "throughput", "output_tokens_per_s") or 0.0) for s in ss]
+    out: dict[str, Any] = {"saturation_load": None, "plateau_output_tokens_per_s": None,
+                           "next_step_gain": None, "bottleneck": None, "evidence": [], "text": ""}
+    if len(xs) < 2:
+        out["text"] = "one point: no saturation analysis"
+        return out
+    knee = None
+    for i in range(len(xs) - 1):
+        step = tput[i + 1] / tput[i] - 1 if tput[i] > 0 else float("inf")
+        if step < gain:
+            knee, out["next_step_gain"] = i, step
+            break
+    if knee is None:
+        last = tput[-1] / tput[-2] - 1 if tput[-2] > 0 else 0.0
+        out["next_step_gain"] = last
+        out["text"] = (f"throughput still grows at the highest {label} ({_fmt(xs[-1])}: +{last * 100:.0f}% "
+                       f"over the step before): not saturated; raise the {label} to find the plateau")
+        return out
+    out["saturation_load"] = xs[knee]
+    out["plateau_output_tokens_per_s"] = max(tput[knee:])
+    evidence: list[str] = []
+    client = [s for s in ss[knee:] if _get(s, "client", "saturated")]
+    for s in client[:1]:
+        reasons = _get(s, "client", "reasons") or []
+        evidence.append("client saturated: " + ("; ".join(reasons) or "client self-check"))
+    t0 = _get(ss[knee], "latency_ms", "ttft", "median")
+    t1 = _get(ss[-1], "latency_ms", "ttft", "median")
+    server = False
+    if t0 and t1 and t1 / t0 >= _TTFT_GROWTH:
+        server = True
+        evidence.append(f"TTFT median grew {t1 / t0:.1f}× past saturation ({t0:.0f} → {t1:.0f} ms): requests queue")
+    waiting = [w for w in (_get(s, "server", "waiting") for s in ss[knee:]) if w]
+    if waiting:
+        server = True
+        evidence.append(f"server /metrics: up to {max(waiting):g} requests waiting")
+    kv = [k for k in (_get(s, "server", "kv_usage") for s in ss[knee:]) if k is not None]
+    if kv and max(kv) >= 0.9:
+        evidence.append(f"KV cache {max(kv) * 100:.0f}% used")
+    pre = sum(p for p in (_get(s, "server", "preemptions") for s in ss[knee:]) if p)
+    if pre:
+        evidence.append(f"{pre:g} preemptions")
+    for s in ss[knee:]:
+        off = _get(s, "throughput", "offered_requests_per_s")
+        done = _get(s, "throughput", "requests_per_s")
+        if _get(s, "load", "mode") == "rate" and off and done is not None and done < 0.9 * off:
+            server = True
+            evidence.append(f"completed {done:.2f} of {off:.2f} offered req/s")
+            break
+    # Server signs win: a client that also flags itself adds delay, but requests queued at the server.
+    out["bottleneck"] = "server" if server else ("client" if client else "unclear")
+    out["client_flagged"] = bool(client)
+    out["evidence"] = evidence
+    who = {"client": "the client is the bottleneck", "server": "the server queues",
+           "unclear": "no queueing sign found"}[out["bottleneck"]]
+    out["text"] = (f"throughput stops growing at {label} {_fmt(xs[knee])} "
+                   f"(~{tput[knee]:,.0f} output tok/s; the next step adds {out['next_step_gain'] * 100:+.0f}%): "
+                   f"{who}" + (f" ({'; '.join(evidence)})" if evidence else ""))
+    return out
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def _n(v: Any, fmt: str = "{:,.1f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def render_table(rows: Sequence[dict[str, Any]], *, title: str = "sweep") -> Table:
+    t = Table(title=title, title_justify="left", header_style="bold")
+    for col in ("load", "in:out", "req/s offered", "req/s done", "out tok/s", "TTFT med", "TTFT p99",
+                "ITL med", "ITL p99", "E2E med", "E2E p99", "SLO", "$/1M out"):
+        t.add_column(col, justify="left" if col in ("load", "in:out") else "right")
+    for r in rows:
+        slo = {True: "[green]pass[/green]", False: "[red]fail[/red]"}.get(r.get("slo_passed"), "-")
+        t.add_row(
+            str(r.get("load")), f"{r.get('input_len')}:{r.get('output_len')}",
+            _n(r.get("offered_requests_per_s"), "{:,.2f}"), _n(r.get("completed_requests_per_s"), "{:,.2f}"),
+            _n(r.get("output_tokens_per_s"), "{:,.0f}"),
+            _n(r.get("ttft_median_ms")), _n(r.get("ttft_p99_ms")), _n(r.get("itl_median_ms")),
+            _n(r.get("itl_p99_ms")), _n(r.get("e2e_median_ms"), "{:,.0f}"), _n(r.get("e2e_p99_ms"), "{:,.0f}"),
+            slo, _n(r.get("usd_per_1m_output_tokens"), "${:,.3f}"),
+        )
+    return t
+
+
+def table_text(rows: Sequence[dict[str, Any]], *, title: str = "sweep", width: int = 160) -> str:
+    """The table as plain text (for sweep-summary.txt)."""
+    from rich.console import Console  # noqa: PLC0415
+
+    console = Console(width=width, record=True, file=_Null(), color_system=None)
+    console.print(render_table(rows, title=title))
+    return console.export_text()
+
+
+class _Null:
+    def write(self, _s: str) -> int:
+        return 0
+
+    def flush(self) -> None:
+        pass
