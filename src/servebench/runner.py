@@ -1,10 +1,16 @@
 """The asyncio hot loop: send on schedule, timestamp chunks where the bytes arrive, record.
 
 One `Shard` is the unit of work: a slice of a precomputed schedule in, records out. Everything a
-request needs (its encoded body, its scheduled offset) is ready before the clock starts; per chunk
-the loop does only what timing and token counting need: `perf_counter_ns()`, the SSE split, one
-JSON parse per event and list appends. Token allocation, metrics and file formats happen after
-each request (records) or after the run (summary).
+request needs (its encoded body, its scheduled offset, a keep-alive connection) is ready before the
+clock starts. Per socket read the hot path (`servebench.http`, then `_StreamSink.on_body`) does only
+what timing and token counting need: one `perf_counter_ns()`, the chunked-framing and SSE splits,
+one JSON parse per event and list appends — inside the transport's `data_received`, with no
+coroutine switch per chunk. Token allocation, metrics and file formats happen after each request
+(records) or after the run (summary).
+
+Schedules: a *unit* is one request, or the turns of one multi-turn session (sent in order, each
+after the previous answer and its think time). Closed loop: N workers each take the next unit when
+the previous one ends. Open loop: units start at their absolute offsets from t0, optionally capped.
 
 Clocks: every timestamp is `time.perf_counter_ns() - t0_ns` of the process that measured it.
 """
