@@ -1,0 +1,161 @@
+"""Workload building: the --dataset grammar, exact-length prompts from calibrated units, mixtures."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from servebench.errors import ConfigError
+from servebench.tokenizer import get_tokenizer
+from servebench.workload.counter import LocalCounter
+from servebench.workload.exact import ANCHOR, UnitPool, approximate_units, calibrate_units
+from servebench.workload.random import mixture_lengths
+from servebench.workload.spec import SHARED_PREFIX_PRESET, parse_dataset
+from servebench.workload.synthetic import intended_hit_rate
+
+
+class BuiltinCounter:
+    """The emulator's own tokenizer (servebench.tokenizer), counted in-process: the real thing, no HTTP."""
+
+    label = "exact (builtin)"
+
+    def __init__(self, bos: int = 0) -> None:
+        self.tok = get_tokenizer()
+        self.bos = bos
+
+    async def count(self, texts: list[str]) -> list[int]:
+        return [self.bos + self.tok.count(t) for t in texts]
+
+    async def close(self) -> None:
+        return None
+
+
+# ------------------------------------------------------------------ --dataset grammar
+def test_parse_random_forms() -> None:
+    assert parse_dataset("random").mix == []
+    one = parse_dataset("random:1024:256").mix
+    assert [(m.input_len, m.output_len, m.weight) for m in one] == [(1024, 256, 1.0)]
+    mix = parse_dataset("random:128:64@25%,512:128@75%").mix
+    assert [(m.input_len, m.output_len) for m in mix] == [(128, 64), (512, 128)]
+    assert [m.weight for m in mix] == pytest.approx([0.25, 0.75])
+    # an unweighted part takes what is left
+    rest = parse_dataset("random:100:10@10%,200:20").mix
+    assert [m.weight for m in rest] == pytest.approx([0.1, 0.9])
+
+
+@pytest.mark.parametrize("bad", ["random:abc", "random:10:10@60%,20:20@50%", "random:0:5", "random:5:5@-1%",
+                                 "nosuch", "jsonl", "shared-prefix:groups=0", "shared-prefix:users=3",
+                                 "shared-prefix:groups=x"])
+def test_parse_rejects(bad: str) -> None:
+    with pytest.raises(ConfigError):
+        parse_dataset(bad)
+
+
+def test_parse_paths_and_options() -> None:
+    s = parse_dataset("hf:/data/aime.parquet:prompt=problem,split=train")
+    assert (s.kind, s.path, s.options) == ("hf", "/data/aime.parquet", {"prompt": "problem", "split": "train"})
+    s = parse_dataset("sharegpt:/x/chats.json")
+    assert (s.path, s.options) == ("/x/chats.json", {})
+    s = parse_dataset("trace:t.jsonl:speedup=2")
+    assert s.opt_float("speedup") == 2.0
+    sp = parse_dataset("shared-prefix")
+    assert sp.kind == "shared-prefix" and sp.options == {}
+    assert SHARED_PREFIX_PRESET == {"groups": 10, "prompts": 50, "system": 2000, "question": 1200}
+    assert parse_dataset("shared-prefix:groups=2,prompts=3").opt_int("groups") == 2
+
+
+# ------------------------------------------------------------------ exact lengths
+def test_calibrated_units_build_exact_lengths_builtin_tokenizer() -> None:
+    counter = BuiltinCounter(bos=1)  # a BOS on every count, as vLLM's /tokenize adds: differences cancel it
+    units = asyncio.run(calibrate_units(counter))
+    assert units.exact and units.anchor_cost == 1 + get_tokenizer().count(ANCHOR)
+    rng = np.random.default_rng(3)
+    targets = rng.integers(1, 3000, size=200)
+    pool = UnitPool(units, n_prompts=200, max_tokens=int(targets.max()), seed=7)
+    texts = pool.texts(targets)
+    tok = get_tokenizer()
+    assert [tok.count(t) - tok.count(ANCHOR) for t in texts] == targets.tolist()
+    assert len(set(texts)) == 200
+    # distinct starts: no two prompts share the first 8 words after the anchor
+    heads = {" ".join(t.split()[1:9]) for t in texts}
+    assert len(heads) == 200
+
+
+def test_pool_is_seeded() -> None:
+    units = asyncio.run(calibrate_units(BuiltinCounter()))
+    a = UnitPool(units, n_prompts=10, max_tokens=64, seed=1).texts([64] * 10)
+    b = UnitPool(units, n_prompts=10, max_tokens=64, seed=1).texts([64] * 10)
+    c = UnitPool(units, n_prompts=10, max_tokens=64, seed=2).texts([64] * 10)
+    assert a == b and a != c
+
+
+def _train_bpe(path: Path) -> Path:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from servebench.workload.random import WORDS
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    rng = np.random.default_rng(0)
+    corpus = [" ".join(WORDS[i] for i in rng.integers(0, 60, size=50)) for _ in range(200)]
+    tok.train_from_iterator(corpus, trainer)
+    out = path / "tokenizer.json"
+    tok.save(str(out))
+    return out
+
+
+def test_local_hf_tokenizer_exact(tmp_path: Path) -> None:
+    """A byte-level BPE where most words are several tokens: costs vary, the pool still hits every length."""
+    path = _train_bpe(tmp_path)
+    counter = LocalCounter(str(tmp_path))  # a folder holding tokenizer.json
+    units = asyncio.run(calibrate_units(counter))
+    assert units.exact, units.notes
+    assert (units.costs > 1).any() and (units.costs == 1).any()
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(path))
+    base = len(tok.encode(ANCHOR, add_special_tokens=False).ids)
+    targets = [1, 2, 3, 5, 17, 100, 1024, 999]
+    texts = UnitPool(units, n_prompts=len(targets), max_tokens=1024, seed=0).texts(targets)
+    assert [len(tok.encode(t, add_special_tokens=False).ids) - base for t in texts] == targets
+
+
+def test_local_tokenizer_missing_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="tokenizer.json"):
+        LocalCounter(str(tmp_path))
+
+
+def test_approximate_units_when_not_additive() -> None:
+    class Merging(BuiltinCounter):
+        label = "exact (merging)"
+
+        async def count(self, texts: list[str]) -> list[int]:  # long texts count fewer than their parts
+            return [n - (n // 100) for n in await super().count(texts)]
+
+    units = asyncio.run(calibrate_units(Merging()))
+    assert not units.exact and "not additive" in units.label and units.notes
+    approx = approximate_units("why")
+    assert not approx.exact and approx.notes == ["why"] and (approx.costs == 1).all()
+
+
+# ------------------------------------------------------------------ mixtures and intent
+def test_mixture_lengths_exact_shares() -> None:
+    ins, outs = mixture_lengths(1000, [(128, 64, 0.25), (512, 128, 0.75)], 0.0, np.random.default_rng(0))
+    assert (ins == 128).sum() == 250 and (ins == 512).sum() == 750
+    assert all((o == 64) == (i == 128) for i, o in zip(ins.tolist(), outs))
+    # shuffled, not blocks
+    assert len(set(ins[:100].tolist())) == 2
+    spread, _ = mixture_lengths(400, [(100, None, 1.0)], 0.5, np.random.default_rng(0))
+    assert spread.min() >= 50 and spread.max() <= 150 and len(set(spread.tolist())) > 20
+
+
+def test_intended_hit_rate_counts_first_of_group_as_miss() -> None:
+    # 10 groups x 50 prompts, 2000 shared of 3200: (490 * 2000) / (500 * 3200)
+    groups = [k // 50 for k in range(500)]
+    assert intended_hit_rate(groups, 2000, [3200] * 500) == pytest.approx(490 * 2000 / (500 * 3200))
+    assert intended_hit_rate([0, 1, 2], 10, [20, 20, 20]) == 0.0
