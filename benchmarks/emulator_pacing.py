@@ -65,7 +65,8 @@ async def _run(args: argparse.Namespace, url: str) -> dict[str, float]:
     after = json.loads(await _http(host, p, "GET", "/_servebench/pacing"))
     tokens = after["tokens"] - before["tokens"]
     return {"streams": args.streams, "wall_s": wall, "requests": counts[0], "tokens": tokens,
-            "tokens_per_s": tokens / wall, "server_cpu_frac_of_one_core": (after["process_cpu_s"] - before["process_cpu_s"]) / wall,
+            "tokens_per_s": tokens / wall,
+            "server_cpu_frac_of_one_core": (after["process_cpu_s"] - before["process_cpu_s"]) / wall,
             "lateness_p50_ms": after["p50_ms"], "lateness_p99_ms": after["p99_ms"],
             "lateness_p999_ms": after["p999_ms"], "lateness_max_ms": after["max_ms"],
             "emit_wall_frac": (after["emit_wall_s"] - before["emit_wall_s"]) / wall,

@@ -125,7 +125,8 @@ class Tokenizer:
         self._id_to_bytes.append(b"")
         self._id_to_text.append("")
         # Whole words with a leading space: common words and 3-letter pieces, in a fixed order.
-        word_pieces = [" " + w for w in words] + [" " + a + b + c for a in "bdfgklmnprst" for b in "aeiou" for c in "dgklmnprst"]
+        word_pieces = [" " + w for w in words]
+        word_pieces += [" " + a + b + c for a in "bdfgklmnprst" for b in "aeiou" for c in "dgklmnprst"]
         self._word_ids: tuple[int, ...] = tuple(self._piece_to_id[p] for p in word_pieces)
 
     @property
