@@ -53,7 +53,7 @@ SWEEP_FILE = "sweep.json"
 SUMMARY_TEXT = "sweep-summary.txt"
 SCHEMA = "servebench.sweep/1"
 DEFAULT_CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64)
-_SETTINGS_IGNORED = ("out", "quiet", "concurrency", "rate", "input_len", "output_len")
+_SETTINGS_IGNORED = ("out", "quiet", "concurrency", "rate", "input_len", "output_len", "report")
 
 
 class SweepInterrupted(Exception):
@@ -123,7 +123,9 @@ class Sweep:
             self.skipped.append(point.dir_name)
             status = "skipped (complete)"
         else:
-            cfg = RunConfig(**{**self.base, **point.run_settings(), "out": str(path), "quiet": True}).validate()
+            # report=False: the sweep's report (rendered once at the end) renders every point.
+            cfg = RunConfig(**{**self.base, **point.run_settings(), "out": str(path), "quiet": True,
+                               "report": False}).validate()
             assert self.url is not None
             outcome = loop.run(run_against(cfg, self.url, self.console, emulated=self.emulated))
             summary = outcome.summary
@@ -264,13 +266,18 @@ class Sweep:
             lines.append(f["line"])
         text = "\n".join(lines).rstrip() + "\n"
         (self.out_dir / SUMMARY_TEXT).write_text(text)
+        report = None
+        if self.base.get("report", True) and done:
+            from servebench.report.html import write_report  # noqa: PLC0415
+
+            report = write_report(self.out_dir)
         if not self.quiet:
             self.console.print()
             self.console.print(render_table(rows, title=f"servebench sweep: {self.out_dir}"))
             for line in lines[1:]:
                 self.console.print(line, highlight=False)
-            self.console.print(f"  results: {self.out_dir}  (ran {len(self.ran)}, skipped {len(self.skipped)} complete)",
-                               highlight=False)
+            self.console.print(f"  results: {self.out_dir}  (ran {len(self.ran)}, skipped {len(self.skipped)} complete)"
+                               + (f"  report: {report}" if report else ""), highlight=False)
         return text
 
     def _summary(self, entry: dict[str, Any]) -> dict[str, Any]:
@@ -409,6 +416,8 @@ def sweep_main(options: dict[str, Any], console: Console | None = None) -> int:
         raise ConfigError("--tolerance must be in (0, 1), e.g. 0.05")
     if n_auto is not None and n_auto < 1:
         raise ConfigError("--auto-points must be at least 1")
+    if int(settings.get("repeat") or 1) > 1:
+        raise ConfigError("--repeat is not supported by sweep yet; run the sweep again into another --out")
     if emu_args and settings.get("url"):
         raise ConfigError("--emulator-args applies to the built-in emulator; drop it with --url")
 

@@ -30,12 +30,17 @@ def point_row(entry: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
     """The figures of one point that the sweep summary shows (and sweep.json keeps)."""
     lat = summary.get("latency_ms") or {}
     tp = summary.get("throughput") or {}
+    offered = tp.get("offered_requests_per_s")
+    if _get(summary, "load", "mode") == "concurrency":
+        # Closed loop offers what it sends: requests sent over the measured window.
+        total, window = _get(summary, "requests", "total"), summary.get("duration_s")
+        offered = total / window if total and window else offered
     return {
         "dir": entry.get("dir"),
         "load": entry.get("load_label"),
         "input_len": entry.get("input_len"),
         "output_len": entry.get("output_len"),
-        "offered_requests_per_s": tp.get("offered_requests_per_s"),
+        "offered_requests_per_s": offered,
         "completed_requests_per_s": tp.get("requests_per_s"),
         "output_tokens_per_s": tp.get("output_tokens_per_s"),
         "total_tokens_per_s": tp.get("total_tokens_per_s"),
