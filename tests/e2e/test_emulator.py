@@ -323,3 +323,46 @@ def test_faults_are_produced_and_seeded() -> None:
     finally:
         s2.stop()
     assert again == outcomes[:12]
+
+
+def test_kv_pressure_preempts_and_completes_everything() -> None:
+    s = _emulator("--profile", "tiny", "--kv-tokens", "2048", "--max-num-seqs", "64")
+    try:
+        results: list[Resp] = []
+
+        def one(i: int) -> None:
+            results.append(chat(s.url, f"request number {i} " * 8, max_tokens=200, ignore_eos=True, stream=True,
+                                stream_options={"include_usage": True}))
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(16)]
+        for t in threads:
+            t.start()
+        busy = 0.0
+        for _ in range(100):  # while they run, the gauges show it
+            mid = _metric_values(s.url)
+            busy = max(busy, mid["vllm:num_requests_running"] + mid["vllm:num_requests_waiting"])
+            if busy:
+                break
+            time.sleep(0.01)
+        for t in threads:
+            t.join(60)
+        after = _metric_values(s.url)
+    finally:
+        s.stop()
+    assert len(results) == 16
+    for r in results:
+        assert r.done and r.events is not None
+        assert r.events[-1]["usage"]["completion_tokens"] == 200
+        assert sum(1 for e in r.events if e["choices"] and e["choices"][0]["delta"].get("content")) == 200
+    assert after["vllm:num_preemptions_total"] > 0
+    assert busy > 0
+    assert after["vllm:generation_tokens_total"] == 16 * 200
+
+
+def test_in_process_thread_server() -> None:
+    from servebench.emulator import EmulatorThread
+
+    with EmulatorThread("tiny") as emu:
+        r = chat(emu.url, max_tokens=5, ignore_eos=True)
+        assert r.json()["usage"]["completion_tokens"] == 5
+        assert emu.app is not None and emu.app.engine.stats.finished == 1
