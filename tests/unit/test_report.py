@@ -124,3 +124,26 @@ def test_report_command_single_and_overlay(run_dir: Path, tmp_path: Path) -> Non
     empty.mkdir()
     bad = CliRunner().invoke(report_command, [str(empty)])
     assert bad.exit_code == 2 and "holds no servebench results" in " ".join(bad.output.split())
+
+
+def test_sweep_with_length_pairs_slo_and_cost(tmp_path: Path) -> None:
+    """sweep.json as `servebench sweep` writes it: x_key, several length pairs, SLO, cost."""
+    import json
+
+    sweep = write_synth_sweep(tmp_path / "sweep", [1, 4, 16], n=30, lengths=[(128, 32), (1024, 32)],
+                              itl_p99_limit_ms=25.0, usd_per_hour=2.5)
+    doc = json.loads((sweep / "sweep.json").read_text())
+    # A point still running is listed with its status and must not be drawn.
+    doc["points"].append({"dir": "c0064-in128-out32", "concurrency": 64, "input_len": 128, "output_len": 32,
+                          "status": "interrupted"})
+    (sweep / "sweep.json").write_text(json.dumps(doc))
+    write_synth_run(sweep / "c0064-in128-out32", synth_records(10, seed=1, concurrency=64), concurrency=64)
+    res = load_results(sweep)
+    assert len(res.points) == 6 and {p.group for p in res.points} == {"in 128 · out 32", "in 1024 · out 32"}
+    html = write_report(sweep).read_text()
+    assert "SLO capacity (in 128, out 32)" in html and "SLO P99 ITL 25 ms" in html
+    assert (sweep / "charts" / "sweep_cost.svg").is_file() and "$/1M out" in html
+    assert html.count('class="better">pass<') + html.count('class="worse">fail<') == 6
+    svg = (sweep / "charts" / "sweep_throughput.svg").read_text()
+    assert "in 128 · out 32 · output tok/s" in svg and "in 1024 · out 32 · output tok/s" in svg
+    assert ">64<" not in svg  # the interrupted point is not on the x axis data

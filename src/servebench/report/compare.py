@@ -119,14 +119,15 @@ def compare_sides(sides: Sequence[Side], *, resamples: int = 1000, seed: int = 0
             out.append(Comparison(base.name, other.name, "", est))
             continue
         assert other.sweep is not None
-        theirs = {p.x: p for p in other.sweep.points}
-        common = [p for p in base.sweep.points if p.x in theirs]
+        theirs = {(p.group, p.x): p for p in other.sweep.points}
+        common = [p for p in base.sweep.points if (p.group, p.x) in theirs]
         if not common:
             raise ConfigError(f"sweeps {base.name} and {other.name} share no load level")
         for p in common:
-            est = ratio_ci(side_data([p.run]), side_data([theirs[p.x].run]), SWEEP_METRICS,
+            est = ratio_ci(side_data([p.run]), side_data([theirs[(p.group, p.x)].run]), SWEEP_METRICS,
                            resamples=resamples, seed=seed, confidence=confidence)
-            out.append(Comparison(base.name, other.name, f"{base.sweep.x_key} {p.label}", est))
+            where = f"{base.sweep.x_key.replace('_rps', '')} {p.label}" + (f" ({p.group})" if p.group else "")
+            out.append(Comparison(base.name, other.name, where, est))
     return out
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "SweepPoint",
     "SweepResult",
     "load_results",
+    "split_groups",
     "measured",
     "samples_ms",
     "inflight_series",
@@ -41,6 +42,8 @@ class SweepPoint:
     x: float
     label: str
     run: RunResult
+    group: str = ""  # "in 1024 · out 256" when the sweep covers several length pairs
+    entry: dict[str, Any] = field(default_factory=dict)  # the point's row in sweep.json
 
 
 @dataclass(slots=True)
@@ -123,19 +126,47 @@ def load_sweep(path: Path) -> SweepResult:
     if not entries:  # no sweep.json (or no points in it): every sub-directory that is a run
         entries = [{"dir": p.name} for p in sorted(path.iterdir())
                    if p.is_dir() and ((p / "summary.json").is_file() or (p / "requests.jsonl").is_file())]
+    # Points still running or interrupted are left out; a listed point whose directory is gone too.
+    entries = [e for e in entries if e.get("status") in (None, "complete")
+               and _is_run_dir(path / str(e.get("dir") or e.get("path") or ""))]
     runs = [_load_run(path / str(e.get("dir") or e.get("path") or "")) for e in entries]
     summaries = [r.summary for r in runs]
     x_key = _pick_x_key(doc, entries, summaries)
+    lengths = {(_x_of(e, s, "input_len"), _x_of(e, s, "output_len")) for e, s in zip(entries, summaries)}
+    grouped = x_key in ("concurrency", "rate_rps") and len(lengths) > 1
     points = []
     for i, (e, run) in enumerate(zip(entries, runs)):
         x = _x_of(e, run.summary, x_key)
         x = float(i + 1) if x is None else x
-        points.append(SweepPoint(x, _fmt_x(x), run))
-    points.sort(key=lambda p: p.x)
+        group = ""
+        if grouped:
+            il, ol = _x_of(e, run.summary, "input_len"), _x_of(e, run.summary, "output_len")
+            group = f"in {_fmt_x(il) if il is not None else '?'} · out {_fmt_x(ol) if ol is not None else '?'}"
+        points.append(SweepPoint(x, _fmt_x(x), run, group, dict(e)))
+    points.sort(key=lambda p: (p.group, p.x))
     return SweepResult(path, doc if isinstance(doc, dict) else {"points": doc}, x_key, points)
 
 
+def _is_run_dir(p: Path) -> bool:
+    return p.is_dir() and ((p / "summary.json").is_file() or (p / "requests.jsonl").is_file())
+
+
+def split_groups(sw: SweepResult) -> list[tuple[str, SweepResult]]:
+    """One curve per length pair; a sweep over one pair is one group named after its directory."""
+    names = sorted({p.group for p in sw.points}, key=_group_key)
+    if len(names) <= 1:
+        return [(sw.path.name, sw)]
+    return [(g, SweepResult(sw.path, sw.meta, sw.x_key, [p for p in sw.points if p.group == g])) for g in names]
+
+
+def _group_key(g: str) -> tuple[float, ...]:
+    nums = [float(t) for t in g.replace("·", " ").split() if t.replace(".", "", 1).isdigit()]
+    return tuple(nums) or (0.0,)
+
+
 def _fmt_x(x: float) -> str:
+    if not math.isfinite(x):
+        return "∞" if x > 0 else str(x)
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
@@ -235,7 +266,7 @@ def tokens_per_s_series(records: Sequence[RequestRecord], bins: int = 100) -> tu
     return xs, [float(c) / width_s for c in counts]
 
 
-def run_title(summary: dict[str, Any], *, with_load: bool = True) -> str:
+def run_title(summary: dict[str, Any], *, with_load: bool = True, with_workload: bool = True) -> str:
     """'model on url (emulated) · chat · concurrency 16 · 1024→256 tokens'."""
     tgt = summary.get("target") or {}
     load = summary.get("load") or {}
@@ -254,7 +285,7 @@ def run_title(summary: dict[str, Any], *, with_load: bool = True) -> str:
         parts.append(f"{'max ' if load.get('rate_rps') is not None else ''}concurrency {load['concurrency']}")
     elif mode and load.get("rate_rps") is None:
         parts.append(str(mode))
-    if wl.get("input_len") is not None or wl.get("output_len") is not None:
+    if with_workload and (wl.get("input_len") is not None or wl.get("output_len") is not None):
         parts.append(f"{wl.get('dataset') or 'random'} {wl.get('input_len', '?')}→{wl.get('output_len', '?')} tokens")
     return " · ".join(parts)
 

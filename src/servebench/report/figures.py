@@ -16,7 +16,7 @@ from servebench.report.data import (
 )
 from servebench.store import RunResult
 
-__all__ = ["run_figures", "sweep_figures", "runs_overlay_figures", "slo_of", "get"]
+__all__ = ["run_figures", "sweep_figures", "sweep_limits", "runs_overlay_figures", "slo_of", "get"]
 
 _MAX_CDF_SERIES = 8
 
@@ -104,15 +104,39 @@ def _sweep_metric(sw: SweepResult, *path: str, scale: float = 1.0) -> tuple[list
     return xs, ys, labs
 
 
-def sweep_figures(sides: Sequence[tuple[str, SweepResult]]) -> dict[str, str]:
+def sweep_limits(sw: SweepResult) -> list[RefLine]:
+    """SLO lines for the sweep charts: the sweep's aggregate limits (e.g. P99 ITL ≤ 50 ms), else
+    the per-request limits of its runs' goodput. RefLine.label carries the metric for `_refs_for`."""
+    agg = get(sw.meta, "slo", "aggregate")
+    out = []
+    if isinstance(agg, list) and agg:
+        for a in agg:
+            if isinstance(a, dict) and isinstance(a.get("limit_ms"), (int, float)):
+                out.append(RefLine(float(a["limit_ms"]), f"{a.get('metric', '')}|SLO {str(a.get('stat', '')).upper()} "
+                                   f"{str(a.get('metric', '')).upper()} {a['limit_ms']:g} ms"))
+        return out
+    slo = slo_of(sw.points[0].run.summary) if sw.points else {}
+    return [RefLine(v, f"{k.removesuffix('_ms')}|SLO {k.removesuffix('_ms').upper()} {v:g} ms (per request)")
+            for k, v in slo.items()]
+
+
+def _refs_for(limits: Sequence[RefLine], metrics: Sequence[str], scale: float = 1.0) -> list[RefLine]:
+    out = []
+    for r in limits:
+        metric, _, label = r.label.partition("|")
+        if metric in metrics:
+            out.append(RefLine(r.value * scale, label, "y"))
+    return out
+
+
+def sweep_figures(sides: Sequence[tuple[str, SweepResult]], limits: Sequence[RefLine] = ()) -> dict[str, str]:
     """Curves against the swept variable; several sweeps overlay on shared axes (colour per sweep)."""
     if not sides:
         return {}
     multi = len(sides) > 1
     x_label = sides[0][1].x_label
-    all_x = [p.x for _, sw in sides for p in sw.points]
+    all_x = [p.x for _, sw in sides for p in sw.points if math.isfinite(p.x)]
     x_log = _use_log(all_x)
-    slo = slo_of(sides[0][1].points[0].run.summary) if sides[0][1].points else {}
 
     def pair(metrics: Sequence[tuple[str, tuple[str, ...], float]], labels: bool = False) -> list[Series]:
         out = []
@@ -132,14 +156,14 @@ def sweep_figures(sides: Sequence[tuple[str, SweepResult]]) -> dict[str, str]:
         title="Token throughput", y_label="tokens/s", **kw)
     figs["sweep_itl"] = line_chart(
         pair([("median ITL", ("latency_ms", "itl", "median"), 1.0), ("P99 ITL", ("latency_ms", "itl", "p99"), 1.0)]),
-        title="Inter-token latency", y_label="ITL (ms)", refs=_slo_ref(slo, "tpot_ms", "y"), **kw)
+        title="Inter-token latency", y_label="ITL (ms)", refs=_refs_for(limits, ("itl", "tpot")), **kw)
     figs["sweep_ttft"] = line_chart(
         pair([("median TTFT", ("latency_ms", "ttft", "median"), 1.0),
               ("P99 TTFT", ("latency_ms", "ttft", "p99"), 1.0)]),
-        title="Time to first token", y_label="TTFT (ms)", refs=_slo_ref(slo, "ttft_ms", "y"), **kw)
+        title="Time to first token", y_label="TTFT (ms)", refs=_refs_for(limits, ("ttft",)), **kw)
     figs["sweep_e2e"] = line_chart(
         pair([("median E2E", ("latency_ms", "e2e", "median"), 1e-3), ("P99 E2E", ("latency_ms", "e2e", "p99"), 1e-3)]),
-        title="End-to-end latency", y_label="E2E (s)", **kw)
+        title="End-to-end latency", y_label="E2E (s)", refs=_refs_for(limits, ("e2e",), 1e-3), **kw)
     figs["sweep_request_rate"] = line_chart(
         pair([("completed req/s (server)", ("throughput", "requests_per_s"), 1.0),
               ("offered req/s (client)", ("throughput", "offered_requests_per_s"), 1.0)]),
@@ -152,6 +176,12 @@ def sweep_figures(sides: Sequence[tuple[str, SweepResult]]) -> dict[str, str]:
         _xy_pairs(sides, ("per_user_output_tokens_per_s", "median"), 1.0, ("throughput", "output_tokens_per_s")),
         title="Per-user speed vs total throughput", x_label="median tokens/s per user",
         y_label="output tokens/s (all users)")
+    if any(isinstance(get(p.run.summary, "cost", "usd_per_1m_output_tokens"), (int, float))
+           for _, sw in sides for p in sw.points):
+        figs["sweep_cost"] = line_chart(
+            pair([("$ per 1M output tokens", ("cost", "usd_per_1m_output_tokens"), 1.0),
+                  ("$ per 1M total tokens", ("cost", "usd_per_1m_total_tokens"), 1.0)]),
+            title="Cost per million tokens", y_label="USD per 1M tokens", **kw)
     if not multi:
         sw = sides[0][1]
         pts = _thin(sw.points)

@@ -16,8 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from servebench.report.charts import format_number
-from servebench.report.data import SweepPoint, SweepResult, load_results, measured, run_title
-from servebench.report.figures import get, run_figures, runs_overlay_figures, slo_of, sweep_figures
+from servebench.report.data import SweepPoint, SweepResult, load_results, measured, run_title, split_groups
+from servebench.report.figures import (
+    get,
+    run_figures,
+    runs_overlay_figures,
+    slo_of,
+    sweep_figures,
+    sweep_limits,
+)
 from servebench.store import RunResult
 
 __all__ = ["write_report", "write_overlay_report", "render_run", "render_sweep", "render_overlay",
@@ -276,49 +283,99 @@ def _capacity(sw: SweepResult) -> tuple[SweepPoint | None, str]:
     return (ok[-1] if ok else None), words
 
 
+def _sweep_verdicts(sw: SweepResult) -> list[str]:
+    """The sweep's own answers (saturation, SLO capacity, find-max), else a P99 capacity check."""
+    out = []
+    for sat in sw.meta.get("saturation") or []:
+        if isinstance(sat, dict) and sat.get("text"):
+            out.append(f'<p class="verdict">Saturation{_lens(sat)}: {esc(sat["text"])}</p>')
+    slo_text = get(sw.meta, "slo", "text") or ""
+    for cap in sw.meta.get("slo_capacity") or []:
+        if not isinstance(cap, dict):
+            continue
+        usd = get(cap, "cost", "usd_per_1m_output_tokens")
+        if cap.get("load") is None:
+            out.append(f'<p class="verdict bad">SLO capacity{_lens(cap)}: no load level meets {esc(slo_text)}.</p>')
+        else:
+            out.append(f'<p class="verdict good">SLO capacity{_lens(cap)}: highest {esc(sw.x_label)} meeting '
+                       f"{esc(slo_text)} is {fmt(cap['load'])}"
+                       + (f", ${usd:,.3f} per 1M output tokens" if isinstance(usd, (int, float)) else "") + ".</p>")
+    for fm in sw.meta.get("find_max") or []:
+        if isinstance(fm, dict) and fm.get("line"):
+            out.append(f'<p class="verdict {"good" if fm.get("best") is not None else "bad"}">{esc(fm["line"])}</p>')
+    if not out:
+        cap_pt, words = _capacity(sw)
+        if words and cap_pt:
+            out.append(f'<p class="verdict good">Highest {esc(sw.x_label)} meeting {esc(words)}: {esc(cap_pt.label)} '
+                       f"({fmt(get(cap_pt.run.summary, 'throughput', 'output_tokens_per_s'), 'output tok/s')}).</p>")
+        elif words:
+            out.append(f'<p class="verdict bad">No load level met {esc(words)}.</p>')
+    return out
+
+
+def _lens(doc: dict[str, Any]) -> str:
+    if doc.get("input_len") is None and doc.get("output_len") is None:
+        return ""
+    return f" (in {esc(doc.get('input_len'))}, out {esc(doc.get('output_len'))})"
+
+
+def _slo_cell(s: dict[str, Any]) -> str:
+    passed = get(s, "slo_check", "passed")
+    if passed is None:
+        return "–"
+    return '<span class="better">pass</span>' if passed else '<span class="worse">fail</span>'
+
+
 def render_sweep(sw: SweepResult, links: bool = True) -> tuple[str, dict[str, str]]:
-    figs = sweep_figures([(sw.path.name, sw)])
+    groups = split_groups(sw)
+    figs = sweep_figures(groups, sweep_limits(sw))
     pts = sw.points
     best = max(pts, key=lambda p: get(p.run.summary, "throughput", "output_tokens_per_s") or 0.0) if pts else None
     cards = []
     if best:
+        where = f"at {sw.x_key.replace('_rps', '')} {best.label}" + (f" ({best.group})" if best.group else "")
         cards.append(_card("Peak output throughput", fmt(get(best.run.summary, "throughput", "output_tokens_per_s"),
-                                                         "tok/s"), f"at {esc(sw.x_key)} {esc(best.label)}"))
-    cards.append(_card("Load levels", fmt(len(pts)), esc(", ".join(p.label for p in pts))))
-    cap, words = _capacity(sw)
-    verdict = ""
-    if words:
-        if cap:
-            cards.append(_card("Highest load within SLO", esc(cap.label), esc(words), "good"))
-            verdict = (f'<p class="verdict good">Highest {esc(sw.x_label)} meeting {esc(words)}: {esc(cap.label)} '
-                       f"({fmt(get(cap.run.summary, 'throughput', 'output_tokens_per_s'), 'output tok/s')}).</p>")
-        else:
-            cards.append(_card("Highest load within SLO", "none", esc(words), "bad"))
-            verdict = f'<p class="verdict bad">No load level met {esc(words)}.</p>'
+                                                         "tok/s"), esc(where)))
+    cards.append(_card("Load levels", fmt(len(pts)), esc(", ".join(dict.fromkeys(p.label for p in pts)))))
+    if len(groups) > 1:
+        cards.append(_card("Length pairs", fmt(len(groups)), esc(", ".join(g for g, _ in groups))))
+    has_slo = any(get(p.run.summary, "slo_check", "passed") is not None for p in pts)
+    has_cost = any(isinstance(get(p.run.summary, "cost", "usd_per_1m_output_tokens"), (int, float)) for p in pts)
     rows = []
     for p in pts:
         s = p.run.summary
         name = esc(p.label)
         if links:
             name = f'<a href="{esc(p.run.path.name)}/{REPORT}">{name}</a>'
-        rows.append([name, fmt(get(s, "requests", "completed")), fmt(get(s, "requests", "failed")),
-                     fmt(get(s, "throughput", "offered_requests_per_s"), digits=2),
-                     fmt(get(s, "throughput", "requests_per_s"), digits=2),
-                     fmt(get(s, "throughput", "output_tokens_per_s"), digits=1),
-                     fmt(get(s, "throughput", "total_tokens_per_s"), digits=1),
-                     fmt(get(s, "latency_ms", "ttft", "median"), digits=1),
-                     fmt(get(s, "latency_ms", "ttft", "p99"), digits=1),
-                     fmt(get(s, "latency_ms", "itl", "median"), digits=1),
-                     fmt(get(s, "latency_ms", "itl", "p99"), digits=1),
-                     fmt(get(s, "latency_ms", "e2e", "median"), digits=0),
-                     fmt(get(s, "client", "schedule_lag_ms", "p99"), digits=2)])
-    table = _table([sw.x_key, "done", "failed", "offered req/s", "req/s", "out tok/s", "total tok/s",
-                    "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms", "E2E p50 ms", "lag p99 ms"], rows)
-    body = [f'<div class="cards">{"".join(cards)}</div>', verdict, "<h2>Load levels</h2>", table,
+        row = [name] + ([esc(p.group)] if len(groups) > 1 else []) + [
+            fmt(get(s, "requests", "completed")), fmt(get(s, "requests", "failed")),
+            fmt(get(s, "throughput", "offered_requests_per_s"), digits=2),
+            fmt(get(s, "throughput", "requests_per_s"), digits=2),
+            fmt(get(s, "throughput", "output_tokens_per_s"), digits=1),
+            fmt(get(s, "throughput", "total_tokens_per_s"), digits=1),
+            fmt(get(s, "latency_ms", "ttft", "median"), digits=1),
+            fmt(get(s, "latency_ms", "ttft", "p99"), digits=1),
+            fmt(get(s, "latency_ms", "itl", "median"), digits=1),
+            fmt(get(s, "latency_ms", "itl", "p99"), digits=1),
+            fmt(get(s, "latency_ms", "e2e", "median"), digits=0),
+            fmt(get(s, "client", "schedule_lag_ms", "p99"), digits=2)]
+        if has_slo:
+            row.append(_slo_cell(s))
+        if has_cost:
+            row.append(fmt(get(s, "cost", "usd_per_1m_output_tokens"), digits=3))
+        rows.append(row)
+    head = [sw.x_key.replace("_rps", " (req/s)")] + (["lengths"] if len(groups) > 1 else []) + [
+        "done", "failed", "offered req/s", "req/s", "out tok/s", "total tok/s", "TTFT p50 ms", "TTFT p99 ms",
+        "ITL p50 ms", "ITL p99 ms", "E2E p50 ms", "lag p99 ms"] + (["SLO"] if has_slo else []) + (
+        ["$/1M out"] if has_cost else [])
+    table = _table(head, rows, txt_cols=2 if len(groups) > 1 else 1)
+    body = [f'<div class="cards">{"".join(cards)}</div>', *_sweep_verdicts(sw), "<h2>Load levels</h2>", table,
             "<h2>Throughput and latency against load</h2>", _figures(figs)]
     first = pts[0].run.summary if pts else {}
     title = f"servebench sweep · {get(first, 'target', 'model') or sw.path.name}"
-    sub = f"{run_title(first, with_load=False)} · {sw.x_label} {', '.join(p.label for p in pts)}" if pts else "empty sweep"
+    levels = ", ".join(dict.fromkeys(p.label for p in pts))
+    sub = (f"{run_title(first, with_load=False, with_workload=len(groups) == 1)} · {sw.x_label} {levels}"
+           if pts else "empty sweep")
     return page(title, sub, "\n".join(b for b in body if b)), figs
 
 
@@ -332,7 +389,11 @@ def render_overlay(sides: Sequence[tuple[str, RunResult | SweepResult]], *, titl
                    prelude: str = "") -> tuple[str, dict[str, str]]:
     """Several runs or sweeps on shared axes (sweeps as curves; single runs as distributions)."""
     if any(isinstance(r, SweepResult) for _, r in sides):
-        figs = sweep_figures([(n, r if isinstance(r, SweepResult) else _as_sweep(r)) for n, r in sides])
+        curves: list[tuple[str, SweepResult]] = []
+        for n, r in sides:
+            groups = split_groups(r) if isinstance(r, SweepResult) else [(n, _as_sweep(r))]
+            curves += [(n if len(groups) == 1 else f"{n} · {g}", sw) for g, sw in groups]
+        figs = sweep_figures(curves)
     else:
         figs = runs_overlay_figures([(n, r) for n, r in sides if isinstance(r, RunResult)])
     rows = []

@@ -89,16 +89,47 @@ def write_synth_run(path: str | Path, records: list[RequestRecord], *, model: st
 
 
 def write_synth_sweep(path: str | Path, concurrencies: list[int], *, seed: int = 0, n: int = 120,
-                      time_scale: float = 1.0, model: str = "synthetic-8b") -> Path:
-    """A sweep directory: one run per concurrency plus sweep.json listing them."""
+                      time_scale: float = 1.0, model: str = "synthetic-8b",
+                      lengths: list[tuple[int, int]] | None = None, itl_p99_limit_ms: float | None = None,
+                      usd_per_hour: float | None = None) -> Path:
+    """A sweep directory shaped like `servebench sweep`'s: one run per (concurrency, lengths) point
+    and sweep.json (schema servebench.sweep/1) with x_key, points, and optionally an aggregate SLO
+    (`slo_check` in each summary, `slo_capacity` in sweep.json) and a price (`cost` per summary)."""
     p = prepare_out_dir(path)
     points = []
-    for i, c in enumerate(concurrencies):
-        # Latency grows with concurrency as a batching server's does.
-        recs = synth_records(n, seed=seed * 1000 + i, concurrency=c, ttft_ms=80 + 15 * c,
-                             itl_ms=12 + 0.9 * c, time_scale=time_scale)
-        sub = f"c{c:04d}"
-        write_synth_run(p / sub, recs, model=model, concurrency=c)
-        points.append({"dir": sub, "concurrency": c, "input_len": 256, "output_len": 64})
-    write_json(p / "sweep.json", {"schema": "servebench.sweep/1", "points": points})
+    capacity = []
+    for li, (input_len, output_len) in enumerate(lengths or [(256, 64)]):
+        best = None
+        for i, c in enumerate(concurrencies):
+            # Latency grows with concurrency (and input length) as a batching server's does.
+            recs = synth_records(n, seed=seed * 1000 + li * 100 + i, concurrency=c,
+                                 ttft_ms=(80 + 15 * c) * (input_len / 256) ** 0.5, itl_ms=12 + 0.9 * c,
+                                 time_scale=time_scale, input_len=input_len, output_len=output_len)
+            sub = f"c{c:04d}" if not lengths else f"c{c:04d}-in{input_len}-out{output_len}"
+            extra: dict[str, Any] = {}
+            summary = metrics.summarize(recs)
+            if itl_p99_limit_ms is not None:
+                p99 = summary["latency_ms"]["itl"]["p99"]
+                passed = p99 is not None and p99 <= itl_p99_limit_ms
+                extra["slo_check"] = {"passed": passed, "checks": [{"name": "ITL P99", "metric": "itl", "stat": "p99",
+                                                                   "limit_ms": itl_p99_limit_ms, "value_ms": p99,
+                                                                   "passed": passed}]}
+                best = c if passed else best
+            if usd_per_hour is not None:
+                tput = summary["throughput"]
+                extra["cost"] = {"usd_per_hour": usd_per_hour,
+                                 "usd_per_1m_output_tokens": usd_per_hour / 3600 / tput["output_tokens_per_s"] * 1e6,
+                                 "usd_per_1m_total_tokens": usd_per_hour / 3600 / tput["total_tokens_per_s"] * 1e6}
+            write_synth_run(p / sub, recs, model=model, concurrency=c, extra_summary=extra)
+            points.append({"dir": sub, "concurrency": c, "rate_rps": None, "input_len": input_len,
+                           "output_len": output_len, "kind": "grid", "load_label": f"c={c}", "status": "complete"})
+        if itl_p99_limit_ms is not None:
+            capacity.append({"input_len": input_len, "output_len": output_len, "load": best})
+    doc: dict[str, Any] = {"schema": "servebench.sweep/1", "status": "complete", "mode": "grid",
+                           "x_key": "concurrency", "points": points}
+    if itl_p99_limit_ms is not None:
+        doc["slo"] = {"per_request": {}, "aggregate": [{"metric": "itl", "stat": "p99", "limit_ms": itl_p99_limit_ms}],
+                      "goodput_fraction": None, "text": f"ITL P99 ≤ {itl_p99_limit_ms:g} ms"}
+        doc["slo_capacity"] = capacity
+    write_json(p / "sweep.json", doc)
     return p
