@@ -9,6 +9,7 @@ has it. All of it happens before the clock.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,7 @@ class PromptBuilder:
     notes: list[str] = field(default_factory=list)
     overhead_source: str = ""
     _overheads: dict[str, int] = field(default_factory=dict)
+    chat_counts_exact: bool = False  # dataset chats counted whole by the server (template included)
     _empty: int | None = None
 
     # ------------------------------------------------------------------ setup
@@ -126,6 +128,25 @@ class PromptBuilder:
         uniq = list(dict.fromkeys(texts))
         counts = dict(zip(uniq, await self.counter.count(uniq)))
         return [max(0, counts[t] - self._empty) for t in texts]
+
+    async def count_chats(self, chats: list[list[dict[str, str]]]) -> list[int] | None:
+        """Exact prompt tokens of whole chat requests (template included) where the server's /tokenize
+        takes chat messages (vLLM, SGLang, emulator); None elsewhere."""
+        if not isinstance(self.counter, ServerCounter) or self.counter.shape != "prompt" or not chats:
+            return None
+        counter = self.counter
+        if await counter.count_messages(chats[0]) is None:
+            return None
+        sem = asyncio.Semaphore(16)
+
+        async def one(msgs: list[dict[str, str]]) -> int | None:
+            async with sem:
+                return await counter.count_messages(msgs)
+
+        counts = await asyncio.gather(*(one(m) for m in chats))
+        if any(c is None for c in counts):
+            return None
+        return [int(c) for c in counts]  # type: ignore[arg-type]
 
     async def message_overheads(self) -> tuple[int, int]:
         """(first message, each further message) template tokens, for dataset conversations (estimates)."""

@@ -60,8 +60,13 @@ async def prepare(cfg: Any, n_total: int, *, base_url: str, model: str, headers:
         await builder.close()
     lengths = builder.lengths_label
     if spec.kind in ("jsonl", "sharegpt", "hf"):
-        lengths = ("dataset text; counted with " + lengths.removeprefix("exact (").rstrip(")")
-                   if builder.units.exact else "dataset text; approximate counts (~4 characters per token)")
+        how = lengths.removeprefix("exact (").rstrip(")")
+        if builder.chat_counts_exact:
+            lengths = f"dataset text; counted with {how} (chat template included)"
+        elif builder.counter is not None:
+            lengths = f"dataset text; counted with {how} (chat template estimated)"
+        else:
+            lengths = "dataset text; approximate counts (~4 characters per token)"
     info: dict[str, Any] = {
         "dataset": cfg.dataset,
         "kind": spec.kind,

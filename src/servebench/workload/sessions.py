@@ -61,14 +61,10 @@ async def records_to_items(records: list[Record], cfg: Any, n: int, builder: Pro
         passes += 1
     cycled = passes > 1
     plan = plan[:n]
-    # token counts of every distinct message text and reply, in one batch
-    texts = [m["content"] for _, _, h, _, _ in plan for m in h] + [r for *_, r, _ in plan if r]
-    counts = dict(zip(texts, await builder.count_texts(texts))) if texts else {}
-    first, further = await builder.message_overheads()
+    in_lens, reply_lens = await _count(plan, builder, chat)
     items = []
-    for sid, turn, hist, reply, file_out in plan:
-        in_len = sum(counts[m["content"]] for m in hist) + first + further * (len(hist) - 1)
-        out_len = max(1, counts[reply]) if reply else (file_out or cfg.output_len)
+    for (sid, turn, hist, reply, file_out), in_len, reply_len in zip(plan, in_lens, reply_lens):
+        out_len = max(1, reply_len) if reply else (file_out or cfg.output_len)
         prompt: Any = [dict(m) for m in hist] if chat else flatten(hist)
         meta = {"think_s": think_s if turn else 0.0} if multi_turn else {}
         items.append(WorkItem(prompt=prompt, input_len=max(1, in_len), output_len=out_len,
@@ -84,3 +80,24 @@ async def records_to_items(records: list[Record], cfg: Any, n: int, builder: Pro
     if cycled:
         info["cycled"] = True
     return items, info
+
+
+async def _count(plan: list[tuple[Any, ...]], builder: PromptBuilder, chat: bool) -> tuple[list[int], list[int]]:
+    """(prompt tokens, reply tokens) per planned request: exact where the server tokenizes chat messages,
+    else content counts plus the template overhead measured once (an estimate)."""
+    replies = [r for *_, r, _ in plan if r]
+    reply_counts = dict(zip(replies, await builder.count_texts(replies))) if replies else {}
+    reply_lens = [reply_counts.get(r, 0) if r else 0 for *_, r, _ in plan]
+    first, further = await builder.message_overheads()
+    if chat:
+        exact = await builder.count_chats([h for _, _, h, _, _ in plan])
+        if exact is not None:
+            builder.chat_counts_exact = True
+            return exact, reply_lens
+        texts = [m["content"] for _, _, h, _, _ in plan for m in h]
+        counts = dict(zip(texts, await builder.count_texts(texts))) if texts else {}
+        return [sum(counts[m["content"]] for m in h) + first + further * (len(h) - 1)
+                for _, _, h, _, _ in plan], reply_lens
+    flats = [flatten(h) for _, _, h, _, _ in plan]
+    counts = dict(zip(flats, await builder.count_texts(flats)))
+    return [counts[f] + first for f in flats], reply_lens

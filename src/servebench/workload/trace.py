@@ -87,7 +87,11 @@ async def trace_items(path: str, cfg: Any, n: int, builder: PromptBuilder,
         pool = builder.pool(len(gen), int(content.max()), cfg.seed)
         texts = dict(zip(gen, pool.texts(content)))
     given = [i for i, r in enumerate(rows) if r["messages"] is not None and r["input_len"] is None]
-    if given:
+    exact = await builder.count_chats([rows[i]["messages"] for i in given]) if given and chat else None
+    if exact is not None:
+        for i, n_tok in zip(given, exact):
+            rows[i]["input_len"] = n_tok
+    elif given:
         first, further = await builder.message_overheads()
         contents = [m["content"] for i in given for m in rows[i]["messages"]]
         counts = dict(zip(contents, await builder.count_texts(contents)))

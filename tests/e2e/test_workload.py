@@ -1,0 +1,125 @@
+"""Workloads end to end (issue 7): exact input lengths as the SERVER counts them, shared prefixes that the
+server's prefix cache really hits, multi-turn sessions with growing history, local HF datasets.
+
+Targets: our emulator (vLLM's /tokenize and prefix-cache counters) and llama.cpp's llama-server (a real
+third-party server: /tokenize {"content"}, its own chat template; skipped locally when not built).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servebench.store import load_run
+from tests.support.procs import servebench
+from tests.support.real_servers import RealServer
+
+pytestmark = pytest.mark.e2e
+
+
+def _run(out: Path, *args: str, timeout_s: float = 300) -> tuple[dict[str, Any], Any]:
+    proc = servebench("run", "--out", str(out), "--quiet", *args, timeout_s=timeout_s)
+    assert proc.returncode == 0, f"servebench failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    return json.loads((out / "summary.json").read_text()), load_run(out)
+
+
+# ------------------------------------------------------------------ (1) exact lengths
+@pytest.mark.parametrize("api", ["chat", "completions"])
+def test_input_len_1024_is_exact_on_the_emulator(tmp_path: Path, api: str) -> None:
+    s, run = _run(tmp_path, "--profile", "tiny", "--api", api, "--input-len", "1024", "--output-len", "4",
+                  "--num-requests", "40", "--concurrency", "8", "--range-ratio", "0")
+    wl = s["workload"]
+    assert wl["lengths"] == "exact (server /tokenize)", wl
+    counts = [r.input_tokens for r in run.records]
+    assert len(counts) == 40 and set(counts) == {1024}, counts
+    assert s["tokens"]["input_source"] == "usage"
+
+
+def test_length_mixture_is_exact_per_request(tmp_path: Path) -> None:
+    s, run = _run(tmp_path, "--profile", "tiny", "--dataset", "random:128:4@25%,512:8@75%",
+                  "--num-requests", "40", "--concurrency", "8")
+    pairs = sorted((r.input_tokens, r.output_tokens) for r in run.records)
+    assert pairs.count((128, 4)) == 10 and pairs.count((512, 8)) == 30, pairs
+    assert s["workload"]["mix"][0] == {"input_len": 128, "output_len": 4, "weight": 0.25}
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+def test_input_len_1024_is_exact_on_llama_server(llama_server: RealServer, tmp_path: Path, api: str) -> None:
+    s, run = _run(tmp_path, "--url", llama_server.url, "--model", "tiny-llama", "--api", api,
+                  "--input-len", "1024", "--output-len", "4", "--num-requests", "12", "--concurrency", "4")
+    assert s["workload"]["lengths"] == "exact (server /tokenize)", s["workload"]
+    counts = [r.input_tokens for r in run.records]
+    assert len(counts) == 12 and set(counts) == {1024}, counts
+
+
+# ------------------------------------------------------------------ (2) shared prefix
+def test_shared_prefix_preset_hits_as_intended_and_lowers_ttft(tmp_path: Path) -> None:
+    common = ("--profile", "llama-3.1-8b", "--output-len", "8", "--concurrency", "8", "--num-requests", "200",
+              "--seed", "3")
+    shared, _ = _run(tmp_path / "shared", *common, "--dataset", "shared-prefix:groups=10,prompts=20")
+    wl, server = shared["workload"], shared["server"]
+    assert wl["shared_prefix"]["system_len"] == 2000 and wl["shared_prefix"]["question_len"] == 1200
+    intended, achieved = wl["intended_prefix_hit_rate"], server["prefix_cache_hit_rate"]
+    assert intended == pytest.approx((200 - 10) * 2000 / (200 * 3200), abs=1e-3)
+    assert abs(achieved - intended) <= 0.05, (intended, achieved)
+    assert not any("prefix cache:" in n for n in shared["notes"])
+    plain, _ = _run(tmp_path / "plain", *common, "--input-len", "3200")
+    assert plain["server"]["prefix_cache_hit_rate"] < 0.02
+    assert shared["tokens"]["input_total"] == plain["tokens"]["input_total"] == 200 * 3200
+    assert shared["latency_ms"]["ttft"]["median"] < 0.8 * plain["latency_ms"]["ttft"]["median"], (
+        shared["latency_ms"]["ttft"], plain["latency_ms"]["ttft"])
+
+
+# ------------------------------------------------------------------ (3) multi-turn
+def _sharegpt(path: Path, n: int) -> None:
+    convs = []
+    for c in range(n):
+        conv = []
+        for t in range(3):
+            conv.append({"from": "human", "value": f"Conversation {c} turn {t}: " + "tell me more about it " * (5 + t)})
+            conv.append({"from": "gpt", "value": "Here is what I know. " * (20 + 10 * t)})
+        convs.append({"id": str(c), "conversations": conv})
+    path.write_text(json.dumps(convs))
+
+
+def test_sharegpt_three_turns_send_every_turn_with_growing_history(tmp_path: Path) -> None:
+    data = tmp_path / "chats.json"
+    _sharegpt(data, 6)
+    s, run = _run(tmp_path / "out", "--profile", "tiny", "--dataset", f"sharegpt:{data}:think=0.05",
+                  "--num-requests", "18", "--concurrency", "3", "--output-len", "8")
+    assert s["requests"]["completed"] == 18 and s["workload"]["sessions"] == 6
+    by_session: dict[int, list] = defaultdict(list)
+    for r in run.records:
+        by_session[r.session].append(r)
+    assert len(by_session) == 6
+    for sid, recs in by_session.items():
+        recs.sort(key=lambda r: r.turn)
+        assert [r.turn for r in recs] == [0, 1, 2], sid
+        ins = [r.input_tokens for r in recs]
+        # each turn carries the previous user and assistant messages: input grows by at least the last reply
+        assert ins[0] < ins[1] < ins[2], ins
+        assert ins[1] - ins[0] > 60 and ins[2] - ins[1] > 90, ins
+        # one at a time, in order, with the think time between
+        for a, b in zip(recs, recs[1:]):
+            assert b.t_send_ns >= a.t_last_ns + 0.05e9 * 0.9, (a, b)
+        # the workload's own input lengths match what the server counted
+        assert all(abs(r.input_len - r.input_tokens) <= 2 for r in recs), [(r.input_len, r.input_tokens) for r in recs]
+
+
+# ------------------------------------------------------------------ local HF dataset
+def test_hf_parquet_dataset_runs(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"problem": f"Let n be the smallest integer with {k} divisors. Find n mod 1000.", "answer": str(k)}
+            for k in range(30)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "aime.parquet")
+    s, run = _run(tmp_path / "out", "--profile", "tiny", "--dataset", f"hf:{tmp_path / 'aime.parquet'}",
+                  "--num-requests", "30", "--concurrency", "4", "--output-len", "8")
+    assert s["requests"]["completed"] == 30
+    assert s["workload"]["records"] == 30 and s["workload"]["lengths"].startswith("dataset text; counted with server")
+    assert all(r.input_tokens == r.input_len for r in run.records), [(r.input_len, r.input_tokens) for r in run.records]
