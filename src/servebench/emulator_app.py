@@ -114,6 +114,7 @@ class Emulator:
         self._text_ids = [rng.choice(words) for _ in range(1 << 16)]
         self._tok_json: dict[int, bytes] = {}
         self._truth: deque[_Stream] = deque(maxlen=truth_limit)
+        self._inbox: deque[tuple[HttpConn, dict[str, str], bytes, bool, int]] = deque()
         self._wake: asyncio.Event | None = None
         self._late = [0] * (_LATE_BUCKETS + 1)
         self._late_max_ns = 0
@@ -147,10 +148,14 @@ class Emulator:
         next_start: float | None = None
         perf = time.perf_counter
         while True:
+            if self._inbox:
+                self._admit()
             if not engine.has_work():
                 self._wake.clear()
-                await self._wake.wait()
-                next_start = None
+                if not self._inbox:
+                    await self._wake.wait()
+                    next_start = None
+                continue
             now = perf()
             # Back to back from the last deadline; if we fell > 5 ms behind (or were idle), restart at now.
             start = next_start if next_start is not None and now - next_start < 0.005 else now
@@ -294,9 +299,9 @@ class Emulator:
         try:
             if method == "POST":
                 if path == "/v1/chat/completions":
-                    return self._generate(conn, headers, body, chat=True)
+                    return self._enqueue(conn, headers, body, True)
                 if path == "/v1/completions":
-                    return self._generate(conn, headers, body, chat=False)
+                    return self._enqueue(conn, headers, body, False)
                 if path in ("/tokenize", "/v1/tokenize"):
                     return self._tokenize(conn, body)
                 if path in ("/detokenize", "/v1/detokenize"):
@@ -443,8 +448,33 @@ class Emulator:
         conn.respond(200, orjson.dumps({"prompt": self.tok.decode(ids)}))
 
     # ------------------------------------------------------------------ generate
-    def _generate(self, conn: HttpConn, headers: dict[str, str], body: bytes, *, chat: bool) -> None:
-        arrival_ns = time.perf_counter_ns()
+    def _enqueue(self, conn: HttpConn, headers: dict[str, str], body: bytes, chat: bool) -> None:
+        """Note the arrival now; the engine loop admits it at the next step boundary (see `_admit`)."""
+        self._inbox.append((conn, headers, body, chat, time.perf_counter_ns()))
+        assert self._wake is not None
+        self._wake.set()
+
+    def _admit(self) -> None:
+        """Parse, tokenize and queue the requests that arrived since the last step.
+
+        Done by the engine loop right after a step's token burst, where the work cannot delay a
+        burst (the next step starts at the previous deadline; the engine only schedules at step
+        boundaries anyway), rather than in the socket callbacks that run while a burst is due.
+        """
+        inbox = self._inbox
+        while inbox:
+            conn, headers, body, chat, arrival_ns = inbox.popleft()
+            if conn.closed:
+                continue
+            try:
+                self._generate(conn, headers, body, chat=chat, arrival_ns=arrival_ns)
+            except _BadRequest as e:
+                conn.respond(e.status, error_body(str(e), e.kind, e.status))
+            except Exception as e:  # a bug: answer 500 rather than hang the connection
+                conn.respond(500, error_body(f"{type(e).__name__}: {e}", "InternalServerError", 500))
+
+    def _generate(self, conn: HttpConn, headers: dict[str, str], body: bytes, *, chat: bool,
+                  arrival_ns: int) -> None:
         data = self._json(body)
         self._check_model(data)
         rid = headers.get("x-request-id") or f"{next(self._ids):08x}"
