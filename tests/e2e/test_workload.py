@@ -58,18 +58,18 @@ def test_input_len_1024_is_exact_on_llama_server(llama_server: RealServer, tmp_p
 
 # ------------------------------------------------------------------ (2) shared prefix
 def test_shared_prefix_preset_hits_as_intended_and_lowers_ttft(tmp_path: Path) -> None:
-    common = ("--profile", "llama-3.1-8b", "--output-len", "8", "--concurrency", "8", "--num-requests", "200",
-              "--seed", "3")
-    shared, _ = _run(tmp_path / "shared", *common, "--dataset", "shared-prefix:groups=10,prompts=20")
+    """The seeds' preset lengths (2000-token system prompt + 1200-token question), 4 groups x 15 prompts."""
+    common = ("--profile", "tiny", "--output-len", "8", "--concurrency", "4", "--num-requests", "60", "--seed", "3")
+    shared, _ = _run(tmp_path / "shared", *common, "--dataset", "shared-prefix:groups=4,prompts=15")
     wl, server = shared["workload"], shared["server"]
     assert wl["shared_prefix"]["system_len"] == 2000 and wl["shared_prefix"]["question_len"] == 1200
     intended, achieved = wl["intended_prefix_hit_rate"], server["prefix_cache_hit_rate"]
-    assert intended == pytest.approx((200 - 10) * 2000 / (200 * 3200), abs=1e-3)
+    assert intended == pytest.approx((60 - 4) * 2000 / (60 * 3200), abs=1e-3)
     assert abs(achieved - intended) <= 0.05, (intended, achieved)
     assert not any("prefix cache:" in n for n in shared["notes"])
     plain, _ = _run(tmp_path / "plain", *common, "--input-len", "3200")
     assert plain["server"]["prefix_cache_hit_rate"] < 0.02
-    assert shared["tokens"]["input_total"] == plain["tokens"]["input_total"] == 200 * 3200
+    assert shared["tokens"]["input_total"] == plain["tokens"]["input_total"] == 60 * 3200
     assert shared["latency_ms"]["ttft"]["median"] < 0.8 * plain["latency_ms"]["ttft"]["median"], (
         shared["latency_ms"]["ttft"], plain["latency_ms"]["ttft"])
 
