@@ -82,3 +82,16 @@ def test_compare_command_writes_html_and_json(dirs: dict[str, Path], tmp_path: P
     assert again.exit_code == 0 and (out / "compare.html").read_text() == html  # deterministic
     one = CliRunner().invoke(compare_command, [str(dirs["a"])])
     assert one.exit_code == 2
+
+
+def test_repeats_directory_is_one_side(dirs: dict[str, Path], tmp_path: Path) -> None:
+    root = tmp_path / "rep"
+    root.mkdir()
+    for k in (1, 2):
+        write_synth_run(root / f"repeat-{k}", synth_records(150, seed=500 + k, concurrency=8, time_scale=FACTOR))
+    (root / "repeats.json").write_text(json.dumps({"repeats": ["repeat-1", "repeat-2"]}))
+    side = load_side(str(root), "B")
+    assert len(side.runs) == 2
+    (comp,) = compare_sides([load_side(str(dirs["a"]), "A"), side])
+    itl = next(e for e in comp.estimates if e.spec.key == "itl_median")
+    assert itl.lo <= FACTOR <= itl.hi

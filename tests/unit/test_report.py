@@ -147,3 +147,25 @@ def test_sweep_with_length_pairs_slo_and_cost(tmp_path: Path) -> None:
     svg = (sweep / "charts" / "sweep_throughput.svg").read_text()
     assert "in 128 · out 32 · output tok/s" in svg and "in 1024 · out 32 · output tok/s" in svg
     assert ">64<" not in svg  # the interrupted point is not on the x axis data
+
+
+def test_repeats_directory(tmp_path: Path) -> None:
+    """`--repeat N` writes DIR/repeat-k and repeats.json: the report shows the spread and overlays."""
+    import json
+
+    from servebench.report.data import RepeatsResult
+
+    root = tmp_path / "rep"
+    root.mkdir()
+    for k in (1, 2, 3):
+        write_synth_run(root / f"repeat-{k}", synth_records(40, seed=k), concurrency=8)
+    spread = {"output tok/s": {"values": [1.0, 2.0, 3.0], "mean": 2.0, "std": 1.0, "min": 1.0, "max": 3.0, "cv": 0.5}}
+    (root / "repeats.json").write_text(json.dumps({"schema": "servebench.repeats/1",
+                                                   "repeats": ["repeat-1", "repeat-2", "repeat-3"],
+                                                   "spread": spread}))
+    res = load_results(root)
+    assert isinstance(res, RepeatsResult) and [r.path.name for r in res.runs] == ["repeat-1", "repeat-2", "repeat-3"]
+    html = write_report(root).read_text()
+    assert "Run-to-run spread (3 repeats)" in html and "50.0 %" in html
+    assert 'href="repeat-2/report.html"' in html and (root / "repeat-2" / "report.html").is_file()
+    assert "overlay_ttft_cdf" in html

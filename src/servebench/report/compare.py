@@ -19,7 +19,7 @@ from rich.table import Table
 
 from servebench import metrics
 from servebench.errors import ConfigError
-from servebench.report.data import SweepResult, load_results, measured
+from servebench.report.data import RepeatsResult, SweepResult, load_results, measured
 from servebench.report.html import esc, fmt, render_overlay, write_page
 from servebench.report.stats import METRICS, MetricSpec, RatioEstimate, SideData, ratio_ci
 from servebench.store import RunResult
@@ -61,7 +61,10 @@ def load_side(spec: str, name: str) -> Side:
         return Side(name, sweep=loaded[0])
     if any(isinstance(r, SweepResult) for r in loaded):
         raise ConfigError(f"{spec}: repeats (comma-separated) must be run directories, not sweeps")
-    return Side(name, runs=[r for r in loaded if isinstance(r, RunResult)])
+    runs: list[RunResult] = []
+    for r in loaded:  # a --repeat N directory contributes every repeat
+        runs.extend(r.runs if isinstance(r, RepeatsResult) else [r])
+    return Side(name, runs=runs)
 
 
 def side_data(runs: Sequence[RunResult]) -> SideData:

@@ -24,6 +24,8 @@ __all__ = [
     "SWEEP",
     "SweepPoint",
     "SweepResult",
+    "RepeatsResult",
+    "REPEATS",
     "load_results",
     "split_groups",
     "measured",
@@ -34,6 +36,7 @@ __all__ = [
 ]
 
 SWEEP = "sweep.json"
+REPEATS = "repeats.json"
 _X_KEYS = ("concurrency", "rate_rps", "input_len", "output_len")
 
 
@@ -58,6 +61,24 @@ class SweepResult:
         return {"concurrency": "concurrency", "rate_rps": "request rate (req/s)",
                 "input_len": "input length (tokens)", "output_len": "output length (tokens)"}.get(
                     self.x_key, self.x_key)
+
+
+@dataclass(slots=True)
+class RepeatsResult:
+    """`--repeat N`: N runs of one configuration under DIR/repeat-k, listed in repeats.json."""
+
+    path: Path
+    meta: dict[str, Any]
+    runs: list[RunResult] = field(default_factory=list)
+
+
+def load_repeats(path: Path) -> RepeatsResult:
+    doc = read_json(path / REPEATS)
+    names = [str(n) for n in (doc.get("repeats") or [])] if isinstance(doc, dict) else []
+    if not names:
+        names = sorted(p.name for p in path.iterdir() if p.name.startswith("repeat-") and _is_run_dir(p))
+    runs = [_load_run(path / n) for n in names if _is_run_dir(path / n)]
+    return RepeatsResult(path, doc if isinstance(doc, dict) else {}, runs)
 
 
 def _load_run(path: Path) -> RunResult:
@@ -170,13 +191,19 @@ def _fmt_x(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
-def load_results(path: str | Path) -> RunResult | SweepResult:
-    """A run directory or a sweep directory (sweep.json, or sub-directories that are runs)."""
+def load_results(path: str | Path) -> RunResult | SweepResult | RepeatsResult:
+    """A run directory, a sweep directory (sweep.json, or sub-directories that are runs), or the
+    directory of `--repeat N` (repeats.json)."""
     p = Path(path)
     if not p.is_dir():
         raise ConfigError(f"{p} is not a directory")
     if (p / SWEEP).is_file():
         return load_sweep(p)
+    if (p / REPEATS).is_file():
+        rep = load_repeats(p)
+        if not rep.runs:
+            raise ConfigError(f"{p}: repeats.json lists no run directory that exists")
+        return rep
     if (p / "summary.json").is_file() or (p / "requests.jsonl").is_file():
         return _load_run(p)
     sweep = load_sweep(p)

@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from servebench.report.charts import format_number
-from servebench.report.data import SweepPoint, SweepResult, load_results, measured, run_title, split_groups
+from servebench.report.data import (
+    RepeatsResult,
+    SweepPoint,
+    SweepResult,
+    load_results,
+    measured,
+    run_title,
+    split_groups,
+)
 from servebench.report.figures import (
     get,
     run_figures,
@@ -385,9 +393,16 @@ def _as_sweep(run: RunResult) -> SweepResult:
     return SweepResult(run.path, {}, "concurrency", [SweepPoint(x, f"{x:g}", run)])
 
 
-def render_overlay(sides: Sequence[tuple[str, RunResult | SweepResult]], *, title: str = "servebench overlay",
+def render_overlay(sides: Sequence[tuple[str, RunResult | SweepResult | RepeatsResult]], *, title: str = "servebench overlay",
                    prelude: str = "") -> tuple[str, dict[str, str]]:
     """Several runs or sweeps on shared axes (sweeps as curves; single runs as distributions)."""
+    flat: list[tuple[str, RunResult | SweepResult]] = []
+    for n, r in sides:  # repeats: each repeat is a run of its own here
+        if isinstance(r, RepeatsResult):
+            flat += [(f"{n} · {run.path.name}", run) for run in r.runs]
+        else:
+            flat.append((n, r))
+    sides = flat
     if any(isinstance(r, SweepResult) for _, r in sides):
         curves: list[tuple[str, SweepResult]] = []
         for n, r in sides:
@@ -397,14 +412,40 @@ def render_overlay(sides: Sequence[tuple[str, RunResult | SweepResult]], *, titl
     else:
         figs = runs_overlay_figures([(n, r) for n, r in sides if isinstance(r, RunResult)])
     rows = []
-    for name, r in sides:
+    for name, r in flat:
         first = r.summary if isinstance(r, RunResult) else (r.points[0].run.summary if r.points else {})
         kind = "run" if isinstance(r, RunResult) else f"sweep ({len(r.points)} points)"
         rows.append([esc(name), esc(kind), esc(run_title(first)), esc(str(r.path))])
     body = [prelude, "<h2>Inputs</h2>", _table(["name", "kind", "what", "directory"], rows, txt_cols=4),
             "<h2>Overlaid</h2>", _figures(figs)]
-    sub = " vs ".join(n for n, _ in sides)
+    sub = " vs ".join(n for n, _ in flat)
     return page(title, sub, "\n".join(b for b in body if b)), figs
+
+
+def render_repeats(rep: RepeatsResult, links: bool = True) -> tuple[str, dict[str, str]]:
+    """`--repeat N`: the run-to-run spread, and the repeats overlaid."""
+    rows = []
+    for label, d in (rep.meta.get("spread") or {}).items():
+        if not isinstance(d, dict):
+            continue
+        cv = d.get("cv")
+        rows.append([esc(label), fmt(d.get("mean"), digits=2), fmt(d.get("std"), digits=2),
+                     fmt(d.get("min"), digits=2), fmt(d.get("max"), digits=2),
+                     fmt(100.0 * cv, "%", 1) if isinstance(cv, (int, float)) else "–",
+                     esc(" · ".join(format_number(v) if isinstance(v, (int, float)) else "–"
+                                    for v in d.get("values") or []))])
+    names = [r.path.name for r in rep.runs]
+    links_html = " · ".join(f'<a href="{esc(n)}/{REPORT}">{esc(n)}</a>' if links else esc(n) for n in names)
+    prelude = (f"<h2>Run-to-run spread ({len(rep.runs)} repeats)</h2>"
+               + (_table(["metric", "mean", "std", "min", "max", "CV", "each repeat"], rows, txt_cols=1)
+                  if rows else '<p class="muted">No spread recorded in repeats.json.</p>')
+               + f'<p class="muted">Each repeat\'s own report: {links_html}. Compare two configurations with '
+               "confidence intervals: <code>servebench compare DIR_A DIR_B</code> (repeats are resampled).</p>")
+    first = rep.runs[0].summary if rep.runs else {}
+    html, figs = render_overlay([(n, r) for n, r in zip(names, rep.runs)],
+                                title=f"servebench repeats · {get(first, 'target', 'model') or rep.path.name}",
+                                prelude=prelude)
+    return html, figs
 
 
 def write_page(out_html: Path, html: str, figs: dict[str, str]) -> Path:
@@ -430,6 +471,11 @@ def write_report(path: str | Path, out: str | Path | None = None) -> Path:
             html, figs = render_run(p.run)
             write_page(p.run.path / REPORT, html, figs)
         html, figs = render_sweep(results, links=out is None)
+    elif isinstance(results, RepeatsResult):
+        for run in results.runs:
+            html, figs = render_run(run)
+            write_page(run.path / REPORT, html, figs)
+        html, figs = render_repeats(results, links=out is None)
     else:
         html, figs = render_run(results)
     return write_page(target, html, figs)
