@@ -23,7 +23,9 @@ def run_dir(tmp_path: Path) -> Path:
     recs = synth_records(120, seed=3, concurrency=6, fail_every=20, error_detail=PAYLOAD, warmup=3)
     return write_synth_run(tmp_path / "run", recs, concurrency=6, model="<i>model</i>",
                            slo={"ttft_ms": 200.0, "tpot_ms": 25.0},
-                           extra_summary={"cost": {"usd_per_million_output_tokens": 1.25}})
+                           extra_summary={"cost": {"usd_per_million_output_tokens": 1.25},
+                                          "server": {"metrics_used": {"preemptions": "vllm:num_preemptions"},
+                                                     "preemptions": 3.0, "kv_usage": 0.42}})
 
 
 def _tags(html: str) -> set[str]:
@@ -34,7 +36,7 @@ def test_run_report_has_every_section(run_dir: Path) -> None:
     html = write_report(run_dir).read_text()
     for text in ("Output throughput", "TTFT median", "ITL median", "SLO", "goodput", "Latency distributions",
                  "Timeline", "Client self-check", "schedule lag", "Failures", "http_5xx", "timeout",
-                 "usd per million output tokens", "1.25"):
+                 "usd per million output tokens", "1.25", "Server metrics", "vllm:num_preemptions"):
         assert text in html, text
     charts = sorted(p.stem for p in (run_dir / "charts").glob("*.svg"))
     assert charts == sorted(["ttft_hist", "itl_hist", "e2e_hist", "latency_cdf", "inflight", "tokens_per_s",

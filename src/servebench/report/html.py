@@ -181,6 +181,15 @@ def _kv_table(doc: dict[str, Any]) -> str:
     return _table(["key", "value"], rows, txt_cols=2)
 
 
+def _server_table(server: dict[str, Any]) -> str:
+    used = server.get("metrics_used") or {}
+    rows = []
+    for k, v in _flatten({k: v for k, v in server.items() if k != "metrics_used"}):
+        value = format_number(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else esc(v)
+        rows.append([esc(k), value, f'<code>{esc(used.get(k, ""))}</code>' if used.get(k) else ""])
+    return _table(["figure", "value", "server metric"], rows, txt_cols=1)
+
+
 _LAT_ROWS = (("ttft", "TTFT"), ("ttfat", "TTFAT (first answer token)"), ("tpot", "TPOT"), ("itl", "ITL"),
              ("e2e", "E2E"))
 _LAT_COLS = ("mean", "median", "p90", "p95", "p99", "min", "max", "std")
@@ -270,6 +279,11 @@ def render_run(run: RunResult) -> tuple[str, dict[str, str]]:
     body.append("<h2>Client self-check</h2>")
     lag_fig = _figures({"schedule_lag": figs["schedule_lag"]}).removeprefix('<div class="grid">\n')
     body.append(f'<div class="grid"><div>{_kv_table(s.get("client") or {})}</div>\n{lag_fig}')
+    server = s.get("server")
+    if isinstance(server, dict) and any(k != "metrics_used" for k in server):
+        body.append("<h2>Server metrics</h2><p class=\"muted\">Read from the target's Prometheus /metrics before and "
+                    "after the run: counters are deltas over the run, gauges are end-of-run values.</p>"
+                    + _server_table(server))
     body.append("<h2>Failures</h2>" + _failures(run))
     body.append("<h2>Run details</h2><details><summary>Manifest (configuration as run, versions, host)"
                 f"</summary>{_kv_table(run.manifest)}</details>")
