@@ -46,7 +46,7 @@ def chromium_path() -> str:
     if not Path(path).is_file():
         _unavailable("chromium not found")
     try:
-        import playwright.sync_api  # noqa: F401, PLC0415
+        import playwright.sync_api  # noqa: F401
     except ImportError:
         _unavailable("the playwright Python package is not installed")
     return path
@@ -68,7 +68,7 @@ class OfflinePage:
 
 @pytest.fixture
 def offline_page(chromium_path: str, tmp_path: Path) -> Iterator[OfflinePage]:
-    from playwright.sync_api import sync_playwright  # noqa: PLC0415
+    from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
         context = pw.chromium.launch_persistent_context(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import xml.etree.ElementTree as ET
@@ -27,7 +28,7 @@ def _parse(svg: str) -> ET.Element:
 def test_nice_ticks_cover_range_on_round_steps() -> None:
     t = nice_ticks(3.0, 137.0)
     assert t[0] <= 3.0 and t[-1] >= 137.0
-    steps = {round(b - a, 9) for a, b in zip(t, t[1:])}
+    steps = {round(b - a, 9) for a, b in itertools.pairwise(t)}
     assert len(steps) == 1 and steps.pop() in (10, 20, 25, 50)
     assert nice_ticks(0.013, 0.97) == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
     assert nice_ticks(5.0, 5.0)[0] < 5.0 < nice_ticks(5.0, 5.0)[-1]  # degenerate range widened

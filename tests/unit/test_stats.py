@@ -7,7 +7,13 @@ import pytest
 
 from servebench import metrics
 from servebench.report.compare import side_data
-from servebench.report.stats import METRICS, SideData, bootstrap_side, ratio_ci, weighted_quantile_rows
+from servebench.report.stats import (
+    METRICS,
+    SideData,
+    bootstrap_side,
+    ratio_ci,
+    weighted_quantile_rows,
+)
 from servebench.report.synth import synth_records
 from servebench.store import RunResult
 

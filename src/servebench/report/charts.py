@@ -8,6 +8,7 @@ same string works inline in HTML and as a standalone `.svg` file.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,14 +18,14 @@ import numpy as np
 
 __all__ = [
     "PALETTE",
-    "Series",
     "RefLine",
-    "line_chart",
-    "histogram_chart",
+    "Series",
     "cdf_chart",
-    "nice_ticks",
-    "log_ticks",
     "format_number",
+    "histogram_chart",
+    "line_chart",
+    "log_ticks",
+    "nice_ticks",
 ]
 
 #: Colour-blind-safe categorical palette (Tableau 10 order).
@@ -180,9 +181,9 @@ def _text_width(s: str, size: float = 12.0) -> float:
 class _Svg:
     def __init__(self, width: int, height: int, title: str) -> None:
         self.parts: list[str] = [
-            f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
-            f'width="{width}" height="{height}" role="img" aria-label="{escape(title)}" '
-            f'font-family="{escape(_FONT)}" font-size="12" class="sb-chart">',
+            (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+             f'width="{width}" height="{height}" role="img" aria-label="{escape(title)}" '
+             f'font-family="{escape(_FONT)}" font-size="12" class="sb-chart">'),
             f"<title>{escape(title)}</title>",
             f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>',
         ]
@@ -306,7 +307,7 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str = "", y_lab
         pts = [(px(x), py(y)) for x, y in zip(s.xs, s.ys)]
         if s.step and len(pts) > 1:
             stepped = [pts[0]]
-            for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+            for (_x0, y0), (x1, y1) in itertools.pairwise(pts):
                 stepped += [(x1, y0), (x1, y1)]
             pts_line = stepped
         else:
@@ -416,7 +417,7 @@ def cdf_chart(samples: Sequence[tuple[str, Sequence[float]]], *, title: str, x_l
         if n <= max_points:
             idx = list(range(n))
         else:
-            idx = sorted({min(n - 1, int(round(k * (n - 1) / (max_points - 1)))) for k in range(max_points)})
+            idx = sorted({min(n - 1, round(k * (n - 1) / (max_points - 1))) for k in range(max_points)})
         xs, ys = [float(v[k]) for k in idx], [100.0 * (k + 1) / n for k in idx]
         series.append(Series(name, xs, ys, PALETTE[i % len(PALETTE)], step=True, markers=False))
     refs = list(refs) + [RefLine(50.0, "P50", "y", _MUTED), RefLine(99.0, "P99", "y", _MUTED)]

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from servebench.errors import ConfigError, ServebenchError
 
-__all__ = ["report_command", "compare_command"]
+__all__ = ["compare_command", "report_command"]
 
 
 def _errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -41,7 +41,7 @@ def report_command(dirs: tuple[str, ...], out: str | None) -> None:
     Charts are also written as charts/*.svg beside each report. Re-rendering the same results
     gives byte-identical files.
     """
-    from servebench.report.html import write_overlay_report, write_report  # noqa: PLC0415
+    from servebench.report.html import write_overlay_report, write_report
 
     console = Console()
     if len(dirs) == 1:
@@ -72,7 +72,7 @@ def compare_command(sides: tuple[str, ...], out: str | None, resamples: int, see
     DIR1,DIR2,... (e.g. from --repeat): requests are resampled within each run, and repeats
     across runs. A difference whose interval contains 1.00 is reported as within noise.
     """
-    from servebench.report.compare import (  # noqa: PLC0415
+    from servebench.report.compare import (
         compare_sides,
         load_side,
         print_comparison,

@@ -21,11 +21,27 @@ from servebench import metrics
 from servebench.errors import ConfigError
 from servebench.report.data import RepeatsResult, SweepResult, load_results, measured
 from servebench.report.html import esc, fmt, render_overlay, write_page
-from servebench.report.stats import METRICS, MetricSpec, RatioEstimate, SideData, ratio_ci
+from servebench.report.stats import (
+    METRICS,
+    MetricSpec,
+    RatioEstimate,
+    SideData,
+    ratio_ci,
+)
 from servebench.store import RunResult
 
-__all__ = ["Side", "Comparison", "load_side", "side_data", "compare_sides", "sentence", "print_comparison",
-           "write_compare_html", "write_compare_json", "SWEEP_METRICS"]
+__all__ = [
+    "SWEEP_METRICS",
+    "Comparison",
+    "Side",
+    "compare_sides",
+    "load_side",
+    "print_comparison",
+    "sentence",
+    "side_data",
+    "write_compare_html",
+    "write_compare_json",
+]
 
 #: The metrics compared at each load level of a sweep.
 SWEEP_METRICS = tuple(m for m in METRICS if m.key in ("output_tokens_per_s", "ttft_median", "itl_median",

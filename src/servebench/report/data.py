@@ -21,18 +21,18 @@ from servebench.records import RequestRecord
 from servebench.store import RunResult, load_run, read_json
 
 __all__ = [
+    "REPEATS",
     "SWEEP",
+    "RepeatsResult",
     "SweepPoint",
     "SweepResult",
-    "RepeatsResult",
-    "REPEATS",
-    "load_results",
-    "split_groups",
-    "measured",
-    "samples_ms",
     "inflight_series",
-    "tokens_per_s_series",
+    "load_results",
+    "measured",
     "run_title",
+    "samples_ms",
+    "split_groups",
+    "tokens_per_s_series",
 ]
 
 SWEEP = "sweep.json"
@@ -286,7 +286,7 @@ def tokens_per_s_series(records: Sequence[RequestRecord], bins: int = 100) -> tu
     t_end_s = float(ta.max()) / 1e9
     if t_end_s <= 0:
         return [], []
-    nb = max(1, min(bins, int(math.ceil(t_end_s / 0.05))))  # slices no shorter than 50 ms
+    nb = max(1, min(bins, math.ceil(t_end_s / 0.05)))  # slices no shorter than 50 ms
     width_s = t_end_s / nb
     counts, _ = np.histogram(ta / 1e9, bins=nb, range=(0.0, t_end_s), weights=np.asarray(k, dtype=float))
     xs = [round((i + 0.5) * width_s, 9) for i in range(nb)]

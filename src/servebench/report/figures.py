@@ -6,7 +6,14 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from servebench.report.charts import PALETTE, RefLine, Series, cdf_chart, histogram_chart, line_chart
+from servebench.report.charts import (
+    PALETTE,
+    RefLine,
+    Series,
+    cdf_chart,
+    histogram_chart,
+    line_chart,
+)
 from servebench.report.data import (
     SweepResult,
     inflight_series,
@@ -16,7 +23,7 @@ from servebench.report.data import (
 )
 from servebench.store import RunResult
 
-__all__ = ["run_figures", "sweep_figures", "sweep_limits", "runs_overlay_figures", "slo_of", "get"]
+__all__ = ["get", "run_figures", "runs_overlay_figures", "slo_of", "sweep_figures", "sweep_limits"]
 
 _MAX_CDF_SERIES = 8
 

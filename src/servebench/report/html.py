@@ -35,8 +35,17 @@ from servebench.report.figures import (
 )
 from servebench.store import RunResult
 
-__all__ = ["write_report", "write_overlay_report", "render_run", "render_sweep", "render_overlay",
-           "page", "write_page", "esc", "fmt"]
+__all__ = [
+    "esc",
+    "fmt",
+    "page",
+    "render_overlay",
+    "render_run",
+    "render_sweep",
+    "write_overlay_report",
+    "write_page",
+    "write_report",
+]
 
 REPORT = "report.html"
 _SAMPLE_BODIES = 3

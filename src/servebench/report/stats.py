@@ -27,8 +27,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["SideData", "MetricSpec", "RatioEstimate", "METRICS", "bootstrap_side", "ratio_ci",
-           "weighted_quantile_rows"]
+__all__ = [
+    "METRICS",
+    "MetricSpec",
+    "RatioEstimate",
+    "SideData",
+    "bootstrap_side",
+    "ratio_ci",
+    "weighted_quantile_rows",
+]
 
 
 @dataclass(slots=True)

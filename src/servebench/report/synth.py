@@ -14,7 +14,14 @@ import numpy as np
 
 from servebench import metrics
 from servebench.records import RequestRecord
-from servebench.store import MANIFEST, RECORDS, SUMMARY, RecordWriter, prepare_out_dir, write_json
+from servebench.store import (
+    MANIFEST,
+    RECORDS,
+    SUMMARY,
+    RecordWriter,
+    prepare_out_dir,
+    write_json,
+)
 
 __all__ = ["synth_records", "write_synth_run", "write_synth_sweep"]
 
