@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import subprocess
 import sys
 import time
@@ -34,12 +35,14 @@ async def _http(host: str, port: int, method: str, path: str, body: bytes = b"")
     return data.split(b"\r\n\r\n", 1)[1]
 
 
-async def _client(host: str, port: int, body: bytes, stop_at: float, counts: list[int]) -> None:
+async def _client(host: str, port: int, bodies: list[bytes], stop_at: float, counts: list[int]) -> None:
     r, w = await asyncio.open_connection(host, port)
-    req = (f"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-           f"content-length: {len(body)}\r\n\r\n").encode() + body
+    reqs = [(f"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+             f"content-length: {len(b)}\r\n\r\n").encode() + b for b in bodies]
+    k = 0
     while time.perf_counter() < stop_at:
-        w.write(req)
+        w.write(reqs[k % len(reqs)])
+        k += 1
         buf = b""
         while not buf.endswith(b"0\r\n\r\n"):
             chunk = await r.read(65536)
@@ -54,13 +57,20 @@ async def _client(host: str, port: int, body: bytes, stop_at: float, counts: lis
 async def _run(args: argparse.Namespace, url: str) -> dict[str, float]:
     host, port = url.removeprefix("http://").split(":")
     p = int(port)
-    body = json.dumps({"model": args.profile, "prompt": "hello " * args.input_words, "max_tokens": args.output_len,
-                       "ignore_eos": True, "stream": True}).encode()
+    rng = random.Random(1)
+
+    def bodies() -> list[bytes]:
+        # output lengths uniform in [L/2, 3L/2] (mean L) unless --fixed: streams do not finish in lockstep
+        lens = [args.output_len] if args.fixed else [rng.randint(args.output_len // 2, args.output_len * 3 // 2)
+                                                     for _ in range(16)]
+        return [json.dumps({"model": args.profile, "prompt": "hello " * args.input_words, "max_tokens": n,
+                            "ignore_eos": True, "stream": True}).encode() for n in lens]
+
     before = json.loads(await _http(host, p, "GET", "/_servebench/pacing"))
     t0 = time.perf_counter()
     counts = [0, 0]
     stop_at = t0 + args.duration
-    await asyncio.gather(*[_client(host, p, body, stop_at, counts) for _ in range(args.streams)])
+    await asyncio.gather(*[_client(host, p, bodies(), stop_at, counts) for _ in range(args.streams)])
     wall = time.perf_counter() - t0
     after = json.loads(await _http(host, p, "GET", "/_servebench/pacing"))
     tokens = after["tokens"] - before["tokens"]
@@ -69,7 +79,7 @@ async def _run(args: argparse.Namespace, url: str) -> dict[str, float]:
             "server_cpu_frac_of_one_core": (after["process_cpu_s"] - before["process_cpu_s"]) / wall,
             "lateness_p50_ms": after["p50_ms"], "lateness_p99_ms": after["p99_ms"],
             "lateness_p999_ms": after["p999_ms"], "lateness_max_ms": after["max_ms"],
-            "emit_wall_frac": (after["emit_wall_s"] - before["emit_wall_s"]) / wall,
+            "burst_wall_frac": (after["emit_wall_s"] - before["emit_wall_s"]) / wall,
             "send_cost_us": after["send_cost_us"], "wake_late_p50_ms": after["wake_late_p50_ms"],
             "wake_late_p99_ms": after["wake_late_p99_ms"]}
 
@@ -100,6 +110,27 @@ def engine_speed() -> dict[str, float]:
     return out
 
 
+def timer_floor(duration_s: float = 3.0, period_s: float = 0.008) -> dict[str, float]:
+    """The host's own floor: lateness of a bare loop sleeping to absolute deadlines (no I/O).
+
+    If this is already above 1 ms at P99 (a busy shared host), no server on it can do better."""
+    lat: list[float] = []
+    t = time.perf_counter() + period_s
+    end = t + duration_s
+    while t < end:
+        while True:
+            rem = t - time.perf_counter()
+            if rem <= 0:
+                break
+            if rem > 0.0003:
+                time.sleep(rem - 0.0002)
+        lat.append(time.perf_counter() - t)
+        t += period_s
+    lat.sort()
+    return {"floor_p50_ms": lat[len(lat) // 2] * 1e3, "floor_p99_ms": lat[int(0.99 * len(lat))] * 1e3,
+            "floor_max_ms": lat[-1] * 1e3}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--profile", default="tiny")
@@ -107,6 +138,7 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=10.0)
     ap.add_argument("--output-len", type=int, default=256)
     ap.add_argument("--input-words", type=int, default=64)
+    ap.add_argument("--fixed", action="store_true", help="every request exactly --output-len tokens (lockstep)")
     ap.add_argument("--server-nice", type=int, default=None,
                     help="run the emulator under `nice -n N` (e.g. -10 on a busy shared host; needs root)")
     ap.add_argument("--engine-speed", action="store_true", help="time the pure engine instead")
@@ -125,7 +157,11 @@ def main() -> int:
         if not line.startswith("READY "):
             print(f"emulator did not start: {line!r}", file=sys.stderr)
             return 1
+        floor = timer_floor()
         res = asyncio.run(_run(args, line.split(" ", 1)[1]))
+        res.update(floor)
+        with open("/proc/loadavg") as f:
+            res["host_loadavg_1m"] = float(f.read().split()[0])
         print(json.dumps(res, indent=2))
         return 0
     finally:

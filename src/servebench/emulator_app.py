@@ -79,7 +79,7 @@ class _Stream:
 
     __slots__ = ("conn", "rid", "chat", "stream", "usage", "tpl", "ids", "n_total", "n_reason", "finish",
                  "prompt_len", "sent", "arrival_ns", "token_ns", "status", "fault_at", "fault", "sim",
-                 "write")
+                 "write", "next")
 
     def __init__(self) -> None:
         self.token_ns = array("q")
@@ -88,6 +88,7 @@ class _Stream:
         self.fault: str | None = None
         self.fault_at = -1
         self.sim: SimRequest | None = None
+        self.next: bytes | None = None  # the framed bytes of the next token (streaming)
 
     def truth(self) -> dict[str, Any]:
         return {"id": self.rid, "arrival_ns": self.arrival_ns, "token_ns": self.token_ns.tolist(),
@@ -125,7 +126,7 @@ class Emulator:
         self.success: dict[str, int] = {"stop": 0, "length": 0, "abort": 0}
         self._task: asyncio.Task[None] | None = None
         self._send_cost_s = 5e-6  # EWMA of the wall time to emit one token (send + bookkeeping)
-        self._burst_s = 0.0  # total wall time spent emitting
+        self._burst_s = 0.0  # total wall time spent in token bursts
         self._wake_late_s: deque[float] = deque(maxlen=10_000)  # burst start - planned start, recent steps
 
     # ------------------------------------------------------------------ engine loop
@@ -180,59 +181,71 @@ class Emulator:
                 rem = go - perf()
             if n:
                 t0 = perf()
-                self._emit(res, int(deadline * 1e9))
-                t1 = perf()
+                t1 = self._emit(res, int(deadline * 1e9))
                 self._send_cost_s = 0.8 * self._send_cost_s + 0.2 * (t1 - t0) / n
                 self._burst_s += t1 - t0
                 self._wake_late_s.append(t0 - go)
             next_start = deadline
 
-    def _emit(self, res: StepResult, deadline_ns: int) -> None:
-        perf_ns = time.perf_counter_ns
-        late = self._late
+    def _chunk(self, st: _Stream, i: int) -> bytes:
+        """The framed bytes of token i of a streaming response (the last one closes the stream)."""
+        tid = st.ids[i]
         tj = self._tok_json
+        text = tj.get(tid)
+        if text is None:
+            text = tj[tid] = orjson.dumps(self.tok.token_text(tid))
+        tpl = st.tpl
+        pre = tpl.reasoning_pre if i < st.n_reason else tpl.content_pre
+        if i + 1 == st.n_total:
+            data = pre + text + (tpl.last_post_stop if st.finish == "stop" else tpl.last_post_length)
+            if st.usage:
+                data += tpl.usage_chunk(self._usage(st))
+            return b"%x\r\n%s\r\n" % (len(data), data) + _DONE + b"0\r\n\r\n"
+        data = pre + text + tpl.post
+        if i == 0 and tpl.role_chunk:
+            data = tpl.role_chunk + data
+        return b"%x\r\n%s\r\n" % (len(data), data)
+
+    def _emit(self, res: StepResult, deadline_ns: int) -> float:
+        """Write the step's tokens (the burst: bytes prepared in advance), then do the bookkeeping.
+
+        Returns the burst's end (perf_counter seconds)."""
+        perf_ns = time.perf_counter_ns
+        assert res.tokens is not None
+        sent: list[tuple[_Stream, int]] = []
+        keep = sent.append
+        for sim in res.tokens:
+            st: _Stream = sim.payload
+            if st.status != "running":
+                st.sent += 1
+                continue
+            data = st.next
+            if data is not None:
+                t = perf_ns()  # just before the bytes go to the socket: causal with any client
+                st.write(data)
+            else:
+                t = perf_ns()
+            st.token_ns.append(t)
+            keep((st, t))
+        burst_end = time.perf_counter()
+        # bookkeeping, off the burst
+        late = self._late
         itl_counts = self.itl.counts
         itl_bounds = self.itl.bounds
         itl_sum = 0.0
         itl_n = 0
         max_late = self._late_max_ns
-        assert res.tokens is not None
-        for sim in res.tokens:
-            st: _Stream = sim.payload
+        for st, t in sent:
             i = st.sent
             st.sent = i + 1
-            if st.status != "running":
-                continue
-            tid = st.ids[i]
-            text = tj.get(tid)
-            if text is None:
-                text = tj[tid] = orjson.dumps(self.tok.token_text(tid))
-            last = i + 1 == st.n_total
-            t = perf_ns()  # taken just before the bytes are handed to the socket: causal with any client
-            if st.stream:
-                tpl = st.tpl
-                pre = tpl.reasoning_pre if i < st.n_reason else tpl.content_pre
-                if last:
-                    data = pre + text + (tpl.last_post_stop if st.finish == "stop" else tpl.last_post_length)
-                    if st.usage:
-                        data += tpl.usage_chunk(self._usage(st))
-                    st.conn.end_stream(b"%x\r\n%s\r\n" % (len(data), data) + _DONE)
-                else:
-                    data = pre + text + tpl.post
-                    if i == 0 and tpl.role_chunk:
-                        data = tpl.role_chunk + data
-                    st.write(b"%x\r\n%s\r\n" % (len(data), data))
-            elif last:
-                self._respond_full(st)
             tokens = st.token_ns
-            if tokens:
-                gap = (t - tokens[-1]) * 1e-9
+            if i:
+                gap = (t - tokens[i - 1]) * 1e-9
                 itl_counts[bisect_left(itl_bounds, gap)] += 1
                 itl_sum += gap
                 itl_n += 1
             else:
                 self.ttft.observe((t - st.arrival_ns) * 1e-9)
-            tokens.append(t)
             d = t - deadline_ns
             if d < 0:
                 d = -d  # early (the burst is centred on the deadline): count |error|
@@ -240,13 +253,20 @@ class Emulator:
                 max_late = d
             b = d // _LATE_BUCKET_NS
             late[b if b < _LATE_BUCKETS else _LATE_BUCKETS] += 1
-            if last:
+            if i + 1 == st.n_total:
+                if st.stream:
+                    st.conn.finish_stream()
+                else:
+                    self._respond_full(st)
                 self._finished(st, t)
             elif i + 1 == st.fault_at:
                 self._apply_fault(st)
+            elif st.stream:
+                st.next = self._chunk(st, i + 1)
         self._late_max_ns = max_late
         self.itl.total += itl_sum
         self.itl.n += itl_n
+        return burst_end
 
     def _finished(self, st: _Stream, t_ns: int) -> None:
         st.status = "ok"
@@ -509,6 +529,8 @@ class Emulator:
         st.conn = conn
         st.write = conn.write
         st.tpl = ChunkTemplates(chat=chat, rid=rid, created=self._created, model=self.model) if st.stream else None
+        if st.stream:
+            st.next = self._chunk(st, 0)
         conn.current = st
         self._truth.append(st)
         if st.fault_at == 0:  # a one-token response: the fault strikes before any token

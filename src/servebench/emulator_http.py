@@ -178,6 +178,10 @@ class HttpConn(asyncio.Protocol):
             self.transport.write(last + b"0\r\n\r\n")
         self._done()
 
+    def finish_stream(self) -> None:
+        """The stream's last bytes (terminating chunk included) were written: serve the next request."""
+        self._done()
+
     def close(self) -> None:
         """Close the connection now (after flushing what was written)."""
         self.current = None
