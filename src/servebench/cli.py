@@ -56,10 +56,12 @@ def emulate(args: tuple[str, ...]) -> None:
 def _register() -> None:
     from servebench.plan import plan_command  # noqa: PLC0415
     from servebench.report.commands import compare_command, report_command  # noqa: PLC0415
+    from servebench.sweep import sweep_command  # noqa: PLC0415
 
     cli.add_command(report_command)
     cli.add_command(compare_command)
     cli.add_command(plan_command)
+    cli.add_command(sweep_command)
 
 
 _register()
