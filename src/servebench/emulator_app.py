@@ -11,6 +11,7 @@ import itertools
 import random
 import sys
 import time
+import zlib
 from array import array
 from bisect import bisect_left
 from collections import deque
@@ -522,7 +523,7 @@ class Emulator:
         if kind is not None:
             st.fault = kind
             st.fault_at = 1 + self._fault_rng.randrange(st.n_total - 1) if st.n_total > 1 else 0
-        start = hash((self._seed, rid)) & 0xFFFF
+        start = zlib.crc32(f"{self._seed}:{rid}".encode()) & 0xFFFF  # stable across processes
         ring = self._text_ids
         n = st.n_total
         st.ids = ring[start:start + n] if start + n <= len(ring) else [ring[(start + k) & 0xFFFF] for k in range(n)]
@@ -573,7 +574,7 @@ class Emulator:
                                   f"messages or completion.")
         min_tokens = int(data.get("min_tokens") or 0)
         ignore_eos = bool(data.get("ignore_eos", False))
-        rng = random.Random(hash((self._seed, st.rid, prompt_len)))
+        rng = random.Random(zlib.crc32(f"{self._seed}:{st.rid}:{prompt_len}".encode()))
         p = self.profile
         r = 0
         if p.reasoning:

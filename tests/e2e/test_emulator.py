@@ -366,3 +366,20 @@ def test_in_process_thread_server() -> None:
         r = chat(emu.url, max_tokens=5, ignore_eos=True)
         assert r.json()["usage"]["completion_tokens"] == 5
         assert emu.app is not None and emu.app.engine.stats.finished == 1
+
+
+def test_seeded_lengths_and_text_reproduce_across_processes() -> None:
+    def sample(seed: str) -> list[tuple[int, str]]:
+        s = _emulator("--profile", "tiny", "--seed", seed)
+        try:
+            out = []
+            for i in range(4):
+                b = call(s.url, "POST", "/v1/completions", {"prompt": f"p{i}", "max_tokens": 300}).json()
+                out.append((b["usage"]["completion_tokens"], b["choices"][0]["text"]))
+            return out
+        finally:
+            s.stop()
+
+    a, b, c = sample("5"), sample("5"), sample("6")
+    assert a == b
+    assert a != c
