@@ -22,8 +22,9 @@ Ground truth, for checking a client's measurements: `GET /_servebench/truth` ret
 ``{"clock": "perf_counter_ns", "requests": [{"id", "arrival_ns", "token_ns": [...], "status",
 "prompt_tokens", "completion_tokens", "reasoning_tokens"}, ...]}`` for the last 50,000 requests.
 Times are `time.perf_counter_ns()` (CLOCK_MONOTONIC: comparable across processes on one Linux
-host): `arrival_ns` when the request was read and parsed, `token_ns[i]` just before token i's bytes
-went to the socket (so a client on the same host always sees it later). `id` is the `x-request-id`
+host): `arrival_ns` when the request was read (headers and body), `token_ns[i]` just before token
+i's bytes went to the socket (so a client on the same host always sees it later; for a
+non-streaming request, when the token was generated — the body leaves with the last one). `id` is the `x-request-id`
 response header (the client's own `x-request-id` if it sent one). `status` is one of `running`,
 `ok`, `error_500`, `error_429`, `dropped`, `stalled`, `aborted` (client went away), `rejected`.
 `?id=X` selects one request; `?clear=1` forgets the finished ones after answering.
@@ -33,10 +34,24 @@ Faults (fractions of requests, drawn from `--fault-seed` in arrival order): answ
 429, dropped (connection closed after a seeded number of tokens), stalled (no more bytes after a
 seeded number of tokens; the connection stays open).
 
+Output: `ignore_eos` gives exactly `max_tokens` (or the profile's `default_max_tokens` when none is
+set); otherwise the length is a seeded draw (geometric, profile `eos_mean_tokens`, at least
+`min_tokens`) capped by `max_tokens` or the context left, with `finish_reason` "stop" or "length".
+Token text is whole words of the built-in tokenizer (`servebench.tokenizer`), so the output text
+re-tokenizes (`/tokenize`) to exactly `usage.completion_tokens`. Prompts are counted with the same
+tokenizer; chat messages go through `chat_prompt`'s template first.
+
 Pacing: each engine step has an absolute deadline (its start + step time, perf_counter based);
-the next step starts at the previous deadline, so there is no drift. The loop sleeps on the event
-loop until ~2 ms before a deadline and then with `time.sleep` to it, and writes every token of the
-step from pre-encoded byte templates.
+the next step starts at the previous deadline, so there is no drift. Requests are admitted
+(parsed, tokenized, queued) at step boundaries. The loop waits on the event loop until ~2 ms
+before the step's burst, then with `time.sleep`; the burst writes every token of the step (one
+send per stream, bytes prepared in advance) and is centred on the deadline, using a running
+estimate of its own length. If the loop falls more than 5 ms behind it restarts the clock at
+"now" (the server is then the bottleneck; `/_servebench/pacing` shows it). Requests answered
+500/429 by a fault never reach the engine; dropped and disconnected ones are aborted in it.
+
+Library use: `serve(profile, host, port, faults=Faults(...))` blocks;
+`start_server(...)` starts on a running loop; `EmulatorThread("tiny")` runs one in a thread.
 """
 
 from __future__ import annotations
