@@ -137,7 +137,7 @@ class PromptBuilder:
         counter = self.counter
         if await counter.count_messages(chats[0]) is None:
             return None
-        sem = asyncio.Semaphore(16)
+        sem = asyncio.Semaphore(64)
 
         async def one(msgs: list[dict[str, str]]) -> int | None:
             async with sem:

@@ -67,7 +67,7 @@ class ServerCounter:
     """Counts with the target's /tokenize; up to `parallel` calls in flight on one keep-alive pool."""
 
     def __init__(self, root: str, model: str, headers: dict[str, str], path: str, shape: str,
-                 *, parallel: int = 16, session: aiohttp.ClientSession | None = None) -> None:
+                 *, parallel: int = 64, session: aiohttp.ClientSession | None = None) -> None:
         self.root, self.model, self.path, self.shape = root, model, path, shape
         self.label = "exact (server /tokenize)"
         self._headers = {k: v for k, v in headers.items() if k.lower() != "accept"}
