@@ -54,7 +54,7 @@ def test_run_report_renders_offline_and_server_text_is_inert(offline_page: Offli
                           slo={"ttft_ms": 250.0, "tpot_ms": 30.0})
     _open(offline_page, write_report(run))
     page = offline_page.page
-    assert _charts_ok(offline_page) == 8
+    assert _charts_ok(offline_page) == 9
     assert page.evaluate("typeof window.__pwned") == "undefined"
     assert page.locator("script").count() == 0 and page.locator("main img").count() == 0
     assert page.locator("h1").count() == 1  # the error body's <h1> stayed text

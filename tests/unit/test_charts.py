@@ -91,3 +91,17 @@ def test_coordinates_use_fixed_one_decimal_format() -> None:
     svg = line_chart([Series("s", [0, 1 / 3, 2 / 3], [1 / 7, 2 / 7, 3 / 7])], title="t")
     nums = re.findall(r'(?:cx|cy|x1|y1|x2|y2)="([^"]+)"', svg)
     assert nums and all(re.fullmatch(r"-?\d+\.\d", n) for n in nums)
+
+
+def test_gantt_draws_three_kinds_and_subsamples() -> None:
+    from servebench.report.charts import gantt_chart
+
+    bars = [(0.0, 0.1, 1.0, False), (0.2, None, 0.3, True), (0.5, 0.9, 2.0, False)]
+    root = _parse(gantt_chart(bars, title="g"))
+    paths = root.findall(f"{SVG_NS}path")
+    assert len(paths) == 3  # waiting, generating, failed
+    assert paths[0].get("d").count("M") == 2 and paths[2].get("d").count("M") == 1
+    many = [(i * 0.01, i * 0.01 + 0.005, i * 0.01 + 0.02, False) for i in range(5000)]
+    svg = gantt_chart(many, title="g", max_rows=1000)
+    assert "of 5000 requests shown" in svg
+    assert _parse(svg).findall(f"{SVG_NS}path")[1].get("d").count("M") == 1000

@@ -39,8 +39,8 @@ def test_run_report_has_every_section(run_dir: Path) -> None:
                  "usd per million output tokens", "1.25", "Server metrics", "vllm:num_preemptions"):
         assert text in html, text
     charts = sorted(p.stem for p in (run_dir / "charts").glob("*.svg"))
-    assert charts == sorted(["ttft_hist", "itl_hist", "e2e_hist", "latency_cdf", "inflight", "tokens_per_s",
-                             "ttft_over_time", "schedule_lag"])
+    assert charts == sorted(["ttft_hist", "itl_hist", "e2e_hist", "latency_cdf", "requests_gantt", "inflight",
+                             "tokens_per_s", "ttft_over_time", "schedule_lag"])
     for name in charts:  # the standalone file is exactly the inline chart
         assert (run_dir / "charts" / f"{name}.svg").read_text() in html
 

@@ -21,6 +21,7 @@ __all__ = [
     "RefLine",
     "Series",
     "cdf_chart",
+    "gantt_chart",
     "format_number",
     "histogram_chart",
     "line_chart",
@@ -423,3 +424,47 @@ def cdf_chart(samples: Sequence[tuple[str, Sequence[float]]], *, title: str, x_l
     refs = list(refs) + [RefLine(50.0, "P50", "y", _MUTED), RefLine(99.0, "P99", "y", _MUTED)]
     return line_chart(series, title=title, x_label=x_label, y_label="percentile", subtitle=subtitle,
                       width=width, height=height, x_log=x_log, refs=refs)
+
+
+def gantt_chart(bars: Sequence[tuple[float, float | None, float, bool]], *, title: str,
+                x_label: str = "run time (s)", subtitle: str = "", width: int = 640, height: int = 360,
+                max_rows: int = 2000) -> str:
+    """One row per request, top to bottom in send order: (send, first token or None, end, failed).
+
+    Waiting for the first token is drawn light, generating dark, failures red. With more than
+    `max_rows` requests an evenly spaced subset is drawn and the subtitle says so.
+    """
+    rows = sorted(b for b in bars if all(math.isfinite(v) for v in (b[0], b[2])))
+    if len(rows) > max_rows:
+        step = len(rows) / max_rows
+        rows = [rows[int(i * step)] for i in range(max_rows)]
+        subtitle = "; ".join(p for p in (subtitle, f"every {step:.1f}th of {len(bars)} requests shown") if p)
+    names = ["waiting for first token", "generating", "failed"]
+    colors = ["#fdba74", PALETTE[0], "#dc2626"]
+    svg, left, top, right, bottom, legend_rows = _frame(title, subtitle, names, width, height, "request")
+    box = (left, top, right, bottom)
+    if not rows:
+        return _no_data(svg, box)
+    n = len(rows)
+    xa = _axis([r[2] for r in rows] + [r[0] for r in rows], log=False, zero=True)
+    ticks = [t for t in nice_ticks(0, n) if t <= n]
+    ya = _Axis(float(n), 0.0, ticks, False)
+    _draw_axes(svg, xa, ya, box, x_label, "request (send order)", _step_of(xa.ticks), _step_of(ticks))
+    row_h = (bottom - top) / n
+    stroke = max(0.6, min(6.0, row_h * 0.75))
+    paths: list[list[str]] = [[], [], []]
+    for i, (send, first, end, failed) in enumerate(rows):
+        y = top + (i + 0.5) * row_h
+        x0 = left + xa.frac(send) * (right - left)
+        x2 = left + xa.frac(end) * (right - left)
+        if failed or first is None:
+            paths[2 if failed else 0].append(f"M{_f(x0)},{_f(y)}H{_f(max(x2, x0 + 3.0))}")
+            continue
+        x1 = left + xa.frac(first) * (right - left)
+        paths[0].append(f"M{_f(x0)},{_f(y)}H{_f(max(x1, x0 + 0.5))}")
+        paths[1].append(f"M{_f(x1)},{_f(y)}H{_f(max(x2, x1 + 0.5))}")
+    for d, color in zip(paths, colors):
+        if d:
+            svg.add(f'<path d="{"".join(d)}" fill="none" stroke="{color}" stroke-width="{stroke:.2f}"/>')
+    _legend(svg, legend_rows, [Series(nm, [], [], c) for nm, c in zip(names, colors)], top)
+    return svg.done()

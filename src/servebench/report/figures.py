@@ -11,6 +11,7 @@ from servebench.report.charts import (
     RefLine,
     Series,
     cdf_chart,
+    gantt_chart,
     histogram_chart,
     line_chart,
 )
@@ -81,6 +82,12 @@ def run_figures(run: RunResult) -> dict[str, str]:
     figs["tokens_per_s"] = line_chart([Series("output tokens/s", kx, ky, fill=True, markers=False)],
                                       title="Output tokens per second", x_label="run time (s)",
                                       y_label="tokens/s", x_zero=True, refs=refs)
+    bars = []
+    for r in recs:
+        end = r.t_end_ns if r.t_end_ns is not None else (r.t_last_ns if r.t_last_ns is not None else r.t_send_ns)
+        first = r.t_first_ns / 1e9 if r.t_first_ns is not None else None
+        bars.append((r.t_send_ns / 1e9, first, end / 1e9, r.status != "ok"))
+    figs["requests_gantt"] = gantt_chart(bars, title="Requests over the run")
     ok = [r for r in recs if r.status == "ok" and r.t_first_ns is not None and r.t_send_ns is not None]
     bad = [r for r in recs if r.status != "ok" and r.t_send_ns is not None]
     series = [Series("TTFT", [r.t_send_ns / 1e9 for r in ok], [(r.t_first_ns - r.t_send_ns) / 1e6 for r in ok],

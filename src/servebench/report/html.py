@@ -56,6 +56,8 @@ CAPTIONS = {
     "itl_hist": "Gaps between tokens; a chunk carrying k tokens counts as k gaps of gap/k.",
     "e2e_hist": "Send to last token, per completed request.",
     "latency_cdf": "Percentile (y) reached at each latency (x); read P50 and P99 off the dashed lines.",
+    "requests_gantt": "Each line is a request, in send order: orange while waiting for its first token, blue while "
+                      "generating, red if it failed.",
     "inflight": "Requests sent and not yet finished, over the run.",
     "tokens_per_s": "Output tokens received per second, from every chunk's arrival time.",
     "ttft_over_time": "Each dot is a request: when it was sent and how long its first token took.",
@@ -284,7 +286,7 @@ def render_run(run: RunResult) -> tuple[str, dict[str, str]]:
     body.append(_figures({k: figs[k] for k in ("ttft_hist", "itl_hist", "e2e_hist", "latency_cdf")}))
     body.append("<h3>Latency summary (completed requests)</h3>" + _latency_table(s))
     body.append("<h2>Timeline</h2>")
-    body.append(_figures({k: figs[k] for k in ("inflight", "tokens_per_s", "ttft_over_time")}))
+    body.append(_figures({k: figs[k] for k in ("requests_gantt", "inflight", "tokens_per_s", "ttft_over_time")}))
     body.append("<h2>Client self-check</h2>")
     lag_fig = _figures({"schedule_lag": figs["schedule_lag"]}).removeprefix('<div class="grid">\n')
     body.append(f'<div class="grid"><div>{_kv_table(s.get("client") or {})}</div>\n{lag_fig}')
@@ -431,14 +433,16 @@ def render_overlay(sides: Sequence[tuple[str, RunResult | SweepResult | RepeatsR
         for n, r in sides:
             groups = split_groups(r) if isinstance(r, SweepResult) else [(n, _as_sweep(r))]
             curves += [(n if len(groups) == 1 else f"{n} · {g}", sw) for g, sw in groups]
-        figs = sweep_figures(curves)
+        first_sweep = next(r for _, r in sides if isinstance(r, SweepResult))
+        figs = sweep_figures(curves, sweep_limits(first_sweep))
     else:
         figs = runs_overlay_figures([(n, r) for n, r in sides if isinstance(r, RunResult)])
     rows = []
     for name, r in flat:
         first = r.summary if isinstance(r, RunResult) else (r.points[0].run.summary if r.points else {})
         kind = "run" if isinstance(r, RunResult) else f"sweep ({len(r.points)} points)"
-        rows.append([esc(name), esc(kind), esc(run_title(first)), esc(str(r.path))])
+        rows.append([esc(name), esc(kind), esc(run_title(first, with_load=isinstance(r, RunResult))),
+                     esc(str(r.path))])
     body = [prelude, "<h2>Inputs</h2>", _table(["name", "kind", "what", "directory"], rows, txt_cols=4),
             "<h2>Overlaid</h2>", _figures(figs)]
     sub = " vs ".join(n for n, _ in flat)
