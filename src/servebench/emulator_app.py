@@ -169,7 +169,7 @@ class Emulator:
             deadline = start + res.duration_s
             # The step's tokens leave in one burst (a send per stream); centre it on the deadline.
             n = len(res.tokens) if res.tokens else 0
-            half = min(0.004, 0.5 * n * self._send_cost_s)
+            half = min(0.003, 0.5 * n * self._send_cost_s)
             go = deadline - half
             rem = go - perf()
             # Coarse wait on the loop (its timers have ~1 ms granularity), always yielding once so
@@ -183,7 +183,9 @@ class Emulator:
             if n:
                 t0 = perf()
                 t1 = self._emit(res, int(deadline * 1e9))
-                self._send_cost_s = 0.8 * self._send_cost_s + 0.2 * (t1 - t0) / n
+                # per-token burst cost, clamped so a burst stretched by descheduling does not skew it
+                sample = min(max((t1 - t0) / n, 1e-6), 40e-6)
+                self._send_cost_s = 0.8 * self._send_cost_s + 0.2 * sample
                 self._burst_s += t1 - t0
                 self._wake_late_s.append(t0 - go)
             next_start = deadline
