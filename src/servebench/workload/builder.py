@@ -40,6 +40,8 @@ class PromptBuilder:
     notes: list[str] = field(default_factory=list)
     overhead_source: str = ""
     _overheads: dict[str, int] = field(default_factory=dict)
+    probe_requests: int = 0  # real requests sent before the clock to learn the template overhead
+    probe_output_tokens: int = 0
     chat_counts_exact: bool = False  # dataset chats counted whole by the server (template included)
     _empty: int | None = None
 
@@ -94,17 +96,24 @@ class PromptBuilder:
             t2, u2 = self._probe_content(_PROBE_UNITS, 3)
             prompt, units = [{"role": "system", "content": t1}, {"role": "user", "content": t2}], u1 + u2
         t = self.target
-        used = await probe_usage(t.base_url, t.model, t.headers, t.api, prompt)
-        if used is not None:
-            self.overhead_source = "usage.prompt_tokens of one probe request"
-            value = used - units
-        else:
-            n = None
-            if isinstance(self.counter, ServerCounter) and isinstance(prompt, list):
+        # vLLM-shaped /tokenize counts exactly what the request will (chat template for messages, BOS for a
+        # prompt): no generation needed. Elsewhere one real request tells (usage.prompt_tokens).
+        n = None
+        if isinstance(self.counter, ServerCounter) and self.counter.shape == "prompt":
+            if isinstance(prompt, list):
                 n = await self.counter.count_messages(prompt)
-            if n is not None:
-                self.overhead_source = "server /tokenize on chat messages"
-                value = n - units
+            else:
+                (n,) = await self.counter.count([prompt])
+        if n is not None:
+            self.overhead_source = "server /tokenize (template and special tokens included)"
+            value = n - units
+        else:
+            used = await probe_usage(t.base_url, t.model, t.headers, t.api, prompt)
+            if used is not None:
+                self.overhead_source = "usage.prompt_tokens of a probe request (max_tokens 1)"
+                self.probe_requests += 1
+                self.probe_output_tokens += used[1]
+                value = used[0] - units
             else:
                 anchors = 1 if structure == "single" else 2
                 value = anchors * self.units.anchor_cost

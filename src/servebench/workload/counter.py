@@ -116,6 +116,7 @@ class ServerCounter:
         if self.shape != "prompt":
             return None
         body = orjson.dumps({"model": self.model, "messages": messages, "add_generation_prompt": True})
+        self.calls += 1
         try:
             async with self._sess().post(self.root + self.path, data=body, headers=self._headers) as r:
                 if r.status != 200:
@@ -183,8 +184,9 @@ class LocalCounter:
 
 
 async def probe_usage(base_url: str, model: str, headers: dict[str, str], api: str,
-                      prompt: str | list[dict[str, Any]]) -> int | None:
-    """One real request (max_tokens 1, not streamed): the server's `usage.prompt_tokens`, or None."""
+                      prompt: str | list[dict[str, Any]]) -> tuple[int, int] | None:
+    """One real request (max_tokens 1, not streamed): the server's `usage` (prompt_tokens,
+    completion_tokens), or None."""
     body: dict[str, Any] = {"model": model, "max_tokens": 1, "stream": False, "temperature": 0}
     if api == "chat":
         body["messages"] = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
@@ -204,4 +206,7 @@ async def probe_usage(base_url: str, model: str, headers: dict[str, str], api: s
         return None
     usage = doc.get("usage") if isinstance(doc, dict) else None
     n = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-    return int(n) if isinstance(n, int) and n > 0 else None
+    if not isinstance(n, int) or n <= 0:
+        return None
+    c = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return int(n), int(c) if isinstance(c, int) else 0

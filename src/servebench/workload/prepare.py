@@ -77,6 +77,9 @@ async def prepare(cfg: Any, n_total: int, *, base_url: str, model: str, headers:
     }
     if builder.counter is not None and hasattr(builder.counter, "calls"):
         info["tokenize_calls"] = builder.counter.calls  # type: ignore[union-attr]
+    if builder.probe_requests:  # they show in the server's counters, before the measured window
+        info["probe_requests"] = builder.probe_requests
+        info["probe_output_tokens"] = builder.probe_output_tokens
     if builder.notes:
         info["notes"] = list(dict.fromkeys(builder.notes))
     return Workload(items=items, info=info)
