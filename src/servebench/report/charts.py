@@ -47,6 +47,7 @@ _INK = "#1f2937"
 _MUTED = "#6b7280"
 _GRID = "#e5e7eb"
 _MAX_MARKERS = 80  # more points than this: draw the line only
+_MAX_TOOLTIPS = 400  # more markers than this: one path of dots without per-point tooltips
 
 
 @dataclass(slots=True)
@@ -322,7 +323,10 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str = "", y_lab
             dash = ' stroke-dasharray="7 4"' if s.dashed else ""
             svg.add(f'<path d="{d}" fill="none" stroke="{color}" stroke-width="2" stroke-linejoin="round"{dash}/>')
         markers = s.markers if s.markers is not None else (len(pts) <= _MAX_MARKERS or not s.lines)
-        if markers:
+        if markers and len(pts) > _MAX_TOOLTIPS:  # a dense scatter: one path of dots, no tooltips
+            d = "".join(f"M{_f(x - 1.6)},{_f(y)}a1.6,1.6 0 1,0 3.2,0a1.6,1.6 0 1,0 -3.2,0" for x, y in pts)
+            svg.add(f'<path d="{d}" fill="{color}" fill-opacity="0.75" stroke="none"/>')
+        elif markers:
             r = 3.5 if s.lines else 2.5
             for j, ((x, y), (dx, dy)) in enumerate(zip(pts, zip(s.xs, s.ys))):
                 tip = f"{s.name}: {format_number(dx)}, {format_number(dy)}"
@@ -435,17 +439,17 @@ def gantt_chart(bars: Sequence[tuple[float, float | None, float, bool]], *, titl
     `max_rows` requests an evenly spaced subset is drawn and the subtitle says so.
     """
     rows = sorted(b for b in bars if all(math.isfinite(v) for v in (b[0], b[2])))
-    if len(rows) > max_rows:
-        step = len(rows) / max_rows
-        rows = [rows[int(i * step)] for i in range(max_rows)]
-        subtitle = "; ".join(p for p in (subtitle, f"every {step:.1f}th of {len(bars)} requests shown") if p)
+    n = len(rows)
+    order = list(range(n))
+    if n > max_rows:  # an evenly spaced subset, each drawn at its own position in send order
+        order = [i * n // max_rows for i in range(max_rows)]
+        subtitle = "; ".join(p for p in (subtitle, f"{max_rows} of {n} requests shown") if p)
     names = ["waiting for first token", "generating", "failed"]
     colors = ["#fdba74", PALETTE[0], "#dc2626"]
     svg, left, top, right, bottom, legend_rows = _frame(title, subtitle, names, width, height, "request")
     box = (left, top, right, bottom)
     if not rows:
         return _no_data(svg, box)
-    n = len(rows)
     xa = _axis([r[2] for r in rows] + [r[0] for r in rows], log=False, zero=True)
     ticks = [t for t in nice_ticks(0, n) if t <= n]
     ya = _Axis(float(n), 0.0, ticks, False)
@@ -453,7 +457,9 @@ def gantt_chart(bars: Sequence[tuple[float, float | None, float, bool]], *, titl
     row_h = (bottom - top) / n
     stroke = max(0.6, min(6.0, row_h * 0.75))
     paths: list[list[str]] = [[], [], []]
-    for i, (send, first, end, failed) in enumerate(rows):
+    stroke = max(stroke, min(6.0, (bottom - top) / len(order) * 0.75))
+    for i in order:
+        send, first, end, failed = rows[i]
         y = top + (i + 0.5) * row_h
         x0 = left + xa.frac(send) * (right - left)
         x2 = left + xa.frac(end) * (right - left)

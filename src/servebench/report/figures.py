@@ -55,6 +55,14 @@ def _use_log(xs: Sequence[float]) -> bool:
     return len(pos) == len(xs) and len(xs) > 2 and max(pos) / min(pos) >= 8
 
 
+def _thin_points(xs: list[float], ys: list[float], k: int = 4000) -> tuple[list[float], list[float], str]:
+    """At most k points of a scatter (an evenly spaced, deterministic subset) and a note saying so."""
+    if len(xs) <= k:
+        return xs, ys, ""
+    idx = [int(i * len(xs) / k) for i in range(k)]
+    return [xs[i] for i in idx], [ys[i] for i in idx], f"{k} of {len(xs)} requests shown"
+
+
 def run_figures(run: RunResult) -> dict[str, str]:
     """Distributions, timeline and client charts of one run."""
     s = samples_ms(run.records)
@@ -90,19 +98,19 @@ def run_figures(run: RunResult) -> dict[str, str]:
     figs["requests_gantt"] = gantt_chart(bars, title="Requests over the run")
     ok = [r for r in recs if r.status == "ok" and r.t_first_ns is not None and r.t_send_ns is not None]
     bad = [r for r in recs if r.status != "ok" and r.t_send_ns is not None]
-    series = [Series("TTFT", [r.t_send_ns / 1e9 for r in ok], [(r.t_first_ns - r.t_send_ns) / 1e6 for r in ok],
-                     lines=False, markers=True)]
+    sx, sy, note = _thin_points([r.t_send_ns / 1e9 for r in ok], [(r.t_first_ns - r.t_send_ns) / 1e6 for r in ok])
+    series = [Series("TTFT", sx, sy, lines=False, markers=True)]
     if bad:
         ends = [(r.t_end_ns or r.t_send_ns) for r in bad]
         series.append(Series("failed (time to failure)", [r.t_send_ns / 1e9 for r in bad],
                              [(e - r.t_send_ns) / 1e6 for r, e in zip(bad, ends)], color="#dc2626",
                              lines=False, markers=True))
-    figs["ttft_over_time"] = line_chart(series, title="TTFT by send time", x_label="send time (s)",
+    figs["ttft_over_time"] = line_chart(series, title="TTFT by send time", x_label="send time (s)", subtitle=note,
                                         y_label="TTFT (ms)", x_zero=True, refs=_slo_ref(slo, "ttft_ms", "y"))
-    lag = [(r.t_send_ns - r.t_sched_ns) / 1e6 for r in recs if r.t_send_ns is not None]
+    lx, ly, note = _thin_points([r.t_sched_ns / 1e9 for r in recs if r.t_send_ns is not None],
+                                [(r.t_send_ns - r.t_sched_ns) / 1e6 for r in recs if r.t_send_ns is not None])
     figs["schedule_lag"] = line_chart(
-        [Series("schedule lag", [r.t_sched_ns / 1e9 for r in recs if r.t_send_ns is not None], lag,
-                lines=False, markers=True)],
+        [Series("schedule lag", lx, ly, lines=False, markers=True)], subtitle=note,
         title="Client schedule lag (send − scheduled)", x_label="scheduled time (s)", y_label="lag (ms)", x_zero=True)
     return figs
 
