@@ -127,7 +127,17 @@ def test_completions_streaming_and_not(tiny: str) -> None:
 
 
 def test_eos_ends_early_without_ignore_eos(tiny: str) -> None:
-    lengths = [chat(tiny, f"q{i}", max_tokens=400).json()["usage"]["completion_tokens"] for i in range(12)]
+    lengths: list[int] = []
+
+    def one(i: int) -> None:
+        lengths.append(chat(tiny, f"q{i}", max_tokens=400).json()["usage"]["completion_tokens"])
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(lengths) == 12
     assert all(1 <= n <= 400 for n in lengths)
     assert any(n < 400 for n in lengths)  # tiny's mean EOS length is 128
     assert len(set(lengths)) > 3
