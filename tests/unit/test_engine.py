@@ -285,3 +285,14 @@ def test_decode_fast_path_is_exact(concurrency: int | None) -> None:
     assert ra.step_end_s == pytest.approx(rb.step_end_s, rel=1e-12)
     assert [r.segments for r in a] == [r.segments for r in b]
     assert ra.stats == rb.stats
+
+
+def test_per_request_rows() -> None:
+    run, reqs = closed(config(), 2, n=4, prompt=64, out=10)
+    rows = run.per_request()
+    assert len(rows) == 4
+    for row, r in zip(rows, reqs):
+        t = run.token_times_s(r)
+        assert row["ttft_s"] == pytest.approx(t[0] - r.arrival_s)
+        assert row["tpot_s"] == pytest.approx((t[-1] - t[0]) / 9)
+        assert row["output_tokens"] == 10 and row["prompt_tokens"] == 64

@@ -575,6 +575,21 @@ class SimRun:
     def duration_s(self) -> float:
         return self.step_end_s[-1] if self.step_end_s else 0.0
 
+    def per_request(self) -> list[dict[str, float]]:
+        """One row per finished request: arrival, first token, end (s), TTFT, TPOT (s), tokens, preemptions."""
+        ends = self.step_end_s
+        rows: list[dict[str, float]] = []
+        for r in self.requests:
+            if r.finish_step < 0:
+                continue
+            first, end = ends[r.first_token_step], ends[r.finish_step]
+            rows.append({"arrival_s": r.arrival_s, "first_token_s": first, "end_s": end,
+                         "ttft_s": first - r.arrival_s, "e2e_s": end - r.arrival_s,
+                         "tpot_s": (end - first) / (r.max_tokens - 1) if r.max_tokens > 1 else 0.0,
+                         "output_tokens": r.max_tokens, "prompt_tokens": r.prompt_len,
+                         "cached_tokens": r.cached_tokens, "preemptions": r.preemptions})
+        return rows
+
 
 def simulate(
     config: EngineConfig,
