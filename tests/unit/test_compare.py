@@ -95,3 +95,10 @@ def test_repeats_directory_is_one_side(dirs: dict[str, Path], tmp_path: Path) ->
     (comp,) = compare_sides([load_side(str(dirs["a"]), "A"), side])
     itl = next(e for e in comp.estimates if e.spec.key == "itl_median")
     assert itl.lo <= FACTOR <= itl.hi
+
+
+def test_failures_are_reported_beside_the_ratios(dirs: dict[str, Path], tmp_path: Path) -> None:
+    flaky = write_synth_run(tmp_path / "flaky", synth_records(100, seed=7, concurrency=8, fail_every=10))
+    (comp,) = compare_sides([load_side(str(dirs["a"]), "A"), load_side(str(flaky), "B")], resamples=200)
+    assert comp.failed == ((0, 300), (10, 100))
+    assert comp.failures_text() == "Failed requests: A 0 of 300 (0.0%), B 10 of 100 (10.0%)."

@@ -12,6 +12,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from rich.console import Console
@@ -65,6 +66,25 @@ class Comparison:
     other: str
     label: str  # "" for runs, "concurrency 16" for a sweep point
     estimates: list[RatioEstimate]
+    failed: tuple[tuple[int, int], tuple[int, int]] = ((0, 0), (0, 0))  # (failed, total) of A and of B
+
+    def failures_text(self) -> str:
+        (fa, ta), (fb, tb) = self.failed
+        return (f"Failed requests: {self.baseline} {fa} of {ta} ({_pct(fa, ta)}), "
+                f"{self.other} {fb} of {tb} ({_pct(fb, tb)}).")
+
+
+def _pct(n: int, total: int) -> str:
+    return f"{100.0 * n / total:.1f}%" if total else "n/a"
+
+
+def _failed(d: SideData) -> tuple[int, int]:
+    return int(d.ok.size - d.ok.sum()), int(d.ok.size)
+
+
+def _compare(a: SideData, b: SideData, specs: Sequence[MetricSpec], base: str, other: str, label: str,
+             **kw: Any) -> Comparison:
+    return Comparison(base, other, label, ratio_ci(a, b, specs, **kw), (_failed(a), _failed(b)))
 
 
 def load_side(spec: str, name: str) -> Side:
@@ -133,9 +153,8 @@ def compare_sides(sides: Sequence[Side], *, resamples: int = 1000, seed: int = 0
         if (base.sweep is None) != (other.sweep is None):
             raise ConfigError(f"cannot compare a sweep with a single run ({base.name} vs {other.name})")
         if base.sweep is None:
-            est = ratio_ci(side_data(base.runs), side_data(other.runs), METRICS, resamples=resamples, seed=seed,
-                           confidence=confidence)
-            out.append(Comparison(base.name, other.name, "", est))
+            out.append(_compare(side_data(base.runs), side_data(other.runs), METRICS, base.name, other.name, "",
+                                resamples=resamples, seed=seed, confidence=confidence))
             continue
         assert other.sweep is not None
         theirs = {(p.group, p.x): p for p in other.sweep.points}
@@ -143,10 +162,9 @@ def compare_sides(sides: Sequence[Side], *, resamples: int = 1000, seed: int = 0
         if not common:
             raise ConfigError(f"sweeps {base.name} and {other.name} share no load level")
         for p in common:
-            est = ratio_ci(side_data([p.run]), side_data([theirs[(p.group, p.x)].run]), SWEEP_METRICS,
-                           resamples=resamples, seed=seed, confidence=confidence)
             where = f"{base.sweep.x_key.replace('_rps', '')} {p.label}" + (f" ({p.group})" if p.group else "")
-            out.append(Comparison(base.name, other.name, where, est))
+            out.append(_compare(side_data([p.run]), side_data([theirs[(p.group, p.x)].run]), SWEEP_METRICS,
+                                base.name, other.name, where, resamples=resamples, seed=seed, confidence=confidence))
     return out
 
 
@@ -193,6 +211,9 @@ def print_comparison(comparisons: Sequence[Comparison], console: Console | None 
             if c.label:
                 table.add_section()
         console.print(table)
+        for c in comps:
+            if c.failed[0][0] or c.failed[1][0]:
+                console.print(("" if not c.label else f"{c.label}: ") + c.failures_text(), highlight=False)
         key = [c for c in comps if not c.label] or comps[-1:]
         for e in key[0].estimates[:1] + [x for x in key[0].estimates[1:] if x.verdict != "within noise"][:4]:
             console.print(sentence(e, a, b, confidence), highlight=False)
@@ -210,8 +231,10 @@ def _compare_table_html(comparisons: Sequence[Comparison], confidence: float) ->
                         f"<td>{esc(_num(e.lo))}–{esc(_num(e.hi))}</td>"
                         f'<td class="txt {cls}">{esc(e.verdict)}</td></tr>')
         words = "".join(f"<li>{esc(sentence(e, c.baseline, c.other, confidence))}</li>" for e in c.estimates)
+        fails = c.failed[0][0] or c.failed[1][0]
         parts.append(
-            f"<h3>{esc(title)}</h3><div class=\"tablewrap\"><table><thead><tr><th class=\"txt\">metric</th>"
+            f"<h3>{esc(title)}</h3>"
+            + (f'<p class="verdict {"bad" if fails else "good"}">{esc(c.failures_text())}</p>') + "<div class=\"tablewrap\"><table><thead><tr><th class=\"txt\">metric</th>"
             f"<th>{esc(c.baseline)}</th><th>{esc(c.other)}</th><th>B/A</th>"
             f"<th>{confidence * 100:g}% CI</th><th class=\"txt\">verdict</th></tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table></div><details><summary>In words</summary><ul>{words}</ul>"
@@ -250,6 +273,8 @@ def write_compare_json(sides: Sequence[Side], comparisons: Sequence[Comparison],
                    "kind": "sweep" if s.sweep else ("repeats" if len(s.runs) > 1 else "run")} for s in sides],
         "comparisons": [
             {"baseline": c.baseline, "other": c.other, "at": c.label or None,
+             "failed": {"a": c.failed[0][0], "a_total": c.failed[0][1], "b": c.failed[1][0],
+                        "b_total": c.failed[1][1]},
              "metrics": [{"metric": e.spec.key, "label": e.spec.label, "unit": e.spec.unit,
                           "higher_is_better": e.spec.higher_is_better, "a": _json_num(e.a), "b": _json_num(e.b),
                           "ratio": _json_num(e.ratio), "ci_low": _json_num(e.lo), "ci_high": _json_num(e.hi),
