@@ -123,3 +123,25 @@ def test_hf_parquet_dataset_runs(tmp_path: Path) -> None:
     assert s["requests"]["completed"] == 30
     assert s["workload"]["records"] == 30 and s["workload"]["lengths"].startswith("dataset text; counted with server")
     assert all(r.input_tokens == r.input_len for r in run.records), [(r.input_len, r.input_tokens) for r in run.records]
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+def test_input_len_1024_is_exact_on_llama_server_with_local_tokenizer(
+        llama_server: RealServer, tiny_model: Any, tmp_path: Path, api: str) -> None:
+    """--tokenizer: the model's own tokenizer.json counts locally; one probe request learns the template."""
+    s, run = _run(tmp_path, "--url", llama_server.url, "--model", "tiny-llama", "--api", api,
+                  "--tokenizer", str(tiny_model.hf_dir), "--input-len", "1024", "--output-len", "4",
+                  "--num-requests", "8", "--concurrency", "4")
+    assert s["workload"]["lengths"].startswith("exact (local tokenizer"), s["workload"]
+    assert s["workload"]["probe_requests"] == 1
+    assert [r.input_tokens for r in run.records] == [1024] * 8
+
+
+def test_input_len_exact_on_transformers_serve_with_local_tokenizer(
+        hf_serve: RealServer, tiny_model: Any, tmp_path: Path) -> None:
+    """A second real server with no /tokenize at all: --tokenizer + one usage probe still give exact lengths."""
+    s, run = _run(tmp_path, "--url", hf_serve.url, "--model", tiny_model.repo_id, "--api", "chat",
+                  "--tokenizer", str(tiny_model.hf_dir), "--input-len", "300", "--output-len", "4",
+                  "--num-requests", "4", "--concurrency", "1", timeout_s=400)
+    assert s["workload"]["lengths"].startswith("exact (local tokenizer"), s["workload"]
+    assert [r.input_tokens for r in run.records] == [300] * 4
