@@ -145,3 +145,20 @@ def test_input_len_exact_on_transformers_serve_with_local_tokenizer(
                   "--num-requests", "4", "--concurrency", "1", timeout_s=400)
     assert s["workload"]["lengths"].startswith("exact (local tokenizer"), s["workload"]
     assert [r.input_tokens for r in run.records] == [300] * 4
+
+
+# ------------------------------------------------------------------ trace replay
+def test_trace_replay_sends_at_recorded_times_sped_up(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    rows = [{"timestamp": 10_000 + 100 * k + (50 if k % 3 == 0 else 0), "input_length": 64 + k, "output_length": 4}
+            for k in range(20)]
+    trace.write_text("\n".join(json.dumps(r) for r in reversed(rows)))  # unsorted on disk
+    s, run = _run(tmp_path / "out", "--profile", "tiny", "--dataset", f"trace:{trace}:speedup=2",
+                  "--num-requests", "20")
+    assert s["requests"]["completed"] == 20 and s["workload"]["trace"]["speedup"] == 2.0
+    want_s = [(r["timestamp"] - rows[0]["timestamp"]) / 1000 / 2 for r in rows]
+    recs = sorted(run.records, key=lambda r: r.t_sched_ns)
+    sched_s = [r.t_sched_ns / 1e9 for r in recs]
+    assert sched_s == pytest.approx([w - want_s[0] + sched_s[0] for w in want_s], abs=1e-6)
+    assert all(abs(r.t_send_ns - r.t_sched_ns) / 1e6 < 50 for r in recs)  # sent on time
+    assert sorted(r.input_tokens for r in recs) == [64 + k for k in range(20)]  # exact lengths
