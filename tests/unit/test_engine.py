@@ -233,7 +233,7 @@ def _used_blocks_from_requests(eng: Engine) -> int:
     for r in eng._running:
         held = -(-(r.pos0 + s) // bs) if r in eng._decoding.values() else r.blocks
         private += held - len(r.hashed)
-    shared = sum(1 for rc in eng._table.values() if rc > 0)
+    shared = sum(1 for rc in eng.pool.table.values() if rc > 0)
     return private + shared
 
 
@@ -266,7 +266,7 @@ def test_block_accounting_invariant_under_random_load(seed: int) -> None:
         st = eng.stats
         used = round(st.kv_usage * cfg.kv_blocks)
         assert used == _used_blocks_from_requests(eng)
-        assert eng._free >= 0 and used <= cfg.kv_blocks
+        assert eng.pool.free >= 0 and used <= cfg.kv_blocks
         assert st.running <= cfg.max_num_seqs
     assert not live and eng.stats.running == 0 and eng.stats.kv_usage == 0.0
 

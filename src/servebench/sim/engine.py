@@ -41,10 +41,11 @@ sequences share one FCFS priority; a step's tokens are all emitted at its end.
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from servebench.sim.kvcache import BlockPool
 from servebench.sim.steptime import StepCost, StepShape, step_time_s
 
 __all__ = [
@@ -176,9 +177,7 @@ class Engine:
         self._seq = 0
         self._s = 0  # index of the next step
         # block pool
-        self._free = config.kv_blocks
-        self._table: dict[int, int] = {}  # block hash -> refcount
-        self._lru: OrderedDict[int, None] = OrderedDict()  # cached blocks with refcount 0
+        self.pool = BlockPool(config.kv_blocks)
         self._prefix = config.enable_prefix_caching
         self._prompt_tokens = 0
         self._gen_tokens = 0
@@ -229,7 +228,7 @@ class Engine:
 
     @property
     def stats(self) -> EngineStats:
-        used = self.config.kv_blocks - self._free - len(self._lru)
+        used = self.pool.used
         return EngineStats(
             running=len(self._running),
             waiting=len(self._waiting),
@@ -254,14 +253,14 @@ class Engine:
         # 1. decoding sequences: one token each; blocks for those crossing a block boundary.
         key = (-s) % bs
         need = self._phase[key]
-        while need > self._available() and self._running:
+        while need > self.pool.available() and self._running:
             victim = self._running[-1]
             if victim.state == _DECODE and victim.pos0 % bs == key:
                 need -= 1
             self._preempt(victim, s - 1)
             preempted.append(victim)
         if need:
-            self._alloc(need)
+            self.pool.alloc(need)
         n_dec = len(self._decoding)
         budget = cfg.max_num_batched_tokens - n_dec
         shape = StepShape(decode_seqs=n_dec, decode_ctx_tokens=self._sum_pos0 + n_dec * s)
@@ -276,7 +275,7 @@ class Engine:
             if chunk <= 0:
                 break
             while True:
-                fit = (req.blocks + self._available()) * bs - req.computed
+                fit = (req.blocks + self.pool.available()) * bs - req.computed
                 if fit >= chunk:
                     break
                 if fit > 0 and cfg.chunked_prefill:
@@ -372,7 +371,7 @@ class Engine:
         k_max = min(max_steps, (heap[0][0] - s0) if heap else max_steps)
         bs = self._bs
         phase = self._phase
-        avail = self._available()
+        avail = self.pool.available()
         n = len(self._decoding)
         cost = self.config.cost
         shape = StepShape(decode_seqs=n)
@@ -394,27 +393,12 @@ class Engine:
             t += d
         k = len(durations)
         if k:
-            self._alloc(need_total)
+            self.pool.alloc(need_total)
             self._gen_tokens += n * k
             self._s = s0 + k
         return durations
 
     # --------------------------------------------------------------- internals
-    def _available(self) -> int:
-        return self._free + len(self._lru)
-
-    def _alloc(self, n: int) -> None:
-        free = self._free
-        if n <= free:
-            self._free = free - n
-            return
-        self._free = 0
-        n -= free
-        lru, table = self._lru, self._table
-        for _ in range(n):
-            h, _ = lru.popitem(last=False)
-            del table[h]
-
     def _chunk(self, req: SimRequest, budget: int) -> int:
         remaining = req.target - req.computed
         if remaining <= budget:
@@ -426,9 +410,9 @@ class Engine:
         need = -(-tokens // self._bs) - req.blocks
         if need <= 0:
             return True
-        if need > self._available():
+        if need > self.pool.available():
             return False
-        self._alloc(need)
+        self.pool.alloc(need)
         req.blocks += need
         return True
 
@@ -436,14 +420,10 @@ class Engine:
         """Start (or resume) a waiting request; returns its first chunk, 0 if it cannot start."""
         bs = self._bs
         req.target = req.prompt_len + req.out
-        hits = 0
         hashes = req.prefix_hashes if self._prefix else None
-        table = self._table
+        hits = hit_in_lru = 0
         if hashes:
-            limit = min(len(hashes), (req.target - 1) // bs)
-            while hits < limit and hashes[hits] in table:
-                hits += 1
-        hit_in_lru = sum(1 for h in hashes[:hits] if table[h] == 0) if hits else 0
+            hits, hit_in_lru = self.pool.match(hashes, min(len(hashes), (req.target - 1) // bs))
         computed = hits * bs
         remaining = req.target - computed
         if remaining <= budget:
@@ -453,7 +433,7 @@ class Engine:
         else:
             return 0
         need = -(-(computed + chunk) // bs) - hits
-        if need > self._available() - hit_in_lru:
+        if need > self.pool.available() - hit_in_lru:
             return 0
         # commit
         if self._prefix:
@@ -461,16 +441,12 @@ class Engine:
             self._prefix_hits += computed
             if req.out == 0:
                 req.cached_tokens = computed
-        lru = self._lru
-        for h in hashes[:hits] if hits else ():
-            rc = table[h]
-            if rc == 0:
-                del lru[h]
-            table[h] = rc + 1
+        if hits:
+            self.pool.acquire(hashes[:hits])
         req.hashed = list(hashes[:hits]) if hits else []
         req.blocks = hits
         req.computed = computed
-        self._alloc(need)
+        self.pool.alloc(need)
         req.blocks += need
         req.state = _PREFILL
         self._running.append(req)
@@ -485,14 +461,12 @@ class Engine:
         done = len(req.hashed)
         if upto <= done:
             return
-        table = self._table
+        pool = self.pool
         for i in range(done, upto):
             h = hashes[i]
-            if h not in table:
-                table[h] = 1
-                req.hashed.append(h)
-            else:  # computed twice concurrently: keep ours private; stop the chain here
+            if not pool.name(h):  # computed twice concurrently: keep ours private; stop the chain here
                 return
+            req.hashed.append(h)
 
     def _start_decode(self, req: SimRequest, q: int) -> None:
         req.state = _DECODE
@@ -519,13 +493,7 @@ class Engine:
             self._stop_decode(req, last_step)
         elif req.state == _PREFILL:
             self._prefilling.remove(req)
-        table, lru = self._table, self._lru
-        for h in req.hashed:
-            rc = table[h] - 1
-            table[h] = rc
-            if rc == 0:
-                lru[h] = None
-        self._free += req.blocks - len(req.hashed)
+        self.pool.release(req.hashed, req.blocks - len(req.hashed))
         req.hashed = []
         req.blocks = 0
         req.computed = 0
