@@ -102,3 +102,10 @@ def test_failures_are_reported_beside_the_ratios(dirs: dict[str, Path], tmp_path
     (comp,) = compare_sides([load_side(str(dirs["a"]), "A"), load_side(str(flaky), "B")], resamples=200)
     assert comp.failed == ((0, 300), (10, 100))
     assert comp.failures_text() == "Failed requests: A 0 of 300 (0.0%), B 10 of 100 (10.0%)."
+
+
+def test_differences_in_settings_are_named(tmp_path: Path) -> None:
+    a = write_synth_run(tmp_path / "a", synth_records(40, seed=1, output_len=32), concurrency=8)
+    b = write_synth_run(tmp_path / "b", synth_records(40, seed=2, output_len=64), concurrency=16, model="other")
+    (comp,) = compare_sides([load_side(str(a), "A"), load_side(str(b), "B")], resamples=100)
+    assert comp.differences == ["model synthetic-8b vs other", "concurrency 8 vs 16", "output_len 32 vs 64"]

@@ -36,6 +36,7 @@ __all__ = [
     "Comparison",
     "Side",
     "compare_sides",
+    "differences",
     "load_side",
     "print_comparison",
     "sentence",
@@ -67,6 +68,7 @@ class Comparison:
     label: str  # "" for runs, "concurrency 16" for a sweep point
     estimates: list[RatioEstimate]
     failed: tuple[tuple[int, int], tuple[int, int]] = ((0, 0), (0, 0))  # (failed, total) of A and of B
+    differences: list[str] = field(default_factory=list)  # "output_len 256 vs 1024": what the sides changed
 
     def failures_text(self) -> str:
         (fa, ta), (fb, tb) = self.failed
@@ -80,6 +82,25 @@ def _pct(n: int, total: int) -> str:
 
 def _failed(d: SideData) -> tuple[int, int]:
     return int(d.ok.size - d.ok.sum()), int(d.ok.size)
+
+
+_SETTINGS = (("target", "model"), ("target", "url"), ("target", "api"), ("target", "profile"),
+             ("load", "concurrency"), ("load", "rate_rps"), ("load", "burstiness"), ("workload", "dataset"),
+             ("workload", "input_len"), ("workload", "output_len"))
+
+
+def differences(a: dict[str, Any], b: dict[str, Any], *, with_load: bool = True) -> list[str]:
+    """Settings that differ between two summaries: what the comparison is about (or a mistake)."""
+    out = []
+    for section, key in _SETTINGS:
+        if section == "load" and not with_load:
+            continue
+        if key == "url" and (a.get("target") or {}).get("emulated") and (b.get("target") or {}).get("emulated"):
+            continue  # each emulated run listens on a fresh loopback port
+        va, vb = (a.get(section) or {}).get(key), (b.get(section) or {}).get(key)
+        if va != vb:
+            out.append(f"{key} {va} vs {vb}")
+    return out
 
 
 def _compare(a: SideData, b: SideData, specs: Sequence[MetricSpec], base: str, other: str, label: str,
@@ -153,8 +174,10 @@ def compare_sides(sides: Sequence[Side], *, resamples: int = 1000, seed: int = 0
         if (base.sweep is None) != (other.sweep is None):
             raise ConfigError(f"cannot compare a sweep with a single run ({base.name} vs {other.name})")
         if base.sweep is None:
-            out.append(_compare(side_data(base.runs), side_data(other.runs), METRICS, base.name, other.name, "",
-                                resamples=resamples, seed=seed, confidence=confidence))
+            comp = _compare(side_data(base.runs), side_data(other.runs), METRICS, base.name, other.name, "",
+                            resamples=resamples, seed=seed, confidence=confidence)
+            comp.differences = differences(base.runs[0].summary, other.runs[0].summary)
+            out.append(comp)
             continue
         assert other.sweep is not None
         theirs = {(p.group, p.x): p for p in other.sweep.points}
@@ -163,8 +186,10 @@ def compare_sides(sides: Sequence[Side], *, resamples: int = 1000, seed: int = 0
             raise ConfigError(f"sweeps {base.name} and {other.name} share no load level")
         for p in common:
             where = f"{base.sweep.x_key.replace('_rps', '')} {p.label}" + (f" ({p.group})" if p.group else "")
-            out.append(_compare(side_data([p.run]), side_data([theirs[(p.group, p.x)].run]), SWEEP_METRICS,
-                                base.name, other.name, where, resamples=resamples, seed=seed, confidence=confidence))
+            comp = _compare(side_data([p.run]), side_data([theirs[(p.group, p.x)].run]), SWEEP_METRICS,
+                            base.name, other.name, where, resamples=resamples, seed=seed, confidence=confidence)
+            comp.differences = differences(p.run.summary, theirs[(p.group, p.x)].run.summary, with_load=False)
+            out.append(comp)
     return out
 
 
@@ -211,6 +236,9 @@ def print_comparison(comparisons: Sequence[Comparison], console: Console | None 
             if c.label:
                 table.add_section()
         console.print(table)
+        diffs = list(dict.fromkeys(d for c in comps for d in c.differences))
+        if diffs:
+            console.print(f"{b} differs from {a} in: {'; '.join(diffs)}", highlight=False)
         for c in comps:
             if c.failed[0][0] or c.failed[1][0]:
                 console.print(("" if not c.label else f"{c.label}: ") + c.failures_text(), highlight=False)
@@ -234,6 +262,8 @@ def _compare_table_html(comparisons: Sequence[Comparison], confidence: float) ->
         fails = c.failed[0][0] or c.failed[1][0]
         parts.append(
             f"<h3>{esc(title)}</h3>"
+            + (f'<p class="muted">{esc(c.other)} differs from {esc(c.baseline)} in: {esc("; ".join(c.differences))}</p>'
+               if c.differences else "")
             + (f'<p class="verdict {"bad" if fails else "good"}">{esc(c.failures_text())}</p>') + "<div class=\"tablewrap\"><table><thead><tr><th class=\"txt\">metric</th>"
             f"<th>{esc(c.baseline)}</th><th>{esc(c.other)}</th><th>B/A</th>"
             f"<th>{confidence * 100:g}% CI</th><th class=\"txt\">verdict</th></tr></thead>"
@@ -273,6 +303,7 @@ def write_compare_json(sides: Sequence[Side], comparisons: Sequence[Comparison],
                    "kind": "sweep" if s.sweep else ("repeats" if len(s.runs) > 1 else "run")} for s in sides],
         "comparisons": [
             {"baseline": c.baseline, "other": c.other, "at": c.label or None,
+             "differences": c.differences,
              "failed": {"a": c.failed[0][0], "a_total": c.failed[0][1], "b": c.failed[1][0],
                         "b_total": c.failed[1][1]},
              "metrics": [{"metric": e.spec.key, "label": e.spec.label, "unit": e.spec.unit,

@@ -66,6 +66,26 @@ def _slo_verdict(summary: dict[str, Any]) -> tuple[str, str]:
     return cls, text
 
 
+def _slo_check(summary: dict[str, Any]) -> str:
+    """The aggregate SLO check a sweep attaches to each point (`slo_check`): pass/fail per limit."""
+    check = summary.get("slo_check")
+    if not isinstance(check, dict) or check.get("passed") is None:
+        return ""
+    parts = []
+    for c in check.get("checks") or []:
+        if not isinstance(c, dict):
+            continue
+        if c.get("metric") == "goodput":
+            got, limit = fmt(c.get("value"), digits=3), fmt(c.get("limit"), digits=3)
+        else:
+            got = "∞ (failed requests)" if c.get("infinite") else fmt(c.get("value_ms"), "ms")
+            limit = fmt(c.get("limit_ms"), "ms")
+        parts.append(f"{esc(c.get('name') or c.get('metric'))} {got} (limit {limit}) "
+                     f"{'✓' if c.get('passed') else '✗'}")
+    cls = "good" if check["passed"] else "bad"
+    return f'<p class="verdict {cls}">SLO check {"passed" if check["passed"] else "failed"}: {"; ".join(parts)}.</p>'
+
+
 def _client_verdict(summary: dict[str, Any]) -> tuple[str, str]:
     client = summary.get("client") or {}
     lag_p99 = get(client, "schedule_lag_ms", "p99")
@@ -178,6 +198,9 @@ def render_run(run: RunResult) -> tuple[str, dict[str, str]]:
     body = [f'<div class="cards">{"".join(_run_cards(s))}</div>']
     if slo_text:
         body.append(f'<p class="verdict {slo_cls}">{slo_text}</p>')
+    check = _slo_check(s)
+    if check:
+        body.append(check)
     body.append(f'<p class="verdict {cl_cls}">{esc(cl_text)}</p>')
     notes = [str(n) for n in (s.get("notes") or []) if n]
     if s.get("interrupted"):
