@@ -46,8 +46,9 @@ the next step starts at the previous deadline, so there is no drift. Requests ar
 (parsed, tokenized, queued) at step boundaries. The loop waits on the event loop until ~2 ms
 before the step's burst, then with `time.sleep`; the burst writes every token of the step (one
 send per stream, bytes prepared in advance) and is centred on the deadline, using a running
-estimate of its own length. If the loop falls more than 5 ms behind it restarts the clock at
-"now" (the server is then the bottleneck; `/_servebench/pacing` shows it). Requests answered
+estimate of its own length. A late step is caught up (the next one is not pushed back); if the
+loop falls more than 25 ms behind it restarts the clock at "now" (the host is then the
+bottleneck; `/_servebench/pacing` shows it). Requests answered
 500/429 by a fault never reach the engine; dropped and disconnected ones are aborted in it.
 
 Library use: `serve(profile, host, port, faults=Faults(...))` blocks;

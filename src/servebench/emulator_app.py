@@ -45,6 +45,7 @@ _VERSION = "0.1.0-servebench-emulator"
 _DONE = chunked(b"data: [DONE]\n\n")
 _LATE_BUCKET_NS = 10_000  # pacing histogram resolution: 10 us
 _LATE_BUCKETS = 10_000  # up to 100 ms
+_MAX_BEHIND_S = 0.025
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,8 +160,9 @@ class Emulator:
                     next_start = None
                 continue
             now = perf()
-            # Back to back from the last deadline; if we fell > 5 ms behind (or were idle), restart at now.
-            start = next_start if next_start is not None and now - next_start < 0.005 else now
+            # Back to back from the last deadline (late steps catch up, keeping the model's throughput);
+            # if we fell more than _MAX_BEHIND_S behind (or were idle), restart the clock at now.
+            start = next_start if next_start is not None and now - next_start < _MAX_BEHIND_S else now
             res = engine.step(start)
             if res is None:
                 next_start = None
