@@ -160,3 +160,27 @@ def test_trace_offsets_speedup_and_exact_generated_prompts(tmp_path: Path) -> No
     assert items[4].prompt == [{"role": "user", "content": "hello there"}]
     with pytest.raises(ConfigError, match="speedup"):
         asyncio.run(trace_items(str(p), _cfg(), 10, b, speedup=0))
+
+
+def test_trace_hash_ids_share_block_texts(tmp_path: Path) -> None:
+    """Mooncake-style hash_ids: the same block id gives the same text, so prefixes are really shared."""
+    p = tmp_path / "mooncake.jsonl"
+    rows = [{"timestamp": 0, "input_length": 16 * 3, "output_length": 2, "hash_ids": [1, 2, 3]},
+            {"timestamp": 10, "input_length": 16 * 2 + 5, "output_length": 2, "hash_ids": [1, 2, 4]},
+            {"timestamp": 20, "input_length": 16 * 2, "output_length": 2, "hash_ids": [5, 2]}]
+    p.write_text("\n".join(json.dumps(r) for r in rows))
+    b = _builder(counter=BuiltinCounter())
+    b.units = asyncio.run(calibrate_units(BuiltinCounter()))
+    b._overheads = {"single": 0}  # noqa: SLF001 - content tokens only, to read blocks off the text
+    items, info = asyncio.run(trace_items(str(p), _cfg(), 10, b, speedup=1.0, block_tokens=16))
+    from servebench.tokenizer import get_tokenizer
+
+    tok = get_tokenizer()
+    anchor = tok.count(ANCHOR)
+    ids = [tok.encode(it.prompt)[anchor:] for it in items]
+    assert [len(x) for x in ids] == [48, 37, 32]  # exact lengths
+    assert ids[0][:32] == ids[1][:32]  # blocks 1, 2 shared
+    assert ids[0][32:37] != ids[1][32:37]  # block 3 vs block 4
+    assert ids[2][:16] != ids[0][:16] and ids[2][16:32] == ids[0][16:32]  # same block text, different prefix
+    # ideal cache: request 2 reuses blocks 1-2 (32 tokens); request 3's chain [5, 2] is new
+    assert info["intended_prefix_hit_rate"] == pytest.approx(32 / (48 + 37 + 32), abs=1e-4)

@@ -38,7 +38,8 @@ async def prepare(cfg: Any, n_total: int, *, base_url: str, model: str, headers:
             from servebench.workload.trace import trace_items  # noqa: PLC0415
 
             items, extra = await trace_items(spec.path or "", cfg, n_total, builder,
-                                             spec.opt_float("speedup", 1.0) or 1.0)
+                                             spec.opt_float("speedup", 1.0) or 1.0,
+                                             block_tokens=spec.opt_int("block", 512) or 512)
         else:
             from servebench.workload import files  # noqa: PLC0415
             from servebench.workload.sessions import records_to_items  # noqa: PLC0415
