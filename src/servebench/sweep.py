@@ -45,9 +45,15 @@ from servebench.sweep_plan import (
     parse_lengths,
     parse_rate_list,
 )
-from servebench.sweep_report import SATURATION_GAIN, diagnose, point_row, render_table, table_text
+from servebench.sweep_report import (
+    SATURATION_GAIN,
+    diagnose,
+    point_row,
+    render_table,
+    table_text,
+)
 
-__all__ = ["SWEEP_FILE", "SweepInterrupted", "Sweep", "point_complete", "sweep_command"]
+__all__ = ["SWEEP_FILE", "Sweep", "SweepInterrupted", "point_complete", "sweep_command"]
 
 SWEEP_FILE = "sweep.json"
 SUMMARY_TEXT = "sweep-summary.txt"
@@ -450,6 +456,9 @@ def sweep_main(options: dict[str, Any], console: Console | None = None) -> int:
             x_key = "output_len"
         else:
             x_key = "concurrency"
+    if mode == "auto" and settings.get("duration") is not None and settings.get("num_requests") is None:
+        raise ConfigError("--rate auto starts with a saturation run that sends every request at once: "
+                          "give --num-requests rather than --duration")
     # Every point's settings are checked before anything starts.
     for p in points or [Point(cap or 1, None, i, o) for i, o in pairs]:
         RunConfig(**{**settings, **p.run_settings()}).validate()

@@ -160,7 +160,7 @@ def auto_rates(sync_rps: float, max_rps: float, n: int) -> list[float]:
 def _round_sig(x: float, digits: int = 3) -> float:
     if x <= 0 or not math.isfinite(x):
         return x
-    return round(x, -int(math.floor(math.log10(x))) + digits - 1)
+    return round(x, -math.floor(math.log10(x)) + digits - 1)
 
 
 @dataclass
