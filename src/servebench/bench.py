@@ -247,10 +247,10 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     summary["server"] = servermetrics.server_summary(metrics_before, metrics_after)
     summary["notes"] = _notes(cfg, summary, caps)
     write_json(out_dir / SUMMARY, summary)
-    if cfg.report:
-        write_report(out_dir)
     manifest["ended_at"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     write_json(out_dir / MANIFEST, manifest)
+    if cfg.report:  # last: the report renders from the files as they will stay
+        write_report(out_dir)
     if not cfg.quiet:
         print_summary(summary, console, str(out_dir))
         if interrupted:
