@@ -10,6 +10,7 @@ the runner sends at those absolute offsets.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,7 @@ def _time_s(obj: dict[str, Any], where: str) -> float:
         v, scale = obj["timestamp"], 1e-3
     else:
         raise ConfigError(f"{where}: needs a time: t_s (seconds), timestamp_ms or timestamp (ms)")
-    if not isinstance(v, (int, float)) or v != v:
+    if not isinstance(v, (int, float)) or math.isnan(v):
         raise ConfigError(f"{where}: the time must be a number")
     return float(v) * scale
 
