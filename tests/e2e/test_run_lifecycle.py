@@ -93,3 +93,19 @@ def test_sigkill_leaves_every_completed_record_readable(scripted_server, tmp_pat
     assert all(r.status == "ok" and r.output_tokens == 40 for r in records)
     assert not (tmp_path / "summary.json").exists()
     assert json.loads((tmp_path / "manifest.json").read_text())["target"]["model"] == "m"
+
+
+def test_run_writes_a_report_that_re_renders_byte_identical(scripted_server, tmp_path: Path) -> None:
+    from tests.support.procs import servebench
+
+    srv = scripted_server("--ttft-ms", "5", "--itl-ms", "1")
+    proc = servebench("run", "--url", srv.url, "--model", "m", "--concurrency", "4", "--num-requests", "20",
+                      "--output-len", "16", "--no-probe", "--out", str(tmp_path), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    first = (tmp_path / "report.html").read_bytes()
+    charts = {p.name: p.read_bytes() for p in (tmp_path / "charts").glob("*.svg")}
+    assert charts
+    again = servebench("report", str(tmp_path))
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / "report.html").read_bytes() == first
+    assert {p.name: p.read_bytes() for p in (tmp_path / "charts").glob("*.svg")} == charts
