@@ -162,3 +162,13 @@ def test_trace_replay_sends_at_recorded_times_sped_up(tmp_path: Path) -> None:
     assert sched_s == pytest.approx([w - want_s[0] + sched_s[0] for w in want_s], abs=1e-6)
     assert all(abs(r.t_send_ns - r.t_sched_ns) / 1e6 < 50 for r in recs)  # sent on time
     assert sorted(r.input_tokens for r in recs) == [64 + k for k in range(20)]  # exact lengths
+
+
+def test_no_tokenize_no_tokenizer_falls_back_to_approximate_with_a_note(scripted_server, tmp_path: Path) -> None:
+    srv = scripted_server("--ttft-ms", "5", "--itl-ms", "1")
+    s, run = _run(tmp_path, "--url", srv.url, "--model", "m", "--input-len", "64", "--output-len", "4",
+                  "--num-requests", "5", "--concurrency", "5")
+    assert s["requests"]["completed"] == 5
+    assert s["workload"]["lengths"].startswith("approximate"), s["workload"]
+    assert any("approximate" in n and "/tokenize" in n for n in s["notes"]), s["notes"]
+    assert all(r.input_len == 64 for r in run.records)
