@@ -172,3 +172,21 @@ def test_no_tokenize_no_tokenizer_falls_back_to_approximate_with_a_note(scripted
     assert s["workload"]["lengths"].startswith("approximate"), s["workload"]
     assert any("approximate" in n and "/tokenize" in n for n in s["notes"]), s["notes"]
     assert all(r.input_len == 64 for r in run.records)
+
+
+def test_prefix_cache_disagreement_is_a_note(tmp_path: Path) -> None:
+    """The same seeded shared-prefix run twice on one server: the second finds everything cached already
+    (achieved ~100% vs intended ~53%), and the summary says so."""
+    from servebench.emulator import EmulatorThread
+
+    args = ("--model", "tiny", "--dataset", "shared-prefix:groups=2,prompts=8,system=512,question=256",
+            "--num-requests", "16", "--concurrency", "2", "--output-len", "2")
+    with EmulatorThread("tiny") as emu:
+        first, _ = _run(tmp_path / "a", "--url", emu.url, *args)
+        second, _ = _run(tmp_path / "b", "--url", emu.url, *args)
+    intended = first["workload"]["intended_prefix_hit_rate"]
+    assert intended == pytest.approx(14 * 512 / (16 * 768), abs=1e-3)
+    assert abs(first["server"]["prefix_cache_hit_rate"] - intended) <= 0.05
+    assert not any(n.startswith("prefix cache:") for n in first["notes"])
+    assert second["server"]["prefix_cache_hit_rate"] > intended + 0.3
+    assert any(n.startswith("prefix cache:") and "more than the workload shares" in n for n in second["notes"])
