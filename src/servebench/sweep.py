@@ -243,12 +243,8 @@ class Sweep:
             summaries = [self._summary(e) for e in pts]
             diag = diagnose([_x(e, x_key) for e in pts], summaries, label=label, gain=gain)
             saturation.append({"input_len": i, "output_len": o, **diag})
-            passing = [(_x(e, x_key), e, s) for e, s in zip(pts, summaries) if (s.get("slo_check") or {}).get("passed")]
             if self.spec.has_run_limits:
-                best = max(passing, key=lambda t: t[0]) if passing else None
-                capacity.append({"input_len": i, "output_len": o, "load": best[0] if best else None,
-                                 "dir": best[1]["dir"] if best else None,
-                                 "cost": best[2].get("cost") if best else None})
+                capacity.append({"input_len": i, "output_len": o, **_capacity(pts, summaries, x_key)})
         self.doc["saturation"] = saturation
         if capacity:
             self.doc["slo_capacity"] = capacity
@@ -267,7 +263,8 @@ class Sweep:
                 usd = (c.get("cost") or {}).get("usd_per_1m_output_tokens")
                 lines.append(f"SLO capacity (in {c['input_len']}, out {c['output_len']}): highest {label} meeting "
                              f"{self.spec.describe()}: {_fmt(c['load'])}"
-                             + (f", ${usd:.3f} per 1M output tokens" if usd is not None else ""))
+                             + (f", ${usd:.3f} per 1M output tokens" if usd is not None else "")
+                             + (f" ({c['note']})" if c.get("note") else ""))
         for f in self.doc.get("find_max") or []:
             lines.append(f["line"])
         text = "\n".join(lines).rstrip() + "\n"
@@ -291,6 +288,29 @@ class Sweep:
             return self.summaries[entry["dir"]]
         path = self.out_dir / entry["dir"] / SUMMARY
         return read_json(path) if path.is_file() else {}
+
+
+def _capacity(pts: list[dict[str, Any]], summaries: list[dict[str, Any]], x_key: str) -> dict[str, Any]:
+    """The highest load of the passing run from the lowest load up (a pass above a failure is noted)."""
+    ordered = sorted(zip(pts, summaries), key=lambda t: _sort_load(t[0], x_key))
+    best: tuple[dict[str, Any], dict[str, Any]] | None = None
+    first_fail: dict[str, Any] | None = None
+    note = None
+    for e, s in ordered:
+        ok = bool((s.get("slo_check") or {}).get("passed"))
+        if ok and first_fail is None:
+            best = (e, s)
+        elif not ok and first_fail is None:
+            first_fail = e
+        elif ok and first_fail is not None:
+            note = (f"{_fmt(_x(e, x_key))} passed again above the failure at {_fmt(_x(first_fail, x_key))}: "
+                    "noisy near the limit; repeat or lengthen the runs")
+            break
+    out: dict[str, Any] = {"load": _x(best[0], x_key) if best else None, "dir": best[0]["dir"] if best else None,
+                           "cost": best[1].get("cost") if best else None}
+    if note:
+        out["note"] = note
+    return out
 
 
 def _x(entry: dict[str, Any], x_key: str) -> float | None:

@@ -95,7 +95,7 @@ def diagnose(loads: Sequence[float], summaries: Sequence[dict[str, Any]], *, lab
     client = [s for s in ss[knee:] if _get(s, "client", "saturated")]
     for s in client[:1]:
         reasons = _get(s, "client", "reasons") or []
-        evidence.append("client saturated: " + ("; ".join(reasons) or "client self-check"))
+        evidence.append("client self-check flagged: " + ("; ".join(reasons) or "saturated"))
     t0 = _get(ss[knee], "latency_ms", "ttft", "median")
     t1 = _get(ss[-1], "latency_ms", "ttft", "median")
     server = False
