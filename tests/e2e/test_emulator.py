@@ -269,7 +269,7 @@ def test_truth_matches_client_view(tiny: str) -> None:
     assert rec["token_ns"] == sorted(rec["token_ns"])
     # tiny's single-stream step is ~3 ms: the gaps reflect the engine, not a fixed sleep
     gaps_ms = [(b - a) / 1e6 for a, b in zip(rec["token_ns"], rec["token_ns"][1:])]
-    assert 1.0 < sorted(gaps_ms)[len(gaps_ms) // 2] < 20.0
+    assert 0.5 < sorted(gaps_ms)[len(gaps_ms) // 2] < 100.0
 
 
 def test_cli_contract_errors() -> None:
