@@ -185,6 +185,18 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+def _raise_fd_limit() -> None:
+    """Allow as many connections as the hard limit permits (the soft default is often 1024)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):  # pragma: no cover - not POSIX, or not permitted
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m servebench.emulator` (see the module docstring for the contract)."""
     import dataclasses
@@ -202,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ValueError) as e:
         print(f"servebench.emulator: {e}", file=sys.stderr)
         return 2
+
+    _raise_fd_limit()
 
     def ready(url: str) -> None:
         sys.stdout.write(f"READY {url}\n")

@@ -403,8 +403,12 @@ class Emulator:
 
     def _metrics(self) -> bytes:
         s = self.engine.stats
+        e = self.profile.engine
         return render_metrics(
             model=self.model,
+            info={"vllm:cache_config_info": ("Information of the LLMEngine CacheConfig", {
+                "block_size": str(e.block_size), "num_gpu_blocks": str(e.kv_blocks),
+                "enable_prefix_caching": str(e.enable_prefix_caching), "cache_dtype": "auto"})},
             gauges={
                 "vllm:num_requests_running": ("Number of requests in model execution batches.", s.running),
                 "vllm:num_requests_waiting": ("Number of requests waiting to be processed.", s.waiting),

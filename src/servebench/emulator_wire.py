@@ -143,13 +143,18 @@ def render_metrics(
     gauges: dict[str, tuple[str, float]],
     counters: dict[str, tuple[str, float | dict[str, float]]],
     histograms: dict[str, tuple[str, Histogram]],
+    info: dict[str, tuple[str, dict[str, str]]] | None = None,
 ) -> bytes:
     """Prometheus text exposition (version 0.0.4), vLLM names, `model_name` label on every sample.
 
     `counters` maps a family name (no `_total`) to (help, value) or (help, {finished_reason: value}).
+    `info` maps a family name to (help, labels): a gauge of value 1 carrying the labels (as vLLM's
+    `vllm:cache_config_info`).
     """
     base = {"model_name": model, "engine": "0"}
     out: list[str] = []
+    for name, (help_, labels) in (info or {}).items():
+        out += [f"# HELP {name} {help_}", f"# TYPE {name} gauge", f"{name}{_labels({**base, **labels})} 1.0"]
     for name, (help_, value) in gauges.items():
         out += [f"# HELP {name} {help_}", f"# TYPE {name} gauge", f"{name}{_labels(base)} {_fmt(value)}"]
     for name, (help_, value) in counters.items():

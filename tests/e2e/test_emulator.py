@@ -238,6 +238,9 @@ def test_metrics_parse_and_match_usage() -> None:
         assert after["vllm:inter_token_latency_seconds_count"] == completion - 16
         assert after["vllm:num_requests_running"] == 0 and after["vllm:num_requests_waiting"] == 0
         assert after["vllm:prefix_cache_queries_total"] >= prompt
+        text = call(s.url, "GET", "/metrics").body.decode()
+        info = next(f for f in text_string_to_metric_families(text) if f.name == "vllm:cache_config_info")
+        assert info.samples[0].labels["num_gpu_blocks"] == str(524288 // 16)
         for name in ("vllm:kv_cache_usage_perc", "vllm:num_preemptions_total", "vllm:prefix_cache_hits_total",
                      "vllm:request_time_per_output_token_seconds_count"):
             assert name in after
