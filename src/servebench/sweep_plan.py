@@ -71,19 +71,21 @@ class Point:
                 "input_len": self.input_len, "output_len": self.output_len, "kind": self.kind}
 
 
-def _items(text: str, flag: str) -> list[str]:
+def _items(text: Any, flag: str) -> list[str]:
+    if isinstance(text, (list, tuple)):  # a list in a scenario file
+        text = ",".join(str(x) for x in text)
     items = [p.strip() for p in str(text).split(",") if p.strip()]
     if not items:
         raise ConfigError(f"{flag}: expected a comma-separated list, e.g. 1,2,4,8")
     return items
 
 
-def parse_int_list(text: str | int | None, flag: str) -> list[int] | None:
+def parse_int_list(text: str | int | list[int] | None, flag: str) -> list[int] | None:
     """`1,2,4,8` -> [1, 2, 4, 8] (each >= 1; duplicates dropped, order kept)."""
     if text is None:
         return None
     out: list[int] = []
-    for item in _items(str(text), flag):
+    for item in _items(text, flag):
         try:
             v = int(item)
         except ValueError:
@@ -95,14 +97,14 @@ def parse_int_list(text: str | int | None, flag: str) -> list[int] | None:
     return out
 
 
-def parse_rate_list(text: str | float | None) -> list[float] | str | None:
+def parse_rate_list(text: str | float | list[float] | None) -> list[float] | str | None:
     """`1,2,4` -> [1.0, 2.0, 4.0]; `inf` allowed; `auto` -> "auto"."""
     if text is None:
         return None
     if str(text).strip().lower() == "auto":
         return "auto"
     out: list[float] = []
-    for item in _items(str(text), "--rate"):
+    for item in _items(text, "--rate"):
         try:
             v = float(item)
         except ValueError:

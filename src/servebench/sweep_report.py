@@ -141,8 +141,10 @@ def _n(v: Any, fmt: str = "{:,.1f}") -> str:
 
 def render_table(rows: Sequence[dict[str, Any]], *, title: str = "sweep") -> Table:
     t = Table(title=title, title_justify="left", header_style="bold")
-    for col in ("load", "in:out", "req/s offered", "req/s done", "out tok/s", "TTFT med", "TTFT p99",
-                "ITL med", "ITL p99", "E2E med", "E2E p99", "SLO", "$/1M out"):
+    goodput = any(r.get("goodput_requests_per_s") is not None for r in rows)
+    cols = ["load", "in:out", "req/s offered", "req/s done", "out tok/s", "TTFT med", "TTFT p99",
+            "ITL med", "ITL p99", "E2E med", "E2E p99", *(["goodput/s"] if goodput else []), "SLO", "$/1M out"]
+    for col in cols:
         t.add_column(col, justify="left" if col in ("load", "in:out") else "right")
     for r in rows:
         slo = {True: "[green]pass[/green]", False: "[red]fail[/red]"}.get(r.get("slo_passed"), "-")
@@ -152,6 +154,7 @@ def render_table(rows: Sequence[dict[str, Any]], *, title: str = "sweep") -> Tab
             _n(r.get("output_tokens_per_s"), "{:,.0f}"),
             _n(r.get("ttft_median_ms")), _n(r.get("ttft_p99_ms")), _n(r.get("itl_median_ms")),
             _n(r.get("itl_p99_ms")), _n(r.get("e2e_median_ms"), "{:,.0f}"), _n(r.get("e2e_p99_ms"), "{:,.0f}"),
+            *([_n(r.get("goodput_requests_per_s"), "{:,.2f}")] if goodput else []),
             slo, _n(r.get("usd_per_1m_output_tokens"), "${:,.3f}"),
         )
     return t

@@ -22,6 +22,8 @@ def test_parse_lists() -> None:
     assert parse_int_list("1,2, 4,8,4", "--concurrency") == [1, 2, 4, 8]
     assert parse_int_list(16, "--concurrency") == [16]
     assert parse_int_list(None, "--concurrency") is None
+    assert parse_int_list([1, 2], "--concurrency") == [1, 2]  # a scenario-file list
+    assert parse_rate_list([0.5, "inf"]) == [0.5, math.inf]
     assert parse_rate_list("0.5,2,inf") == [0.5, 2.0, math.inf]
     assert parse_rate_list("auto") == "auto"
     assert parse_lengths("1024:256, 4096:256") == [(1024, 256), (4096, 256)]

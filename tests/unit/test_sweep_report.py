@@ -58,4 +58,6 @@ def test_row_and_table_text() -> None:
     row = point_row({"dir": "c0008", "load_label": "c=8", "input_len": 128, "output_len": 64}, s)
     assert row["output_tokens_per_s"] == 600 and row["slo_passed"] is False
     text = table_text([row])
-    assert "c=8" in text and "$9.259" in text and "fail" in text
+    assert "c=8" in text and "$9.259" in text and "fail" in text and "goodput" not in text
+    s["goodput"] = {"requests_per_s": 12.5}
+    assert "12.50" in table_text([point_row({"dir": "c0008", "load_label": "c=8"}, s)])
