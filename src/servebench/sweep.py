@@ -48,9 +48,13 @@ from servebench.sweep_plan import (
 from servebench.sweep_report import (
     SATURATION_GAIN,
     diagnose,
+    fmt_load,
     point_row,
     render_table,
+    slo_capacity,
+    sort_load,
     table_text,
+    x_of,
 )
 
 __all__ = ["SWEEP_FILE", "Sweep", "SweepInterrupted", "point_complete", "sweep_command"]
@@ -211,12 +215,12 @@ class Sweep:
         why = slomod.failing((fail_summary or {}).get("slo_check") or {}) if fail_summary else ""
         lens = f" (in {i}, out {o})"
         if res.best is None:
-            line = f"no {what} meets {slo_text}{lens}: {_fmt(res.fail)}{unit} fails ({why})"
+            line = f"no {what} meets {slo_text}{lens}: {fmt_load(res.fail)}{unit} fails ({why})"
         elif res.fail is None:
-            line = (f"max {what} meeting {slo_text}{lens}: ≥ {_fmt(res.best)}{unit} "
-                    f"(nothing failed up to --max-load {_fmt(max_load)})")
+            line = (f"max {what} meeting {slo_text}{lens}: ≥ {fmt_load(res.best)}{unit} "
+                    f"(nothing failed up to --max-load {fmt_load(max_load)})")
         else:
-            line = f"max {what} meeting {slo_text}{lens}: {_fmt(res.best)}{unit} ({_fmt(res.fail)} fails: {why})"
+            line = f"max {what} meeting {slo_text}{lens}: {fmt_load(res.best)}{unit} ({fmt_load(res.fail)} fails: {why})"
         cost_at = (best_summary or {}).get("cost")
         if cost_at and cost_at.get("usd_per_1m_output_tokens") is not None:
             line += f"; ${cost_at['usd_per_1m_output_tokens']:.3f} per 1M output tokens there"
@@ -239,12 +243,12 @@ class Sweep:
         x_key = self.doc["x_key"]
         label = "concurrency" if x_key == "concurrency" else "request rate"
         for (i, o), entries in sorted(groups.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1] or 0)):
-            pts = [e for e in entries if _x(e, x_key) is not None]
+            pts = [e for e in entries if x_of(e, x_key) is not None]
             summaries = [self._summary(e) for e in pts]
-            diag = diagnose([_x(e, x_key) for e in pts], summaries, label=label, gain=gain)
+            diag = diagnose([x_of(e, x_key) for e in pts], summaries, label=label, gain=gain)
             saturation.append({"input_len": i, "output_len": o, **diag})
             if self.spec.has_run_limits:
-                capacity.append({"input_len": i, "output_len": o, **_capacity(pts, summaries, x_key)})
+                capacity.append({"input_len": i, "output_len": o, **slo_capacity(pts, summaries, x_key)})
         self.doc["saturation"] = saturation
         if capacity:
             self.doc["slo_capacity"] = capacity
@@ -252,7 +256,7 @@ class Sweep:
             self.doc["status"] = "complete"
         self.save()
         rows = sorted((e["figures"] for e in done), key=lambda r: (r["input_len"] or 0, r["output_len"] or 0,
-                                                                   _sort_load(self.entries[r["dir"]], x_key)))
+                                                                   sort_load(self.entries[r["dir"]], x_key)))
         lines = [table_text(rows, title=f"servebench sweep: {self.out_dir}")]
         for s in saturation:
             lines.append(f"saturation (in {s['input_len']}, out {s['output_len']}): {s['text']}")
@@ -262,7 +266,7 @@ class Sweep:
             else:
                 usd = (c.get("cost") or {}).get("usd_per_1m_output_tokens")
                 lines.append(f"SLO capacity (in {c['input_len']}, out {c['output_len']}): highest {label} meeting "
-                             f"{self.spec.describe()}: {_fmt(c['load'])}"
+                             f"{self.spec.describe()}: {fmt_load(c['load'])}"
                              + (f", ${usd:.3f} per 1M output tokens" if usd is not None else "")
                              + (f" ({c['note']})" if c.get("note") else ""))
         for f in self.doc.get("find_max") or []:
@@ -288,47 +292,6 @@ class Sweep:
             return self.summaries[entry["dir"]]
         path = self.out_dir / entry["dir"] / SUMMARY
         return read_json(path) if path.is_file() else {}
-
-
-def _capacity(pts: list[dict[str, Any]], summaries: list[dict[str, Any]], x_key: str) -> dict[str, Any]:
-    """The highest load of the passing run from the lowest load up (a pass above a failure is noted)."""
-    ordered = sorted(zip(pts, summaries), key=lambda t: _sort_load(t[0], x_key))
-    best: tuple[dict[str, Any], dict[str, Any]] | None = None
-    first_fail: dict[str, Any] | None = None
-    note = None
-    for e, s in ordered:
-        ok = bool((s.get("slo_check") or {}).get("passed"))
-        if ok and first_fail is None:
-            best = (e, s)
-        elif not ok and first_fail is None:
-            first_fail = e
-        elif ok and first_fail is not None:
-            note = (f"{_fmt(_x(e, x_key))} passed again above the failure at {_fmt(_x(first_fail, x_key))}: "
-                    "noisy near the limit; repeat or lengthen the runs")
-            break
-    out: dict[str, Any] = {"load": _x(best[0], x_key) if best else None, "dir": best[0]["dir"] if best else None,
-                           "cost": best[1].get("cost") if best else None}
-    if note:
-        out["note"] = note
-    return out
-
-
-def _x(entry: dict[str, Any], x_key: str) -> float | None:
-    v = entry.get(x_key)
-    if v == "inf":
-        return None
-    return float(v) if v is not None else None
-
-
-def _sort_load(entry: dict[str, Any], x_key: str) -> float:
-    v = _x(entry, x_key)
-    return math.inf if v is None else v
-
-
-def _fmt(x: float | None) -> str:
-    if x is None:
-        return "-"
-    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 def _point_line(point: Point, s: dict[str, Any], status: str) -> str:

@@ -4,12 +4,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from rich.table import Table
 
-__all__ = ["SATURATION_GAIN", "diagnose", "point_row", "render_table", "table_text"]
+__all__ = ["SATURATION_GAIN", "diagnose", "fmt_load", "point_row", "render_table", "slo_capacity", "sort_load",
+           "table_text", "x_of"]
 
 #: Throughput has stopped growing at a point when the next load step adds less than this fraction.
 SATURATION_GAIN = 0.10
@@ -86,7 +88,7 @@ def diagnose(loads: Sequence[float], summaries: Sequence[dict[str, Any]], *, lab
     if knee is None:
         last = tput[-1] / tput[-2] - 1 if tput[-2] > 0 else 0.0
         out["next_step_gain"] = last
-        out["text"] = (f"throughput still grows at the highest {label} ({_fmt(xs[-1])}: +{last * 100:.0f}% "
+        out["text"] = (f"throughput still grows at the highest {label} ({fmt_load(xs[-1])}: +{last * 100:.0f}% "
                        f"over the step before): not saturated; raise the {label} to find the plateau")
         return out
     out["saturation_load"] = xs[knee]
@@ -125,14 +127,10 @@ def diagnose(loads: Sequence[float], summaries: Sequence[dict[str, Any]], *, lab
     out["evidence"] = evidence
     who = {"client": "the client is the bottleneck", "server": "the server queues",
            "unclear": "no queueing sign found"}[out["bottleneck"]]
-    out["text"] = (f"throughput stops growing at {label} {_fmt(xs[knee])} "
+    out["text"] = (f"throughput stops growing at {label} {fmt_load(xs[knee])} "
                    f"(~{tput[knee]:,.0f} output tok/s; the next step adds {out['next_step_gain'] * 100:+.0f}%): "
                    f"{who}" + (f" ({'; '.join(evidence)})" if evidence else ""))
     return out
-
-
-def _fmt(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 def _n(v: Any, fmt: str = "{:,.1f}") -> str:
@@ -175,3 +173,44 @@ class _Null:
 
     def flush(self) -> None:
         pass
+
+
+def slo_capacity(pts: list[dict[str, Any]], summaries: list[dict[str, Any]], x_key: str) -> dict[str, Any]:
+    """The highest load of the passing run from the lowest load up (a pass above a failure is noted)."""
+    ordered = sorted(zip(pts, summaries), key=lambda t: sort_load(t[0], x_key))
+    best: tuple[dict[str, Any], dict[str, Any]] | None = None
+    first_fail: dict[str, Any] | None = None
+    note = None
+    for e, s in ordered:
+        ok = bool((s.get("slo_check") or {}).get("passed"))
+        if ok and first_fail is None:
+            best = (e, s)
+        elif not ok and first_fail is None:
+            first_fail = e
+        elif ok and first_fail is not None:
+            note = (f"{fmt_load(x_of(e, x_key))} passed again above the failure at {fmt_load(x_of(first_fail, x_key))}: "
+                    "noisy near the limit; repeat or lengthen the runs")
+            break
+    out: dict[str, Any] = {"load": x_of(best[0], x_key) if best else None, "dir": best[0]["dir"] if best else None,
+                           "cost": best[1].get("cost") if best else None}
+    if note:
+        out["note"] = note
+    return out
+
+
+def x_of(entry: dict[str, Any], x_key: str) -> float | None:
+    v = entry.get(x_key)
+    if v == "inf":
+        return None
+    return float(v) if v is not None else None
+
+
+def sort_load(entry: dict[str, Any], x_key: str) -> float:
+    v = x_of(entry, x_key)
+    return math.inf if v is None else v
+
+
+def fmt_load(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
