@@ -33,6 +33,8 @@ from servebench.repeats import spread
 from servebench.report.console import LiveProgress, print_spread, print_summary
 from servebench.report.html import write_report
 from servebench.runner import Prepared, Shard, ShardSpec
+from servebench.slo import evaluate as evaluate_slo
+from servebench.slo import parse_slo_spec
 from servebench.schedule import open_loop_offsets_ns, ramp_rates
 from servebench.store import MANIFEST, RECORDS, SUMMARY, RecordWriter, default_out_dir, prepare_out_dir, write_json
 from servebench.target import DEFAULT_PROFILE, EmulatorProcess, TargetInfo, preflight
@@ -245,6 +247,10 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     saturated, reasons, advice = assess_client(summary, open_loop=cfg.load_mode in ("rate", "ramp"))
     summary["client"].update({"saturated": saturated, "reasons": reasons, "advice": advice})
     summary["server"] = servermetrics.server_summary(metrics_before, metrics_after)
+    if cfg.slo_text:
+        spec = parse_slo_spec(cfg.slo_text)
+        if spec.has_run_limits:
+            summary["slo_check"] = evaluate_slo(summary, spec)
     summary["notes"] = _notes(cfg, summary, caps)
     write_json(out_dir / SUMMARY, summary)
     manifest["ended_at"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")

@@ -23,7 +23,6 @@ __all__ = [
     "RunConfig",
     "load_scenario",
     "parse_headers",
-    "parse_slo",
     "DEFAULT_CONCURRENCY",
 ]
 
@@ -56,7 +55,8 @@ class RunConfig:
     headers: list[str] = field(default_factory=list)  # "Key: Value"
     extra_body: dict[str, Any] = field(default_factory=dict)
     api_key_env: str | None = None
-    slo: dict[str, float] = field(default_factory=dict)
+    slo: dict[str, float] = field(default_factory=dict)  # per-request limits (goodput)
+    slo_text: str | None = None  # the --slo value as given (run-level limits are checked from it)
     out: str | None = None
     quiet: bool = False
     profile: str | None = None  # emulator profile when url is None
@@ -183,22 +183,6 @@ def parse_extra_body(text: str) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise ConfigError("--extra-body must be a JSON object, e.g. '{\"temperature\": 0}'")
     return doc
-
-
-def parse_slo(text: str | None) -> dict[str, float]:
-    """`ttft_ms=2000,tpot_ms=80` -> {"ttft_ms": 2000.0, "tpot_ms": 80.0}."""
-    out: dict[str, float] = {}
-    if not text:
-        return out
-    for part in text.split(","):
-        key, sep, value = part.strip().partition("=")
-        if not sep:
-            raise ConfigError(f"--slo {part!r}: expected METRIC=LIMIT, e.g. ttft_ms=2000")
-        try:
-            out[key.strip()] = float(value)
-        except ValueError:
-            raise ConfigError(f"--slo {part!r}: {value!r} is not a number") from None
-    return out
 
 
 def load_scenario(path: str | Path) -> dict[str, Any]:

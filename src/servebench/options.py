@@ -15,8 +15,9 @@ from typing import Any
 import click
 from rich.console import Console
 
-from servebench.config import RunConfig, load_scenario, parse_extra_body, parse_slo
+from servebench.config import RunConfig, load_scenario, parse_extra_body
 from servebench.errors import ServebenchError
+from servebench.slo import parse_slo_spec
 
 __all__ = ["config_from_options", "handle_errors", "run_options", "settings_from_options"]
 
@@ -71,7 +72,7 @@ def run_options(fn: Callable[..., Any] | None = None, *, lists: bool = False) ->
         click.option("--header", "headers", multiple=True, help="Extra HTTP header KEY:VALUE (repeatable). Values are never written to results."),
         click.option("--extra-body", help="JSON object merged into every request body."),
         click.option("--api-key-env", help="Name of the environment variable holding the API key (sent as a Bearer token)."),
-        click.option("--slo", help="Per-request limits for goodput, e.g. ttft_ms=2000,tpot_ms=80."),
+        click.option("--slo", help="SLO: per-request limits for goodput (ttft_ms=2000,tpot_ms=80), run limits (ttft_p99_ms=2000,itl_p99_ms=50) or mlperf:<benchmark>."),
         click.option("--profile", help="Emulator profile when no --url is given. [default: llama-3.1-8b]"),
         click.option("--no-probe", "no_probe", is_flag=True, default=None, help="Skip the capability probe before the clock."),
         click.option("--repeat", type=int, help="Run the same configuration N times (DIR/repeat-1..N) and report the spread."),
@@ -102,13 +103,15 @@ def settings_from_options(options: dict[str, Any]) -> dict[str, Any]:
         elif key == "extra_body":
             settings["extra_body"] = parse_extra_body(value)
         elif key == "slo":
-            settings["slo"] = parse_slo(value)
+            settings["slo"] = value
         elif key == "no_probe":
             settings["probe"] = not value
         else:
             settings[key] = value
-    if isinstance(settings.get("slo"), str):
-        settings["slo"] = parse_slo(settings["slo"])
+    if isinstance(settings.get("slo"), str):  # flag or scenario file: every kind of limit, one parser
+        text = settings["slo"]
+        settings["slo"] = dict(parse_slo_spec(text).per_request)
+        settings["slo_text"] = text
     if isinstance(settings.get("extra_body"), str):
         settings["extra_body"] = parse_extra_body(settings["extra_body"])
     return settings

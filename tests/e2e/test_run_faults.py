@@ -72,3 +72,16 @@ def test_errors_before_any_load(scripted_server, tmp_path: Path) -> None:
     assert bad.returncode == 2 and "drop --rate" in bad.stderr
     for err in (unknown.stderr, dead.stderr, bad.stderr):
         assert "Traceback" not in err and len(err.strip().splitlines()) <= 3
+
+
+def test_run_checks_run_level_slos_and_goodput(scripted_server, tmp_path: Path) -> None:
+    srv = scripted_server("--ttft-ms", "50", "--itl-ms", "2")
+    proc = servebench("run", "--url", srv.url, "--model", "m", "--concurrency", "4", "--num-requests", "16",
+                      "--output-len", "8", "--no-probe", "--out", str(tmp_path),
+                      "--slo", "ttft_p99_ms=20,itl_p99_ms=100,ttft_ms=1000")
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["slo_check"]["passed"] is False  # TTFT is 50 ms, the limit 20 ms
+    assert [c["passed"] for c in s["slo_check"]["checks"]] == [False, True]
+    assert s["goodput"]["fraction"] == 1.0 and s["goodput"]["slo"] == {"ttft_ms": 1000.0}
+    assert "SLO" in proc.stdout and "fail" in proc.stdout

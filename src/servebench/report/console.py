@@ -124,6 +124,15 @@ def print_summary(summary: dict[str, Any], console: Console, out_dir: str | None
             f"  goodput  {_fmt(good['requests_per_s'], 2)} req/s "
             f"({good['fraction'] * 100:.1f}% of requests meet {good['slo']})"
         )
+    check = summary.get("slo_check")
+    if check and check.get("checks"):
+        limits = ", ".join(f"{c['name']} ≤ {c.get('limit_ms', c.get('limit')):g}" for c in check["checks"])
+        if check.get("passed"):
+            console.print(f"  SLO  [green]pass[/green]  {limits}")
+        else:
+            from servebench.slo import failing  # noqa: PLC0415
+
+            console.print(f"  SLO  [red]fail[/red]  {limits}: {failing(check)}")
     for note in summary.get("notes") or ():
         console.print(f"  [yellow]note[/yellow]  {note}")
     client = summary.get("client", {})
