@@ -96,14 +96,14 @@ class PromptBuilder:
             t2, u2 = self._probe_content(_PROBE_UNITS, 3)
             prompt, units = [{"role": "system", "content": t1}, {"role": "user", "content": t2}], u1 + u2
         t = self.target
-        # vLLM-shaped /tokenize counts exactly what the request will (chat template for messages, BOS for a
-        # prompt): no generation needed. Elsewhere one real request tells (usage.prompt_tokens).
+        # The server's /tokenize counts exactly what the request will (vLLM: messages or a prompt; llama.cpp:
+        # /apply-template + /tokenize with special tokens): no generation. Elsewhere one real request tells.
         n = None
-        if isinstance(self.counter, ServerCounter) and self.counter.shape == "prompt":
+        if isinstance(self.counter, ServerCounter):
             if isinstance(prompt, list):
                 n = await self.counter.count_messages(prompt)
             else:
-                (n,) = await self.counter.count([prompt])
+                n = await self.counter.count_request_text(prompt)
         if n is not None:
             self.overhead_source = "server /tokenize (template and special tokens included)"
             value = n - units
@@ -141,7 +141,7 @@ class PromptBuilder:
     async def count_chats(self, chats: list[list[dict[str, str]]]) -> list[int] | None:
         """Exact prompt tokens of whole chat requests (template included) where the server's /tokenize
         takes chat messages (vLLM, SGLang, emulator); None elsewhere."""
-        if not isinstance(self.counter, ServerCounter) or self.counter.shape != "prompt" or not chats:
+        if not isinstance(self.counter, ServerCounter) or self.counter.shape not in ("prompt", "content") or not chats:
             return None
         counter = self.counter
         if await counter.count_messages(chats[0]) is None:

@@ -111,19 +111,40 @@ class ServerCounter:
 
         return list(await asyncio.gather(*(guarded(t) for t in texts)))
 
-    async def count_messages(self, messages: list[dict[str, Any]]) -> int | None:
-        """Tokens of chat messages with the server's template (vLLM / SGLang / emulator shape), or None."""
-        if self.shape != "prompt":
-            return None
-        body = orjson.dumps({"model": self.model, "messages": messages, "add_generation_prompt": True})
+    async def _post(self, path: str, doc: dict[str, Any]) -> Any:
         self.calls += 1
         try:
-            async with self._sess().post(self.root + self.path, data=body, headers=self._headers) as r:
+            async with self._sess().post(self.root + path, data=orjson.dumps(doc), headers=self._headers) as r:
                 if r.status != 200:
                     return None
-                return _count_from(orjson.loads(await r.read()))
+                return orjson.loads(await r.read())
         except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError):
             return None
+
+    async def count_messages(self, messages: list[dict[str, Any]]) -> int | None:
+        """Tokens of a chat request as the server will count them (template included), or None.
+
+        vLLM / SGLang / emulator: /tokenize with `messages`. llama.cpp: its own template rendered by
+        /apply-template, then /tokenize with special tokens added and parsed, as its chat endpoint does.
+        """
+        if self.shape == "prompt":
+            return _count_from(await self._post(self.path, {"model": self.model, "messages": messages,
+                                                            "add_generation_prompt": True}))
+        if self.shape == "content":
+            doc = await self._post("/apply-template", {"messages": messages})
+            if not isinstance(doc, dict) or not isinstance(doc.get("prompt"), str):
+                return None
+            return await self.count_request_text(doc["prompt"])
+        return None
+
+    async def count_request_text(self, text: str) -> int | None:
+        """Tokens of a completions prompt as the server will count them (BOS included), or None."""
+        if self.shape == "prompt":  # vLLM's /tokenize adds special tokens by default, as completions does
+            return (await self.count([text]))[0]
+        if self.shape == "content":  # llama.cpp tokenizes completion prompts with add_special + parse_special
+            return _count_from(await self._post(self.path, {"content": text, "add_special": True,
+                                                            "parse_special": True}))
+        return None
 
     async def close(self) -> None:
         if self._session is not None:
