@@ -190,3 +190,23 @@ def test_prefix_cache_disagreement_is_a_note(tmp_path: Path) -> None:
     assert not any(n.startswith("prefix cache:") for n in first["notes"])
     assert second["server"]["prefix_cache_hit_rate"] > intended + 0.3
     assert any(n.startswith("prefix cache:") and "more than the workload shares" in n for n in second["notes"])
+
+
+def test_sharegpt_sessions_on_llama_server_counted_exactly(llama_server: RealServer, tmp_path: Path) -> None:
+    """A real server's own template: /apply-template + /tokenize count every turn as the server will."""
+    data = tmp_path / "chats.json"
+    _sharegpt(data, 3)
+    s, run = _run(tmp_path / "out", "--url", llama_server.url, "--model", "tiny-llama",
+                  "--dataset", f"sharegpt:{data}:output=fixed", "--num-requests", "9", "--concurrency", "3",
+                  "--output-len", "4")
+    assert s["requests"]["completed"] == 9
+    assert s["workload"]["lengths"] == "dataset text; counted with server /tokenize (chat template included)"
+    assert "probe_requests" not in s["workload"]
+    for r in run.records:
+        assert r.input_tokens == r.input_len, (r.session, r.turn, r.input_len, r.input_tokens)
+    by_session: dict[int, list] = defaultdict(list)
+    for r in run.records:
+        by_session[r.session].append(r)
+    for recs in by_session.values():
+        ins = [r.input_tokens for r in sorted(recs, key=lambda r: r.turn)]
+        assert len(ins) == 3 and ins[0] < ins[1] < ins[2], ins

@@ -184,3 +184,12 @@ def test_trace_hash_ids_share_block_texts(tmp_path: Path) -> None:
     assert ids[2][:16] != ids[0][:16] and ids[2][16:32] == ids[0][16:32]  # same block text, different prefix
     # ideal cache: request 2 reuses blocks 1-2 (32 tokens); request 3's chain [5, 2] is new
     assert info["intended_prefix_hit_rate"] == pytest.approx(32 / (48 + 37 + 32), abs=1e-4)
+
+
+def test_fixed_output_len_keeps_replies_in_history(tmp_path: Path) -> None:
+    p = tmp_path / "chats.json"
+    p.write_text(json.dumps(_conversations(2)))
+    items, info = asyncio.run(records_to_items(load_sharegpt(str(p)), _cfg(), 6, _builder(), multi_turn=True,
+                                               shuffle=False, fixed_output=True))
+    assert [it.output_len for it in items] == [77] * 6 and info["output_len_source"] == "--output-len"
+    assert items[2].prompt[1]["role"] == "assistant"

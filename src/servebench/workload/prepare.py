@@ -19,6 +19,15 @@ def _bool(v: str | None, default: bool) -> bool:
     return v.strip().lower() not in ("0", "false", "no", "off")
 
 
+def _output_mode(v: str | None) -> bool:
+    """`output=fixed`: --output-len for every request; `output=dataset` (default): the dataset's lengths."""
+    if v is None or v == "dataset":
+        return False
+    if v == "fixed":
+        return True
+    raise ConfigError(f"--dataset: output={v!r}: use output=dataset (the dataset's reply lengths) or output=fixed")
+
+
 async def prepare(cfg: Any, n_total: int, *, base_url: str, model: str, headers: dict[str, str],
                   caps: Any = None) -> Workload:
     t_start = time.perf_counter()
@@ -56,7 +65,8 @@ async def prepare(cfg: Any, n_total: int, *, base_url: str, model: str, headers:
                 raise ConfigError("--dataset: think must be >= 0 seconds")
             items, extra = await records_to_items(
                 records, cfg, n_total, builder, multi_turn=multi, think_s=think,
-                max_turns=spec.opt_int("max_turns"), shuffle=_bool(spec.options.get("shuffle"), True))
+                max_turns=spec.opt_int("max_turns"), shuffle=_bool(spec.options.get("shuffle"), True),
+                fixed_output=_output_mode(spec.options.get("output")))
     finally:
         await builder.close()
     lengths = builder.lengths_label

@@ -7,7 +7,8 @@ server's replies, so nothing is tokenized or rebuilt on the hot path). `meta["th
 before the turn (0 for turn 0). The runner sends a session's turns in order, one at a time.
 
 A turn's output length is the token count of the dataset's own reply to it (as vLLM's ShareGPT
-loader does), else the file's `output_len`, else `--output-len`.
+loader does), else the file's `output_len`, else `--output-len`; with `output=fixed` every turn asks
+for `--output-len`.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def flatten(messages: list[dict[str, str]]) -> str:
 
 async def records_to_items(records: list[Record], cfg: Any, n: int, builder: PromptBuilder, *,
                            multi_turn: bool, think_s: float = 0.0, max_turns: int | None = None,
-                           shuffle: bool = True) -> tuple[list[WorkItem], dict[str, Any]]:
+                           shuffle: bool = True, fixed_output: bool = False) -> tuple[list[WorkItem], dict[str, Any]]:
     order = list(range(len(records)))
     if shuffle:
         order = np.random.default_rng(cfg.seed).permutation(len(records)).tolist()
@@ -61,6 +62,8 @@ async def records_to_items(records: list[Record], cfg: Any, n: int, builder: Pro
         passes += 1
     cycled = passes > 1
     plan = plan[:n]
+    if fixed_output:  # every turn asks for --output-len; dataset replies still travel in the history
+        plan = [(sid, turn, hist, None, None) for sid, turn, hist, _, _ in plan]
     in_lens, reply_lens = await _count(plan, builder, chat)
     items = []
     for (sid, turn, hist, reply, file_out), in_len, reply_len in zip(plan, in_lens, reply_lens):
@@ -71,7 +74,8 @@ async def records_to_items(records: list[Record], cfg: Any, n: int, builder: Pro
                               session=sid if multi_turn else None, turn=turn if multi_turn else None, meta=meta))
     info: dict[str, Any] = {
         "records": len(records),
-        "output_len_source": "dataset replies" if any(r for *_, r, _ in plan) else "file or --output-len",
+        "output_len_source": ("--output-len" if fixed_output else
+                              "dataset replies" if any(r for *_, r, _ in plan) else "file or --output-len"),
     }
     if multi_turn:
         info["sessions"] = len({p[0] for p in plan})
