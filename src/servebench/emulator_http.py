@@ -73,6 +73,8 @@ class HttpConn(asyncio.Protocol):
 
     def _one(self) -> bool:
         buf = self.buf
+        while buf[:2] == b"\r\n":  # empty lines before a request line are ignored (RFC 9112 2.2)
+            del buf[:2]
         end = buf.find(b"\r\n\r\n")
         if end < 0:
             if len(buf) > _MAX_HEAD:
