@@ -30,6 +30,7 @@ class Target:
     headers: dict[str, str]
     api: str
     caps: Any = None
+    allow_probe: bool = True  # False with --no-probe: no real request before the clock
 
 
 @dataclass
@@ -48,15 +49,17 @@ class PromptBuilder:
     # ------------------------------------------------------------------ setup
     @classmethod
     async def create(cls, target: Target, tokenizer: str | None) -> PromptBuilder:
-        counter: TokenCounter | None
+        counter: TokenCounter | None = None
         if tokenizer:
             counter = LocalCounter(tokenizer)
-        else:
+        elif target.allow_probe:
             counter = await detect_server_counter(target.base_url, target.model, target.headers, target.caps)
         if counter is None:
-            units = approximate_units("the target has no /tokenize this tool can use and no --tokenizer was "
-                                      "given: prompt lengths are approximate (the summary reports the "
-                                      "server's usage.prompt_tokens)")
+            why = ("--no-probe sends nothing to the target before the clock, so its /tokenize is not used"
+                   if not target.allow_probe and not tokenizer else
+                   "the target has no /tokenize this tool can use")
+            units = approximate_units(f"{why} and no --tokenizer was given: prompt lengths are approximate "
+                                      "(the summary reports the server's usage.prompt_tokens)")
         else:
             units = await calibrate_units(counter)
         return cls(target=target, units=units, counter=counter, notes=list(units.notes))
@@ -108,7 +111,10 @@ class PromptBuilder:
             self.overhead_source = "server /tokenize (template and special tokens included)"
             value = n - units
         else:
-            used = await probe_usage(t.base_url, t.model, t.headers, t.api, prompt)
+            # a real request only when it buys exact lengths (approximate units gain nothing from it)
+            used = None
+            if self.units.exact and t.allow_probe:
+                used = await probe_usage(t.base_url, t.model, t.headers, t.api, prompt)
             if used is not None:
                 self.overhead_source = "usage.prompt_tokens of a probe request (max_tokens 1)"
                 self.probe_requests += 1
@@ -119,8 +125,10 @@ class PromptBuilder:
                 value = anchors * self.units.anchor_cost
                 self.overhead_source = "none (the chat template and BOS are not counted)"
                 if self.units.exact:
-                    self.notes.append("the server sent no usage on a probe request and cannot tokenize chat "
-                                      "messages: the chat template's tokens are not counted in input lengths")
+                    why = ("--no-probe forbids the probe request that would measure it" if not t.allow_probe
+                           else "the server sent no usage on a probe request")
+                    self.notes.append(f"{why}, and the server's /tokenize cannot count the chat template: "
+                                      "the template's tokens are not counted in input lengths")
         self._overheads[structure] = max(0, value)
         return self._overheads[structure]
 

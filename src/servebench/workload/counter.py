@@ -160,6 +160,8 @@ async def detect_server_counter(base_url: str, model: str, headers: dict[str, st
     known = getattr(caps, "tokenize", None)
     if isinstance(known, dict) and known.get("path") and known.get("body"):
         tried.append((str(known["path"]), str(known["body"])))
+    elif caps is not None and hasattr(caps, "tokenize"):
+        return None  # the capability probe already looked and found none
     tried += [d for d in _DIALECTS if d not in tried]
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
     probe_a, probe_b = "hello world", "hello world hello world hello world"

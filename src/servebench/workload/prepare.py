@@ -32,7 +32,8 @@ async def prepare(cfg: Any, n_total: int, *, base_url: str, model: str, headers:
                   caps: Any = None) -> Workload:
     t_start = time.perf_counter()
     spec = parse_dataset(cfg.dataset)
-    target = Target(base_url=base_url, model=model, headers=headers, api=cfg.api, caps=caps)
+    target = Target(base_url=base_url, model=model, headers=headers, api=cfg.api, caps=caps,
+                    allow_probe=bool(getattr(cfg, "probe", True)))
     builder = await PromptBuilder.create(target, getattr(cfg, "tokenizer", None))
     try:
         if spec.kind == "random":
