@@ -23,6 +23,7 @@ import orjson
 from servebench.emulator_http import HttpConn
 from servebench.emulator_wire import (
     E2E_BUCKETS_S,
+    ITERATION_TOKENS_BUCKETS,
     ITL_BUCKETS_S,
     TTFT_BUCKETS_S,
     ChunkTemplates,
@@ -125,6 +126,10 @@ class Emulator:
         self.itl = Histogram(ITL_BUCKETS_S)
         self.tpot = Histogram(ITL_BUCKETS_S)
         self.e2e = Histogram(E2E_BUCKETS_S)
+        self.queue = Histogram(E2E_BUCKETS_S)
+        self.prefill = Histogram(E2E_BUCKETS_S)
+        self.decode = Histogram(E2E_BUCKETS_S)
+        self.iteration_tokens = Histogram(ITERATION_TOKENS_BUCKETS)
         self.success: dict[str, int] = {"stop": 0, "length": 0, "abort": 0}
         self._task: asyncio.Task[None] | None = None
         self._send_cost_s = 5e-6  # EWMA of the wall time to emit one token (send + bookkeeping)
@@ -164,6 +169,8 @@ class Emulator:
             # if we fell more than _MAX_BEHIND_S behind (or were idle), restart the clock at now.
             start = next_start if next_start is not None and now - next_start < _MAX_BEHIND_S else now
             res = engine.step(start)
+            if res is not None:
+                self.iteration_tokens.observe(res.decode_seqs + res.prefill_tokens)
             if res is None:
                 next_start = None
                 await asyncio.sleep(0)
@@ -278,6 +285,12 @@ class Emulator:
         st.conn = None
         self.success[st.finish] += 1
         self.e2e.observe((t_ns - st.arrival_ns) * 1e-9)
+        sim = st.sim
+        if sim is not None and sim.first_scheduled_s >= 0:
+            sched_ns = int(sim.first_scheduled_s * 1e9)
+            self.queue.observe(max(0, sched_ns - st.arrival_ns) * 1e-9)
+            self.prefill.observe(max(0, st.token_ns[0] - sched_ns) * 1e-9)
+            self.decode.observe((t_ns - st.token_ns[0]) * 1e-9)
         if st.n_total > 1:
             self.tpot.observe((t_ns - st.token_ns[0]) * 1e-9 / (st.n_total - 1))
 
@@ -428,6 +441,14 @@ class Emulator:
                 "vllm:request_time_per_output_token_seconds": (
                     "Histogram of time_per_output_token_seconds per request.", self.tpot),
                 "vllm:e2e_request_latency_seconds": ("Histogram of e2e request latency in seconds.", self.e2e),
+                "vllm:request_queue_time_seconds": (
+                    "Histogram of time spent in WAITING phase for request.", self.queue),
+                "vllm:request_prefill_time_seconds": (
+                    "Histogram of time spent in PREFILL phase for request.", self.prefill),
+                "vllm:request_decode_time_seconds": (
+                    "Histogram of time spent in DECODE phase for request.", self.decode),
+                "vllm:iteration_tokens_total": ("Histogram of number of tokens per engine_step.",
+                                                self.iteration_tokens),
             },
         )
 

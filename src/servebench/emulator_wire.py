@@ -24,6 +24,7 @@ __all__ = [
     "TTFT_BUCKETS_S",
     "ITL_BUCKETS_S",
     "E2E_BUCKETS_S",
+    "ITERATION_TOKENS_BUCKETS",
 ]
 
 # vLLM's bucket bounds (vllm/v1/metrics/loggers.py) for the same-named histograms.
@@ -33,6 +34,7 @@ ITL_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 
                  20.0, 40.0, 80.0)
 E2E_BUCKETS_S = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
                  240.0, 480.0, 960.0, 1920.0, 7680.0)
+ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 
 @dataclass(slots=True)

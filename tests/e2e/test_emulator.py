@@ -235,6 +235,12 @@ def test_metrics_parse_and_match_usage() -> None:
         assert after["vllm:request_success_total[length]"] == 16
         assert after["vllm:time_to_first_token_seconds_count"] == 16
         assert after["vllm:e2e_request_latency_seconds_count"] == 16
+        for phase in ("queue", "prefill", "decode"):
+            assert after[f"vllm:request_{phase}_time_seconds_count"] == 16
+        # every step computes the uncached prompt tokens and one token per decoding sequence; the first
+        # output token of each request is sampled by its last prefill step
+        hits = after["vllm:prefix_cache_hits_total"]
+        assert after["vllm:iteration_tokens_total_sum"] == prompt - hits + completion - 16
         assert after["vllm:inter_token_latency_seconds_count"] == completion - 16
         assert after["vllm:num_requests_running"] == 0 and after["vllm:num_requests_waiting"] == 0
         assert after["vllm:prefix_cache_queries_total"] >= prompt

@@ -124,6 +124,7 @@ class SimRequest:
     segments: list[tuple[int, int]] = field(default_factory=list)  # [first, last] steps with a token
     preemptions: int = 0
     cached_tokens: int = 0  # prefix-cache hit tokens at first admission
+    first_scheduled_s: float = -1.0  # start of the step that first scheduled it (its queue time ends)
 
 
 @dataclass(slots=True)
@@ -300,6 +301,8 @@ class Engine:
             if chunk <= 0:
                 break
             waiting.popleft()
+            if req.first_scheduled_s < 0:
+                req.first_scheduled_s = now_s
             chunks.append((req, chunk))
             budget -= chunk
         if n_dec == 0 and not chunks:
