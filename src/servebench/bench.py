@@ -43,7 +43,7 @@ from servebench.workload import WorkItem, prepare_workload
 
 __all__ = ["RunOutcome", "plan_requests", "run_against", "run_benchmark", "run_benchmark_sync"]
 
-_POOL_FOR_DURATION = 1000  # closed loop with --duration: prompts are reused cyclically
+_POOL_FOR_DURATION = 10_000  # closed loop with --duration: prompts are reused cyclically past this
 _MAX_SCHEDULED = 2_000_000
 
 
@@ -178,7 +178,9 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
         concurrency=cfg.concurrency if trace else cfg.effective_concurrency,
         open_loop=open_loop,
         duration_s=cfg.duration,
-        num_requests=(cfg.effective_num_requests + cfg.warmup) if cfg.effective_num_requests else None,
+        # a trace is replayed once: never cycled past its end
+        num_requests=(len(prepared) if trace else
+                      (cfg.effective_num_requests + cfg.warmup) if cfg.effective_num_requests else None),
         timeout_s=cfg.timeout,
         preconnect=min(cfg.effective_concurrency or min(n_total, 64), 512),
     )
@@ -251,7 +253,7 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
         spec = parse_slo_spec(cfg.slo_text)
         if spec.has_run_limits:
             summary["slo_check"] = evaluate_slo(summary, spec)
-    summary["notes"] = _notes(cfg, summary, caps)
+    summary["notes"] = _notes(cfg, summary, caps, len(prepared))
     write_json(out_dir / SUMMARY, summary)
     manifest["ended_at"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     write_json(out_dir / MANIFEST, manifest)
@@ -284,8 +286,14 @@ def _enforced(cfg: RunConfig, caps: Any) -> bool | None:
     return getattr(caps, "output_len_enforced", None)
 
 
-def _notes(cfg: RunConfig, summary: dict[str, Any], caps: Any) -> list[str]:
+def _notes(cfg: RunConfig, summary: dict[str, Any], caps: Any, n_items: int = 0) -> list[str]:
     notes = []
+    sent = summary["requests"]["total"] + summary["requests"].get("warmup", 0)
+    if n_items and sent > n_items:
+        notes.append(
+            f"{sent} requests were sent from a workload of {n_items} prompts: prompts repeated, so a "
+            "prefix cache may have served repeats faster; give --num-requests to size the workload"
+        )
     if summary["workload"].get("output_len_enforced") is False and cfg.output_len:
         notes.append(
             "exact output lengths were not enforced on this target (ignore_eos/min_tokens "

@@ -117,8 +117,8 @@ class Handler(asyncio.Protocol):
 
     async def _serve(self, method: str, path: str, body: bytes, t0: float) -> None:
         try:
-            if method == "GET":
-                if path.endswith("/models"):
+            if method == "GET" or not path.endswith("completions"):
+                if method == "GET" and path.endswith("/models"):
                     self._send_simple("200 OK", {"object": "list", "data": [{"id": self.cfg.model, "object": "model"}]})
                 else:
                     self._send_simple("404 Not Found", {"error": "not found"})
