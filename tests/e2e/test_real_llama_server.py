@@ -43,7 +43,9 @@ def scrape(srv: RealServer) -> dict[str, float]:
 def run(srv: RealServer, out: Path, *args: str, timeout_s: float = 240) -> dict[str, Any]:
     proc = servebench("run", "--url", srv.url, "--model", MODEL, "--out", str(out), "--quiet", "--seed", "1",
                       *args, timeout_s=timeout_s)
-    assert proc.returncode == 0, f"servebench failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    if proc.returncode != 0:  # aiohttp's "Unclosed connector" dumps drown the real message: drop them
+        err = "\n".join(ln[:500] for ln in proc.stderr.splitlines() if not ln.startswith(("connections:", "connector:")))
+        pytest.fail(f"servebench exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{err[-4000:]}")
     return json.loads((out / "summary.json").read_text())
 
 
@@ -91,7 +93,7 @@ def test_probe_detects_llama_server(llama_server: RealServer) -> None:
 @pytest.mark.parametrize("api", ["chat", "completions"])
 def test_every_request_runs_to_max_tokens_one_chunk_per_token(llama_server: RealServer, api: str) -> None:
     """The tiny model's trick holds on this server; the server's `timings` agree with the client clock."""
-    for n in (5, 17):
+    for n in (5, 64):
         acc, t_send, last = asyncio.run(_stream(llama_server.url, api, n, "hello world " * 4))
         res = acc.finish()
         assert res.output_tokens_source == "usage" and res.output_tokens == n
@@ -104,6 +106,8 @@ def test_every_request_runs_to_max_tokens_one_chunk_per_token(llama_server: Real
         # The client cannot see a token before the server finished the prompt, nor finish before it did.
         assert ttft_ms >= timings["prompt_ms"]
         assert e2e_ms >= timings["prompt_ms"] + timings["predicted_ms"] * (n - 1) / n
+        # (No per-request check of the first-to-last span against predicted_ms: on a loaded 2-core host the
+        # client is descheduled and reads bursts of chunks; the run-level TPOT check below averages that out.)
 
 
 @pytest.mark.parametrize("api", ["chat", "completions"])
@@ -125,26 +129,32 @@ def test_run_concurrency_8_counts_match_the_server(llama_server: RealServer, tmp
         assert r.input_tokens and r.input_tokens > 0
     caps = res.manifest["target"]["capabilities"]
     assert caps is not None and caps["engine"] == "llamacpp"
-    # The server's own counter of generated tokens saw exactly the run plus the probe.
+    # The server's own counter of generated tokens saw the run, plus the probe's 3 tokens, plus at most a
+    # few 1-token requests the workload builder sends before the clock to learn the template overhead.
+    # More would mean requests the summary does not account for (retries, duplicates).
     generated = after["llamacpp:tokens_predicted"] - before["llamacpp:tokens_predicted"]
-    assert generated == s["tokens"]["output_total"] + caps["probe_output_tokens"]
+    pre_clock = generated - s["tokens"]["output_total"] - caps["probe_output_tokens"]
+    assert 0 <= pre_clock <= 4, (generated, s["tokens"]["output_total"], caps["probe_output_tokens"])
     # Server-side decode time per token (summed over slots) bounds the client's TPOT from below.
     server_ms_per_token = 1e3 * (after["llamacpp:tokens_predicted_seconds"]
                                  - before["llamacpp:tokens_predicted_seconds"]) / generated
-    tpot = s["latency_ms"]["tpot"]
-    assert tpot["mean"] >= 0.5 * server_ms_per_token, (tpot, server_ms_per_token)
+    # Seen here: client TPOT within 20 % of it at every concurrency.
+    tpot_ms = s["latency_ms"]["tpot"]["mean"]
+    assert 0.6 * server_ms_per_token - 0.1 <= tpot_ms <= 1.4 * server_ms_per_token + 0.5, (tpot_ms, server_ms_per_token)
     assert s["latency_ms"]["ttft"]["median"] > 0
 
 
 def test_parallel_4_queues_beyond_4(llama_server: RealServer, tmp_path: Path) -> None:
-    """--parallel 4: TTFT stays flat-ish up to 4 in flight and jumps at 8 (half the requests wait a turn)."""
+    """--parallel 4: up to 4 in flight TTFT is a prefill; at 8, half the requests wait for a free slot."""
     ttft, e2e = {}, {}
     for c in (1, 2, 4, 8):
         s = run(llama_server, tmp_path / f"c{c}", "--api", "completions", "--concurrency", str(c),
-                "--num-requests", str(max(8, 3 * c)), "--input-len", "16", "--output-len", "64")
+                "--num-requests", str(max(8, 4 * c)), "--input-len", "16", "--output-len", "128")
         assert s["requests"]["failed"] == 0
         ttft[c] = s["latency_ms"]["ttft"]["median"]
         e2e[c] = s["latency_ms"]["e2e"]["median"]
-    # At 8 in flight on 4 slots, a queued request waits for a whole request to finish first.
-    assert ttft[8] > ttft[4] + 0.3 * e2e[4], (ttft, e2e)
-    assert ttft[8] > 2 * ttft[1], (ttft, e2e)
+    # Seen here (2 shared cores): TTFT 5-37 ms at c <= 4, ~200 ms at c = 8, i.e. ~25x the c = 4 value.
+    base = sorted((ttft[1], ttft[2], ttft[4]))[1]  # median of the unqueued ones: robust to one noisy run
+    assert ttft[8] > 3 * base and ttft[8] > 3 * ttft[4], (ttft, e2e)
+    # Waiting for a slot is a large share of a request's life at 8, a small one at 4.
+    assert ttft[8] / e2e[8] > 0.15 and ttft[4] / e2e[4] < ttft[8] / e2e[8], (ttft, e2e)
