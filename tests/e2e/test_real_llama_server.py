@@ -83,6 +83,8 @@ def test_probe_detects_llama_server(llama_server: RealServer) -> None:
     assert caps.sends_done is True
     assert caps.usage_in_stream is True and caps.usage_chunk == "separate"  # chat: its own choices [] chunk
     assert caps.has_timings is True
+    # llama-server closes the connection after every streamed response although it says Keep-Alive
+    assert caps.keeps_alive_after_stream is False
     assert caps.probe_output_tokens == 3 and caps.probe_finish_reason == "length"
     assert caps.tokenize == {"path": "/tokenize", "body": "content"}
     assert caps.metrics_path == "/metrics"

@@ -66,6 +66,7 @@ def test_probe_adapts_to_422(hf_serve: RealServer) -> None:
     assert caps.sends_done is False
     assert caps.usage_in_stream is True and caps.usage_chunk == "with_choices"
     assert caps.probe_output_tokens == 3
+    assert caps.keeps_alive_after_stream is True  # uvicorn keeps the connection
     assert caps.response_model and caps.response_model != MODEL  # it answers with "<id>@main"
 
 

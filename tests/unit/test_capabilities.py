@@ -44,8 +44,10 @@ def _chunk(delta: dict[str, Any] | None = None, *, text: str | None = None, fini
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
-async def _stream(request: web.Request, events: list[bytes]) -> web.StreamResponse:
+async def _stream(request: web.Request, events: list[bytes], close: bool = False) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    if close:
+        resp.force_close()  # the connection ends with the response, like llama-server after a stream
     await resp.prepare(request)
     for e in events:
         await resp.write(e)
@@ -136,7 +138,7 @@ class App:
         else:
             events.append(_chunk(choices=False, usage=usage))
         events.append(b"data: [DONE]\n\n")
-        return await _stream(request, events)
+        return await _stream(request, events, close=self.dialect == "llamacpp")
 
 
 def run_probe(dialect: str, api: str = "chat") -> tuple[Capabilities, App]:
@@ -198,6 +200,7 @@ def test_vllm_style_target_detected_with_metrics_and_tokenize() -> None:
     assert caps.metrics["generation_tokens"] == "vllm:generation_tokens"
     assert "prefix_cache_hits" not in caps.metrics  # not on this page
     assert caps.tokenize == {"path": "/tokenize", "body": "prompt"}
+    assert caps.keeps_alive_after_stream is True  # aiohttp.web keeps the connection open
     body = app.bodies[0]
     assert body["ignore_eos"] is True and body["min_tokens"] == 3 and body["stream"] is True
 
@@ -210,6 +213,8 @@ def test_llamacpp_style_target_on_completions() -> None:
     assert caps.output_len_enforced is True
     assert caps.tokenize == {"path": "/tokenize", "body": "content"}
     assert caps.probe_output_tokens == 3
+    assert caps.keeps_alive_after_stream is False
+    assert any("closes the connection" in n for n in caps.notes)
 
 
 def test_refusal_that_names_no_length_field_stops_before_the_clock() -> None:

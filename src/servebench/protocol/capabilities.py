@@ -20,6 +20,7 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
@@ -112,6 +113,9 @@ class Capabilities:
     usage_chunk: str | None = None  # "separate" (choices []) | "with_choices" | None
     stream_usage: str | None = None  # from the table: "always" | "include_usage" | "never"
     has_timings: bool = False  # llama.cpp's non-standard `timings` object on the last chunk
+    # False: the server closes the TCP connection right after each streamed response (llama-server
+    # does, while its headers still say Keep-Alive): a client must not reuse such a connection.
+    keeps_alive_after_stream: bool | None = None
     response_model: str | None = None  # the `model` the server answered with (may differ)
     probe_output_tokens: int | None = None
     probe_finish_reason: str | None = None
@@ -276,6 +280,49 @@ async def _stream_once(session: aiohttp.ClientSession, url: str, body: dict[str,
         raise ProtocolError(f"{url} streamed something that is not OpenAI JSON: {e}") from None
 
 
+async def _keeps_alive_after_stream(url: str, body: dict[str, Any], timeout_s: float) -> bool | None:
+    """Send the accepted probe body on a raw connection; after the response, does the socket stay open?
+
+    None when it cannot tell (TLS, not chunked, an error). Costs one more 3-token request.
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "http" or parts.hostname is None:
+        return None
+    port = parts.port or 80
+    payload = orjson.dumps(body)
+    head = (f"POST {parts.path or '/'} HTTP/1.1\r\nHost: {parts.hostname}:{port}\r\n"
+            "Connection: keep-alive\r\nAccept-Encoding: identity\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\n\r\n").encode("latin-1")
+    writer = None
+    try:
+        async with asyncio.timeout(timeout_s):
+            reader, writer = await asyncio.open_connection(parts.hostname, port)
+            writer.write(head + payload)
+            await writer.drain()
+            status_line = await reader.readline()
+            if b" 200 " not in status_line:
+                return None
+            headers = (await reader.readuntil(b"\r\n\r\n")).lower()
+            if b"transfer-encoding: chunked" not in headers:
+                return None
+            while True:  # the chunked body, to its terminal chunk
+                size = int((await reader.readline()).split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    await reader.readline()  # the empty trailer line
+                    break
+                await reader.readexactly(size + 2)
+        try:
+            extra = await asyncio.wait_for(reader.read(1), 0.3)
+        except asyncio.TimeoutError:
+            return True  # still open and quiet: reusable
+        return False if extra == b"" else None
+    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+        return None
+    finally:
+        if writer is not None:
+            writer.close()
+
+
 def _enforcement(rejected: list[str]) -> str:
     kept = [f for f in LENGTH_FIELDS if f not in rejected]
     return "+".join(kept) if kept else "none"
@@ -376,5 +423,9 @@ async def probe(session: aiohttp.ClientSession, base_url: str, model: str, api: 
         caps.notes.append("no usage in the stream: output tokens are counted from chunks")
 
     caps.tokenize = await _probe_tokenize(session, root, model, engine)
+    caps.keeps_alive_after_stream = await _keeps_alive_after_stream(url, body, timeout_s)
+    if caps.keeps_alive_after_stream is False:
+        caps.notes.append("the server closes the connection after every streamed response (despite "
+                          "Keep-Alive): streamed requests cannot reuse connections")
     caps.probe_ms = (time.perf_counter() - t0) * 1e3
     return caps
