@@ -100,3 +100,15 @@ def test_run_adapts_and_counts_match_usage(hf_serve: RealServer, tmp_path: Path,
         assert r.output_tokens_source == "usage" and r.output_tokens == out_len
         assert r.chunks == out_len
     assert s["latency_ms"]["ttft"]["median"] > 0 and s["latency_ms"]["tpot"]["median"] > 0
+
+
+def test_probe_stops_before_the_clock_on_a_refused_extra_field(hf_serve: RealServer) -> None:
+    """A field only --extra-body adds, and that the server refuses, ends the probe with the server's words."""
+    from servebench.errors import ProtocolError
+
+    async def main() -> Any:
+        async with aiohttp.ClientSession() as s:
+            return await probe(s, hf_serve.url, MODEL, "chat", timeout_s=120, extra_body={"not_a_field": 1})
+
+    with pytest.raises(ProtocolError, match=r"HTTP 422.*not_a_field.*stops before the clock"):
+        asyncio.run(main())

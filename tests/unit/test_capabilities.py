@@ -107,7 +107,7 @@ class App:
         chat = request.path.endswith("/chat/completions")
         n = _tokens(body)
         if self.dialect == "transformers":
-            extra = [f for f in ("ignore_eos", "min_tokens") if f in body]
+            extra = [f for f in ("ignore_eos", "min_tokens", "top_k") if f in body]
             if extra:
                 # transformers serve 5.23's exact refusal
                 detail = "Unexpected fields in the request: {" + ", ".join(repr(f) for f in extra) + "}"
@@ -141,7 +141,7 @@ class App:
         return await _stream(request, events, close=self.dialect == "llamacpp")
 
 
-def run_probe(dialect: str, api: str = "chat") -> tuple[Capabilities, App]:
+def run_probe(dialect: str, api: str = "chat", extra_body: dict[str, Any] | None = None) -> tuple[Capabilities, App]:
     async def main() -> tuple[Capabilities, App]:
         app = App(dialect)
         runner = web.AppRunner(app.app)
@@ -151,7 +151,8 @@ def run_probe(dialect: str, api: str = "chat") -> tuple[Capabilities, App]:
         port = runner.addresses[0][1]
         try:
             async with aiohttp.ClientSession() as s:
-                caps = await asyncio.wait_for(probe(s, f"http://127.0.0.1:{port}/v1", "m", api, timeout_s=10), 30)
+                caps = await asyncio.wait_for(
+                    probe(s, f"http://127.0.0.1:{port}/v1", "m", api, timeout_s=10, extra_body=extra_body), 30)
         finally:
             await runner.cleanup()
         return caps, app
@@ -220,6 +221,16 @@ def test_llamacpp_style_target_on_completions() -> None:
 def test_refusal_that_names_no_length_field_stops_before_the_clock() -> None:
     with pytest.raises(ProtocolError, match="HTTP 422.*stops before the clock"):
         run_probe("bad_model")
+
+
+def test_extra_body_field_the_server_refuses_stops_before_the_clock() -> None:
+    with pytest.raises(ProtocolError, match="HTTP 422.*top_k"):
+        run_probe("transformers", extra_body={"top_k": 1})
+
+
+def test_extra_body_goes_out_with_the_probe() -> None:
+    _caps, app = run_probe("vllm", extra_body={"seed": 7})
+    assert app.bodies[0]["seed"] == 7 and app.bodies[0]["temperature"] == 0
 
 
 def test_unknown_engine_that_stops_early_is_not_enforced() -> None:

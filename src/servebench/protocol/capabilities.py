@@ -329,12 +329,13 @@ def _enforcement(rejected: list[str]) -> str:
 
 
 async def probe(session: aiohttp.ClientSession, base_url: str, model: str, api: str,
-                *, timeout_s: float = 60.0) -> Capabilities:
+                *, timeout_s: float = 60.0, extra_body: dict[str, Any] | None = None) -> Capabilities:
     """Probe `base_url` (…/v1) before the clock: version, /metrics, /tokenize, one tiny stream.
 
     The streamed request is the run's own body shape (`build_body`) with `max_tokens` 3. On HTTP
     400/422 naming `ignore_eos` or `min_tokens`, those fields are dropped and the request retried; the
-    dropped fields land in `rejected_fields` and `output_len_enforced` becomes False.
+    dropped fields land in `rejected_fields` and `output_len_enforced` becomes False. Pass the run's
+    `extra_body` so that a field the server refuses stops the run here, before the clock.
     """
     t0 = time.perf_counter()
     base = base_url.rstrip("/")
@@ -355,8 +356,8 @@ async def probe(session: aiohttp.ClientSession, base_url: str, model: str, api: 
     rejected_body = ""
     for _attempt in range(len(LENGTH_FIELDS) + 1):
         body = build_body(api=api, model=model, prompt=_PROBE_PROMPT, max_tokens=_PROBE_MAX_TOKENS,
-                          ignore_eos="ignore_eos" not in rejected, min_tokens="min_tokens" not in rejected)
-        body["temperature"] = 0
+                          ignore_eos="ignore_eos" not in rejected, min_tokens="min_tokens" not in rejected,
+                          extra_body={"temperature": 0, **(extra_body or {})})
         status, err, acc, last, usage_where = await _stream_once(session, url, body, api, timeout_s)
         caps.probe_status.append(status)
         if status == 200:
