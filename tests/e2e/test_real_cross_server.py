@@ -28,7 +28,7 @@ def _complete(srv: RealServer, model: str, api: str, extra: dict) -> dict:
         path = "/v1/completions"
     req = urllib.request.Request(srv.root + path, data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:  # noqa: S310 - loopback only
+    with urllib.request.urlopen(req, timeout=120) as r:
         return json.loads(r.read())
 
 

@@ -18,7 +18,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from servebench.protocol.capabilities import probe
-from servebench.protocol.openai import API_PATHS, StreamAccumulator, build_body, encode_body
+from servebench.protocol.openai import (
+    API_PATHS,
+    StreamAccumulator,
+    build_body,
+    encode_body,
+)
 from servebench.protocol.sse import SSEDecoder
 from servebench.store import load_run
 from tests.support.procs import servebench
@@ -32,7 +37,7 @@ def scrape(srv: RealServer) -> dict[str, float]:
     """Family name (with `_total` stripped) -> sum of its samples."""
     import urllib.request
 
-    with urllib.request.urlopen(srv.root + "/metrics", timeout=5) as r:  # noqa: S310 - loopback
+    with urllib.request.urlopen(srv.root + "/metrics", timeout=5) as r:
         text = r.read().decode()
     out: dict[str, float] = {}
     for fam in text_string_to_metric_families(text):

@@ -17,7 +17,12 @@ import aiohttp
 import pytest
 
 from servebench.protocol.capabilities import probe
-from servebench.protocol.openai import API_PATHS, StreamAccumulator, build_body, encode_body
+from servebench.protocol.openai import (
+    API_PATHS,
+    StreamAccumulator,
+    build_body,
+    encode_body,
+)
 from servebench.protocol.sse import SSEDecoder
 from servebench.store import load_run
 from tests.support.procs import servebench

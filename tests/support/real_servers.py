@@ -75,7 +75,7 @@ def free_port() -> int:
 
 def _http_status(url: str, timeout_s: float = 2.0) -> int:
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as r:  # noqa: S310 - loopback only
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:
             return int(r.status)
     except urllib.error.HTTPError as e:
         return int(e.code)
@@ -93,7 +93,9 @@ class RealServer:
         self.port = port
         self.root = f"http://127.0.0.1:{port}"
         self.url = self.root + "/v1"
-        self._log = tempfile.NamedTemporaryFile(mode="w+", prefix=f"{name}-", suffix=".log", delete=False)
+        # kept open for the server's lifetime (closed in stop()), so no context manager
+        self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115
+            mode="w+", prefix=f"{name}-", suffix=".log", delete=False)
         self.log_path = Path(self._log.name)
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, text=True,
                                      env={**os.environ, **(env or {})}, start_new_session=True)
@@ -118,7 +120,7 @@ class RealServer:
             return ""
 
     def get_json(self, path: str, timeout_s: float = 5.0) -> object:
-        with urllib.request.urlopen(self.root + path, timeout=timeout_s) as r:  # noqa: S310 - loopback
+        with urllib.request.urlopen(self.root + path, timeout=timeout_s) as r:
             return json.loads(r.read())
 
     def stop(self) -> None:
@@ -131,7 +133,7 @@ class RealServer:
                 self.proc.wait(10)
         self._log.close()
 
-    def __enter__(self) -> RealServer:
+    def __enter__(self) -> RealServer:  # noqa: PYI034
         return self
 
     def __exit__(self, *exc: object) -> None:

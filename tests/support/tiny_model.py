@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["TinyModel", "TinyModelConfig", "make_tiny_model", "HUB_REPO_ID", "SPECIAL_TOKENS"]
+__all__ = ["HUB_REPO_ID", "SPECIAL_TOKENS", "TinyModel", "TinyModelConfig", "make_tiny_model"]
 
 HUB_REPO_ID = "local/tiny-llama"
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -41,7 +41,7 @@ CHATML_TEMPLATE = (
 _HUB_COMMIT = "0" * 40  # a fixed fake commit id for the hub-cache snapshot
 
 # Local training text: fixed, ASCII, so the tokenizer is identical on every machine and Python version.
-_WORDS = (
+_WORDS = (  # noqa: SIM905 - a paragraph reads better than a 76-item list
     "the quick brown fox jumps over lazy dog while servers stream tokens to many users at once "
     "latency throughput batch queue cache prefill decode request response model weights memory "
     "bandwidth compute kernel attention layer head token prompt output input length rate time "

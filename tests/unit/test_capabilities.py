@@ -18,6 +18,7 @@ from aiohttp import web
 from servebench.errors import ProtocolError
 from servebench.protocol.capabilities import (
     KNOWN_ENGINES,
+    ROLES,
     Capabilities,
     _metric_names,
     detect_engine,
@@ -117,10 +118,9 @@ class App:
             events.append(_chunk({"content": "z"}, finish="length",
                                  usage={"prompt_tokens": 4, "completion_tokens": n, "total_tokens": 4 + n}))
             return await _stream(request, events)  # no [DONE]
-        if self.dialect == "strict_ignore_eos":
-            if "ignore_eos" in body:
-                return web.json_response({"error": {"message": "Unrecognized request argument: ignore_eos"}},
-                                         status=400)
+        if self.dialect == "strict_ignore_eos" and "ignore_eos" in body:
+            return web.json_response({"error": {"message": "Unrecognized request argument: ignore_eos"}},
+                                     status=400)
         if self.dialect == "bad_model":
             return web.json_response({"detail": "model 'm' not found"}, status=422)
         if self.dialect == "eos_early":
@@ -269,5 +269,4 @@ def test_table_is_consistent() -> None:
         if prof.rejects_unknown_fields:
             assert not prof.accepts_ignore_eos
         for role in prof.metrics:
-            assert role in ("running", "waiting", "prompt_tokens", "generation_tokens", "prefix_cache_hits",
-                            "prefix_cache_queries", "kv_cache_usage", "preemptions")
+            assert role in ROLES

@@ -29,12 +29,12 @@ from servebench.errors import ProtocolError
 from servebench.protocol.openai import API_PATHS, StreamAccumulator, build_body
 from servebench.protocol.sse import SSEDecoder
 
-__all__ = ["Capabilities", "EngineProfile", "KNOWN_ENGINES", "LENGTH_FIELDS", "probe", "detect_engine"]
+__all__ = ["KNOWN_ENGINES", "LENGTH_FIELDS", "ROLES", "Capabilities", "EngineProfile", "detect_engine", "probe"]
 
 LENGTH_FIELDS = ("ignore_eos", "min_tokens")  # the fields a server may reject, in build_body's names
 _PROBE_MAX_TOKENS = 3
 _PROBE_PROMPT = "Say hello."
-_ROLES = ("running", "waiting", "prompt_tokens", "generation_tokens", "prefix_cache_hits",
+ROLES = ("running", "waiting", "prompt_tokens", "generation_tokens", "prefix_cache_hits",
           "prefix_cache_queries", "kv_cache_usage", "preemptions")
 
 
@@ -183,7 +183,7 @@ async def _get(session: aiohttp.ClientSession, url: str, timeout_s: float) -> tu
     try:
         async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
             return r.status, await r.read(), r.headers.get("Content-Type", "")
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+    except (TimeoutError, aiohttp.ClientError, ValueError):
         return 0, b"", ""
 
 
@@ -196,7 +196,7 @@ async def _post_json(session: aiohttp.ClientSession, url: str, body: dict[str, A
                 return r.status, orjson.loads(raw)
             except ValueError:
                 return r.status, None
-    except (aiohttp.ClientError, asyncio.TimeoutError):
+    except (TimeoutError, aiohttp.ClientError):
         return 0, None
 
 
@@ -274,7 +274,7 @@ async def _stream_once(session: aiohttp.ClientSession, url: str, body: dict[str,
             for _ev, data in dec.close():
                 acc.on_event(data, n + 1)
             return 200, "", acc, last, usage_where
-    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+    except (TimeoutError, aiohttp.ClientError) as e:
         return 0, f"{type(e).__name__}: {e}", None, None, ""
     except ValueError as e:  # not JSON in a data line
         raise ProtocolError(f"{url} streamed something that is not OpenAI JSON: {e}") from None
@@ -313,10 +313,10 @@ async def _keeps_alive_after_stream(url: str, body: dict[str, Any], timeout_s: f
                 await reader.readexactly(size + 2)
         try:
             extra = await asyncio.wait_for(reader.read(1), 0.3)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return True  # still open and quiet: reusable
         return False if extra == b"" else None
-    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+    except (TimeoutError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
         return None
     finally:
         if writer is not None:
@@ -339,7 +339,7 @@ async def probe(session: aiohttp.ClientSession, base_url: str, model: str, api: 
     """
     t0 = time.perf_counter()
     base = base_url.rstrip("/")
-    root = base[: -len("/v1")] if base.endswith("/v1") else base
+    root = base.removesuffix("/v1")
     caps = Capabilities(api=api)
 
     (version, version_path), (metrics_path, names) = await asyncio.gather(
