@@ -55,7 +55,11 @@ class RunOutcome:
 
     @property
     def exit_code(self) -> int:
-        return 130 if self.interrupted else 0
+        """130 interrupted; 1 when requests were sent and none completed (the numbers say nothing)."""
+        if self.interrupted:
+            return 130
+        req = self.summary.get("requests", {})
+        return 1 if req.get("total") and not req.get("completed") else 0
 
 
 def run_benchmark_sync(cfg: RunConfig, console: Console | None = None) -> RunOutcome:
@@ -183,6 +187,7 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
                       (cfg.effective_num_requests + cfg.warmup) if cfg.effective_num_requests else None),
         timeout_s=cfg.timeout,
         preconnect=min(cfg.effective_concurrency or min(n_total, 64), 512),
+        reuse_connections=getattr(caps, "keeps_alive_after_stream", None) is not False or not cfg.stream,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -275,7 +280,7 @@ async def _probe(cfg: RunConfig, info: TargetInfo, headers: dict[str, str]) -> A
     except ImportError:
         return None
     async with aiohttp.ClientSession(headers=headers) as session:
-        return await capabilities.probe(session, info.base_url, info.model, cfg.api)
+        return await capabilities.probe(session, info.base_url, info.model, cfg.api, extra_body=cfg.extra_body)
 
 
 def _enforced(cfg: RunConfig, caps: Any) -> bool | None:
@@ -300,6 +305,11 @@ def _notes(cfg: RunConfig, summary: dict[str, Any], caps: Any, n_items: int = 0)
             "rejected or off): requests may stop early, so TPOT and throughput describe the "
             "lengths the server chose; see tokens.output_total"
         )
+    req = summary["requests"]
+    if req["total"] and not req["completed"]:
+        kinds = ", ".join(f"{k} {v}" for k, v in req["errors"].items())
+        notes.append(f"every request failed ({kinds}): these are not performance figures; the "
+                     "records' error_detail holds what the server said")
     if summary["tokens"]["input_source"] != "usage" and summary["requests"]["completed"]:
         notes.append("the server sent no usage.prompt_tokens: input tokens are the requested (approximate) lengths")
     notes.extend(summary["workload"].get("notes") or [])  # workload: how lengths were made, if not exact

@@ -263,8 +263,13 @@ class _Conn(asyncio.Protocol):
 class ConnectionPool:
     """Keep-alive connections to one host:port, opened on demand or ahead of the clock."""
 
-    def __init__(self, endpoint: Endpoint, *, connect_timeout_s: float = 10.0) -> None:
+    def __init__(self, endpoint: Endpoint, *, connect_timeout_s: float = 10.0, reuse: bool = True) -> None:
+        """`reuse=False` for servers that close every connection after a streamed response
+        (llama-server does, despite its Keep-Alive header): a fresh connection is then opened in
+        the background as each response ends, so no request waits for a connect."""
         self.endpoint = endpoint
+        self.reuse = reuse
+        self._spare_tasks: set[asyncio.Task[None]] = set()
         self.connect_timeout_s = connect_timeout_s
         self._idle: list[_Conn] = []
         self._all: set[_Conn] = set()
@@ -279,6 +284,20 @@ class ConnectionPool:
         self._all.add(conn)
         return conn
 
+    def _take_idle(self) -> _Conn | None:
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
+                return conn
+            self._forget(conn)
+        return None
+
+    async def _add_spare(self) -> None:
+        try:
+            self._idle.append(await self._open())
+        except (OSError, TimeoutError):
+            pass  # the next request opens its own and reports what fails
+
     async def preconnect(self, n: int) -> int:
         """Open up to n idle connections now (before the clock); returns how many opened."""
         results = await asyncio.gather(*(self._open() for _ in range(n)), return_exceptions=True)
@@ -291,15 +310,23 @@ class ConnectionPool:
         if conn in self._idle:
             self._idle.remove(conn)
 
-    async def request(self, head: bytes, body: bytes, sink: BodySink) -> Response:
+    async def request(
+        self, head: bytes, body: bytes, sink: BodySink, on_send: Callable[[], None] | None = None
+    ) -> Response:
         """Send one request and wait for its whole response; body bytes go to `sink`.
 
+        `on_send` is called just before the bytes are written (the runner takes `t_send` there).
         A pooled connection that the server had closed while idle fails before any response byte;
-        such a request is sent once more on a fresh connection.
+        such a request is sent once more, on a fresh connection, and `on_send` is called again: a
+        stale pool is the client's business and never counts in the request's TTFT.
         """
         for attempt in (0, 1):
-            reused = bool(self._idle)
-            conn = self._idle.pop() if reused else await self._open()
+            conn = self._take_idle() if attempt == 0 else None
+            reused = conn is not None
+            if conn is None:
+                conn = await self._open()
+            if on_send is not None:
+                on_send()
             try:
                 await conn.start(head, body, sink)
             except HttpError as e:
@@ -314,10 +341,14 @@ class ConnectionPool:
                 raise
             resp = conn.resp
             assert resp is not None
-            if conn.keep_alive and not conn.closed:
+            if self.reuse and conn.keep_alive and not conn.closed:
                 self._idle.append(conn)
-            elif conn.transport is not None:
-                conn.transport.close()
+            else:
+                if conn.transport is not None:
+                    conn.transport.close()
+                if not self.reuse:  # the server closes after each response: connect the next now
+                    self._spare_tasks.add(t := asyncio.ensure_future(self._add_spare()))
+                    t.add_done_callback(self._spare_tasks.discard)
             return resp
         raise HttpError("unreachable")  # pragma: no cover
 
@@ -336,6 +367,8 @@ class ConnectionPool:
         return ("\r\n".join(lines) + "\r\n").encode("latin-1")
 
     def close(self) -> None:
+        for task in list(self._spare_tasks):
+            task.cancel()
         for conn in list(self._all):
             if conn.transport is not None:
                 conn.transport.abort()

@@ -82,6 +82,7 @@ class ShardSpec:
     timeout_s: float = 600.0
     connect_timeout_s: float = 10.0
     preconnect: int = 0  # connections to open (and keep alive) before the clock starts
+    reuse_connections: bool = True  # False: the server closes after each stream (probe finding)
 
 
 @dataclass(slots=True)
@@ -174,7 +175,8 @@ class Shard:
     # ------------------------------------------------------------------ public
     async def run(self) -> ShardResult:
         spec = self.spec
-        pool = ConnectionPool(Endpoint.parse(spec.url), connect_timeout_s=spec.connect_timeout_s)
+        pool = ConnectionPool(Endpoint.parse(spec.url), connect_timeout_s=spec.connect_timeout_s,
+                              reuse=spec.reuse_connections)
         self._pool = pool
         self._head_prefix = pool.head_prefix("POST", spec.headers)
         try:
@@ -346,10 +348,13 @@ class Shard:
         sink: _StreamSink | _BufferSink = _StreamSink(acc, t0) if spec.stream else _BufferSink(t0)
         head = request_head(self._head_prefix, len(item.body))
         resp = None
+        def on_send() -> None:
+            rec.t_send_ns = _perf_ns() - t0
+
         try:
             rec.t_send_ns = _perf_ns() - t0
             async with asyncio.timeout(spec.timeout_s):
-                resp = await self._pool.request(head, item.body, sink)  # type: ignore[union-attr]
+                resp = await self._pool.request(head, item.body, sink, on_send)  # type: ignore[union-attr]
             rec.t_end_ns = _perf_ns() - t0
             rec.http_status = resp.status
             if not 200 <= resp.status < 300:

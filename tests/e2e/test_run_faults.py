@@ -85,3 +85,14 @@ def test_run_checks_run_level_slos_and_goodput(scripted_server, tmp_path: Path) 
     assert [c["passed"] for c in s["slo_check"]["checks"]] == [False, True]
     assert s["goodput"]["fraction"] == 1.0 and s["goodput"]["slo"] == {"ttft_ms": 1000.0}
     assert "SLO" in proc.stdout and "fail" in proc.stdout
+
+
+def test_a_run_where_every_request_fails_exits_1_and_says_so(scripted_server, tmp_path: Path) -> None:
+    srv = scripted_server("--faults", "500:1.0")
+    proc = servebench("run", "--url", srv.url, "--model", "m", "--concurrency", "2", "--num-requests", "6",
+                      "--no-probe", "--out", str(tmp_path))
+    assert proc.returncode == 1, proc.stderr
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["requests"] == {"total": 6, "completed": 0, "failed": 6, "errors": {"http_5xx": 6}, "warmup": 0}
+    assert any("every request failed" in n for n in s["notes"])
+    assert "every request failed" in proc.stdout
