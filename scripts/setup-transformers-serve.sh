@@ -6,7 +6,7 @@
 #   ${SERVEBENCH_CACHE:-$HOME/.cache/servebench}/hf-serve-<transformers version>/bin/transformers
 #
 # torch is installed FIRST and explicitly as the CPU build (a local wheel in $TORCH_WHEELS_DIR, default
-# /opt/wheels, else the PyTorch CPU index), so that pip never pulls a CUDA torch as a dependency.
+# /opt/wheels; the script stops if there is none), so that pip never pulls a CUDA torch.
 # Prints the `transformers` executable's path on the last line of stdout.
 set -euo pipefail
 
@@ -35,8 +35,10 @@ if [[ -n "$wheel" ]]; then
   echo "installing torch from $wheel ..." >&2
   "${PIP[@]}" install --quiet "$wheel" >&2
 else
-  echo "installing torch==$TORCH_VERSION (CPU index) ..." >&2
-  "${PIP[@]}" install --quiet "torch==$TORCH_VERSION" --index-url https://download.pytorch.org/whl/cpu >&2
+  # The package registry's plain torch is a CUDA build with several GB of dependencies: refuse it.
+  echo "error: no CPU torch wheel torch-$TORCH_VERSION+cpu-*.whl in ${TORCH_WHEELS_DIR:-/opt/wheels};" \
+       "set TORCH_WHEELS_DIR to a folder holding one" >&2
+  exit 1
 fi
 installed_torch="$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("torch"))')"
 echo "torch $installed_torch" >&2
