@@ -261,6 +261,9 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     summary["notes"] = _notes(cfg, summary, caps, len(prepared))
     write_json(out_dir / SUMMARY, summary)
     manifest["ended_at"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    # records hold ns from this origin; with it, they line up with a server's own
+    # perf_counter_ns/CLOCK_MONOTONIC timestamps on the same host (ground-truth tests)
+    manifest["clock"] = {"kind": "perf_counter_ns", "origin_ns": result.t0_ns}
     write_json(out_dir / MANIFEST, manifest)
     if cfg.report:  # last: the report renders from the files as they will stay
         write_report(out_dir)

@@ -54,6 +54,7 @@ class RequestRecord:
     # Arrival time of every token-carrying chunk (run-relative ns) and tokens it carried.
     chunk_ns: list[int] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
+    response_id: str | None = None  # the server's x-request-id header, to match server-side logs
     session: int | None = None  # multi-turn: session id
     turn: int | None = None  # multi-turn: turn index within its session
 

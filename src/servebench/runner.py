@@ -357,6 +357,7 @@ class Shard:
                 resp = await self._pool.request(head, item.body, sink, on_send)  # type: ignore[union-attr]
             rec.t_end_ns = _perf_ns() - t0
             rec.http_status = resp.status
+            rec.response_id = resp.headers.get("x-request-id")
             if not 200 <= resp.status < 300:
                 _fail(rec, classify_status(resp.status), resp.error_body.decode("utf-8", "replace"))
             elif spec.stream:

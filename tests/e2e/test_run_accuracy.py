@@ -7,6 +7,10 @@ from pathlib import Path
 
 import pytest
 
+import urllib.request
+
+import numpy as np
+
 from servebench.store import load_run
 from tests.support.procs import servebench
 
@@ -20,6 +24,30 @@ def _run(url: str, out: Path, *args: str) -> dict:
     return json.loads((out / "summary.json").read_text())
 
 
+def truth_vs_client(url: str, out: Path) -> dict[str, float]:
+    """The server's own record of when it wrote each token (GET /truth, CLOCK_MONOTONIC) against
+    what the client measured, request by request (matched on the x-request-id header)."""
+    truth = json.loads(urllib.request.urlopen(url + "/truth", timeout=10).read())["requests"]
+    run = load_run(out)
+    origin = run.manifest["clock"]["origin_ns"]
+    true_ttft, client_ttft, true_gaps, client_gaps = [], [], [], []
+    for r in run.records:
+        t = truth[r.response_id]["token_ns"]
+        assert len(t) == len(r.chunk_ns) == r.output_tokens
+        true_ttft.append((t[0] - (origin + r.t_send_ns)) / 1e6)
+        client_ttft.append((r.t_first_ns - r.t_send_ns) / 1e6)
+        true_gaps.append(np.diff(t) / 1e6)
+        client_gaps.append(np.diff(r.chunk_ns) / 1e6)
+        # a token is never seen before the server wrote it (one clock, one host)
+        assert origin + r.chunk_ns[0] >= t[0]
+    tg, cg = np.concatenate(true_gaps), np.concatenate(client_gaps)
+    return {
+        "true_ttft_median": float(np.median(true_ttft)), "ttft_median": float(np.median(client_ttft)),
+        "true_itl_median": float(np.median(tg)), "itl_median": float(np.median(cg)),
+        "true_itl_p99": float(np.percentile(tg, 99)), "itl_p99": float(np.percentile(cg, 99)),
+    }
+
+
 def test_concurrency_64_matches_truth(scripted_server, tmp_path: Path) -> None:
     srv = scripted_server("--ttft-ms", str(TRUE_TTFT_MS), "--itl-ms", str(TRUE_ITL_MS))
     s = _run(srv.url, tmp_path, "--api", "completions", "--concurrency", "64", "--num-requests", "500",
@@ -31,8 +59,12 @@ def test_concurrency_64_matches_truth(scripted_server, tmp_path: Path) -> None:
     assert set(s["latency_ms"]) == {"ttft", "tpot", "itl", "e2e", "ttfat"}
     assert s["requests"]["completed"] == 500 and s["requests"]["failed"] == 0
     assert s["tokens"]["output_total"] == 500 * 128
-    assert abs(s["latency_ms"]["ttft"]["median"] - TRUE_TTFT_MS) <= 5.0, s["latency_ms"]["ttft"]
-    assert abs(s["latency_ms"]["itl"]["median"] - TRUE_ITL_MS) <= 0.5, s["latency_ms"]["itl"]
+    e = truth_vs_client(srv.url, tmp_path)
+    assert abs(e["ttft_median"] - e["true_ttft_median"]) <= 5.0, e
+    assert abs(e["itl_median"] - e["true_itl_median"]) <= 0.5, e
+    # and the truth is what the flags asked for
+    assert abs(e["true_ttft_median"] - TRUE_TTFT_MS) <= 5.0 and abs(e["true_itl_median"] - TRUE_ITL_MS) <= 0.5, e
+    assert s["latency_ms"]["ttft"]["median"] == pytest.approx(e["ttft_median"], abs=0.01)
     run = load_run(tmp_path)
     assert len(run.records) == 500
     assert run.manifest["target"]["model"] == "m"
@@ -44,9 +76,12 @@ def test_concurrency_512_matches_truth(scripted_server, tmp_path: Path) -> None:
     s = _run(srv.url, tmp_path, "--api", "completions", "--concurrency", "512", "--num-requests", "1024",
              "--input-len", "128", "--output-len", "128")
     assert s["requests"]["completed"] == 1024
-    assert abs(s["latency_ms"]["ttft"]["median"] - TRUE_TTFT_MS) <= 10.0, s["latency_ms"]["ttft"]
-    # Truth: every gap is 20 ms, so the true P99 ITL is 20 ms.
-    assert abs(s["latency_ms"]["itl"]["p99"] - TRUE_ITL_MS) <= 3.0, s["latency_ms"]["itl"]
+    # Truth is when the server really wrote each token: a Python server pacing 512 streams on two
+    # shared cores is itself a few ms late at its P99, and that is not the client's error.
+    e = truth_vs_client(srv.url, tmp_path)
+    assert abs(e["ttft_median"] - e["true_ttft_median"]) <= 10.0, e
+    assert abs(e["itl_p99"] - e["true_itl_p99"]) <= 3.0, e
+    assert s["latency_ms"]["itl"]["p99"] == pytest.approx(e["itl_p99"], abs=0.01)
 
 
 def test_three_token_chunks_role_chunk_reasoning_and_usage_chunk(scripted_server, tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import random
 import sys
@@ -52,6 +53,10 @@ class Config:
         random.Random(args.seed).shuffle(faults)
         self.faults = faults
         self.count = 0
+        self.lateness_ms: list[float] = []  # paced chunk writes: actual - due, for GET /stats
+        # GET /truth: per request (the x-request-id header), arrival and the perf_counter_ns of each
+        # token chunk's write (CLOCK_MONOTONIC: the client's perf_counter_ns on the same host)
+        self.truth: dict[str, dict] = {}
 
     def next_fault(self) -> str:
         kind = self.faults[self.count % len(self.faults)]
@@ -65,6 +70,19 @@ def _chunk(payload: bytes) -> bytes:
 
 def _sse(obj: object) -> bytes:
     return b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
+
+
+def _chunk_obj(chat: bool, reasoning: bool, text: str) -> dict:
+    if chat:
+        delta = {"reasoning_content": text} if reasoning else {"content": text}
+        return {"id": "x", "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+    return {"id": "x", "object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": None}]}
+
+
+@functools.lru_cache(maxsize=64)
+def _plain_chunk(chat: bool, reasoning: bool, toks: int) -> bytes:
+    return _chunk(_sse(_chunk_obj(chat, reasoning, " tok" * toks)))
 
 
 class Handler(asyncio.Protocol):
@@ -118,7 +136,14 @@ class Handler(asyncio.Protocol):
     async def _serve(self, method: str, path: str, body: bytes, t0: float) -> None:
         try:
             if method == "GET" or not path.endswith("completions"):
-                if method == "GET" and path.endswith("/models"):
+                if method == "GET" and path.endswith("/stats"):
+                    late = sorted(self.cfg.lateness_ms) or [0.0]
+                    pick = lambda q: late[min(len(late) - 1, int(q * len(late)))]  # noqa: E731
+                    self._send_simple("200 OK", {"writes": len(self.cfg.lateness_ms), "lateness_ms_p50": pick(0.5),
+                                                 "lateness_ms_p99": pick(0.99), "lateness_ms_max": late[-1]})
+                elif method == "GET" and path.endswith("/truth"):
+                    self._send_simple("200 OK", {"clock": "perf_counter_ns", "requests": self.cfg.truth})
+                elif method == "GET" and path.endswith("/models"):
                     self._send_simple("200 OK", {"object": "list", "data": [{"id": self.cfg.model, "object": "model"}]})
                 else:
                     self._send_simple("404 Not Found", {"error": "not found"})
@@ -154,7 +179,12 @@ class Handler(asyncio.Protocol):
             self._send_simple("200 OK", {"id": "x", "choices": [choice],
                                          "usage": {"prompt_tokens": 7, "completion_tokens": n_out, "total_tokens": n_out + 7}})
             return
-        tr.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        rid = cfg.count
+        token_ns: list[int] = []
+        if len(cfg.truth) < 100_000:
+            cfg.truth[str(rid)] = {"arrival_ns": int(t0 * 1e9), "token_ns": token_ns}
+        tr.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+                 b"x-request-id: %d\r\n\r\n" % rid)
         if chat and cfg.role_chunk:
             tr.write(_chunk(_sse({"id": "x", "object": "chat.completion.chunk", "choices": [
                 {"index": 0, "delta": {"role": "assistant", "content": None}, "finish_reason": None}]})))
@@ -168,6 +198,8 @@ class Handler(asyncio.Protocol):
                 await asyncio.sleep(delay)
             if self.closed:
                 return
+            if len(cfg.lateness_ms) < 2_000_000:
+                cfg.lateness_ms.append((time.perf_counter() - deadline) * 1e3)
             if i == 3 and fault in ("reset", "stall", "malformed", "truncated", "inband_error"):
                 if fault == "reset":
                     tr.abort()
@@ -186,21 +218,17 @@ class Handler(asyncio.Protocol):
                 return
             toks = min(k, n_out - sent)
             sent += toks
+            is_reasoning = sent <= cfg.reasoning_tokens
             if fault == "bigline" and i == 1:
                 text = "x" * (1 << 20)
             elif fault == "u2028":
                 text = " a\u2028b\u2029c\u0085" if toks == 1 else " ".join(["a\u2028b"] * toks)
-            else:
-                text = " tok" * toks
-            is_reasoning = sent <= cfg.reasoning_tokens
-            if chat:
-                delta = {"reasoning_content": text} if is_reasoning else {"content": text}
-                obj = {"id": "x", "object": "chat.completion.chunk",
-                       "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
-            else:
-                obj = {"id": "x", "object": "text_completion",
-                       "choices": [{"index": 0, "text": text, "finish_reason": None}]}
-            tr.write(_chunk(_sse(obj)))
+            else:  # the common chunk: encoded once, so pacing 512 streams costs writes only
+                token_ns.append(time.perf_counter_ns())
+                tr.write(_plain_chunk(chat, is_reasoning, toks))
+                continue
+            token_ns.append(time.perf_counter_ns())
+            tr.write(_chunk(_sse(_chunk_obj(chat, is_reasoning, text))))
         usage = {"prompt_tokens": 7, "completion_tokens": n_out, "total_tokens": n_out + 7}
         if cfg.reasoning_tokens:
             usage["completion_tokens_details"] = {"reasoning_tokens": min(cfg.reasoning_tokens, n_out)}
