@@ -18,6 +18,7 @@ from servebench.records import RequestRecord
 __all__ = [
     "PERCENTILES",
     "assess_client",
+    "dig",
     "SCHEMA",
     "distribution",
     "error_adjusted",
@@ -32,6 +33,16 @@ SCHEMA = "servebench.summary/1"
 PERCENTILES = (50, 90, 95, 99)
 # Failures that say nothing about the server: requests cut short by the user or by --duration.
 _NOT_A_SERVER_FAILURE = frozenset({"cancelled"})
+
+
+def dig(doc: dict[str, Any] | None, *path: str) -> Any:
+    """doc[a][b]... of a summary-like document, or None when any step is missing."""
+    cur: Any = doc
+    for key in path:
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(key)
+    return cur
 
 
 def distribution(values: Sequence[float] | np.ndarray) -> dict[str, float | int | None]:

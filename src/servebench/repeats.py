@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from servebench.metrics import dig
+
 __all__ = ["SPREAD_METRICS", "spread", "metric_value"]
 
 #: (label, path in summary.json)
@@ -29,12 +31,8 @@ SPREAD_METRICS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 
 def metric_value(summary: dict[str, Any], path: Sequence[str]) -> float | None:
-    node: Any = summary
-    for key in path:
-        if not isinstance(node, dict) or key not in node:
-            return None
-        node = node[key]
-    return float(node) if isinstance(node, (int, float)) else None
+    node = dig(summary, *path)
+    return float(node) if isinstance(node, (int, float)) and not isinstance(node, bool) else None
 
 
 def spread(summaries: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -10,6 +10,8 @@ from typing import Any
 
 from rich.table import Table
 
+from servebench.metrics import dig
+
 __all__ = ["SATURATION_GAIN", "diagnose", "fmt_load", "point_row", "render_table", "slo_capacity", "sort_load",
            "table_text", "x_of"]
 
@@ -19,23 +21,15 @@ SATURATION_GAIN = 0.10
 _TTFT_GROWTH = 2.0
 
 
-def _get(doc: dict[str, Any] | None, *path: str) -> Any:
-    cur: Any = doc
-    for key in path:
-        if not isinstance(cur, dict):
-            return None
-        cur = cur.get(key)
-    return cur
-
 
 def point_row(entry: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
     """The figures of one point that the sweep summary shows (and sweep.json keeps)."""
     lat = summary.get("latency_ms") or {}
     tp = summary.get("throughput") or {}
     offered = tp.get("offered_requests_per_s")
-    if _get(summary, "load", "mode") == "concurrency":
+    if dig(summary, "load", "mode") == "concurrency":
         # Closed loop offers what it sends: requests sent over the measured window.
-        total, window = _get(summary, "requests", "total"), summary.get("duration_s")
+        total, window = dig(summary, "requests", "total"), summary.get("duration_s")
         offered = total / window if total and window else offered
     return {
         "dir": entry.get("dir"),
@@ -46,17 +40,17 @@ def point_row(entry: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
         "completed_requests_per_s": tp.get("requests_per_s"),
         "output_tokens_per_s": tp.get("output_tokens_per_s"),
         "total_tokens_per_s": tp.get("total_tokens_per_s"),
-        "ttft_median_ms": _get(lat, "ttft", "median"), "ttft_p99_ms": _get(lat, "ttft", "p99"),
-        "itl_median_ms": _get(lat, "itl", "median"), "itl_p99_ms": _get(lat, "itl", "p99"),
-        "tpot_median_ms": _get(lat, "tpot", "median"), "tpot_p99_ms": _get(lat, "tpot", "p99"),
-        "e2e_median_ms": _get(lat, "e2e", "median"), "e2e_p99_ms": _get(lat, "e2e", "p99"),
-        "failed": _get(summary, "requests", "failed"),
-        "goodput_requests_per_s": _get(summary, "goodput", "requests_per_s"),
-        "slo_passed": _get(summary, "slo_check", "passed"),
-        "usd_per_1m_output_tokens": _get(summary, "cost", "usd_per_1m_output_tokens"),
-        "usd_per_1m_total_tokens": _get(summary, "cost", "usd_per_1m_total_tokens"),
-        "client_saturated": _get(summary, "client", "saturated"),
-        "server_waiting": _get(summary, "server", "waiting"),
+        "ttft_median_ms": dig(lat, "ttft", "median"), "ttft_p99_ms": dig(lat, "ttft", "p99"),
+        "itl_median_ms": dig(lat, "itl", "median"), "itl_p99_ms": dig(lat, "itl", "p99"),
+        "tpot_median_ms": dig(lat, "tpot", "median"), "tpot_p99_ms": dig(lat, "tpot", "p99"),
+        "e2e_median_ms": dig(lat, "e2e", "median"), "e2e_p99_ms": dig(lat, "e2e", "p99"),
+        "failed": dig(summary, "requests", "failed"),
+        "goodput_requests_per_s": dig(summary, "goodput", "requests_per_s"),
+        "slo_passed": dig(summary, "slo_check", "passed"),
+        "usd_per_1m_output_tokens": dig(summary, "cost", "usd_per_1m_output_tokens"),
+        "usd_per_1m_total_tokens": dig(summary, "cost", "usd_per_1m_total_tokens"),
+        "client_saturated": dig(summary, "client", "saturated"),
+        "server_waiting": dig(summary, "server", "waiting"),
     }
 
 
@@ -73,7 +67,7 @@ def diagnose(loads: Sequence[float], summaries: Sequence[dict[str, Any]], *, lab
     order = sorted(range(len(loads)), key=lambda i: loads[i])
     xs = [loads[i] for i in order]
     ss = [summaries[i] for i in order]
-    tput = [float(_get(s, "throughput", "output_tokens_per_s") or 0.0) for s in ss]
+    tput = [float(dig(s, "throughput", "output_tokens_per_s") or 0.0) for s in ss]
     out: dict[str, Any] = {"saturation_load": None, "plateau_output_tokens_per_s": None,
                            "next_step_gain": None, "bottleneck": None, "evidence": [], "text": ""}
     if len(xs) < 2:
@@ -94,30 +88,30 @@ def diagnose(loads: Sequence[float], summaries: Sequence[dict[str, Any]], *, lab
     out["saturation_load"] = xs[knee]
     out["plateau_output_tokens_per_s"] = max(tput[knee:])
     evidence: list[str] = []
-    client = [s for s in ss[knee:] if _get(s, "client", "saturated")]
+    client = [s for s in ss[knee:] if dig(s, "client", "saturated")]
     for s in client[:1]:
-        reasons = _get(s, "client", "reasons") or []
+        reasons = dig(s, "client", "reasons") or []
         evidence.append("client self-check flagged: " + ("; ".join(reasons) or "saturated"))
-    t0 = _get(ss[knee], "latency_ms", "ttft", "median")
-    t1 = _get(ss[-1], "latency_ms", "ttft", "median")
+    t0 = dig(ss[knee], "latency_ms", "ttft", "median")
+    t1 = dig(ss[-1], "latency_ms", "ttft", "median")
     server = False
     if t0 and t1 and t1 / t0 >= _TTFT_GROWTH:
         server = True
         evidence.append(f"TTFT median grew {t1 / t0:.1f}× past saturation ({t0:.0f} → {t1:.0f} ms): requests queue")
-    waiting = [w for w in (_get(s, "server", "waiting") for s in ss[knee:]) if w]
+    waiting = [w for w in (dig(s, "server", "waiting") for s in ss[knee:]) if w]
     if waiting:
         server = True
         evidence.append(f"server /metrics: up to {max(waiting):g} requests waiting")
-    kv = [k for k in (_get(s, "server", "kv_usage") for s in ss[knee:]) if k is not None]
+    kv = [k for k in (dig(s, "server", "kv_usage") for s in ss[knee:]) if k is not None]
     if kv and max(kv) >= 0.9:
         evidence.append(f"KV cache {max(kv) * 100:.0f}% used")
-    pre = sum(p for p in (_get(s, "server", "preemptions") for s in ss[knee:]) if p)
+    pre = sum(p for p in (dig(s, "server", "preemptions") for s in ss[knee:]) if p)
     if pre:
         evidence.append(f"{pre:g} preemptions")
     for s in ss[knee:]:
-        off = _get(s, "throughput", "offered_requests_per_s")
-        done = _get(s, "throughput", "requests_per_s")
-        if _get(s, "load", "mode") == "rate" and off and done is not None and done < 0.9 * off:
+        off = dig(s, "throughput", "offered_requests_per_s")
+        done = dig(s, "throughput", "requests_per_s")
+        if dig(s, "load", "mode") == "rate" and off and done is not None and done < 0.9 * off:
             server = True
             evidence.append(f"completed {done:.2f} of {off:.2f} offered req/s")
             break

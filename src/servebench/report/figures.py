@@ -22,6 +22,7 @@ from servebench.report.data import (
     samples_ms,
     tokens_per_s_series,
 )
+from servebench.metrics import dig
 from servebench.store import RunResult
 
 __all__ = ["get", "run_figures", "runs_overlay_figures", "slo_of", "sweep_figures", "sweep_limits"]
@@ -29,14 +30,7 @@ __all__ = ["get", "run_figures", "runs_overlay_figures", "slo_of", "sweep_figure
 _MAX_CDF_SERIES = 8
 
 
-def get(doc: dict[str, Any] | None, *path: str) -> Any:
-    """doc[a][b]... or None when any step is missing."""
-    cur: Any = doc
-    for key in path:
-        if not isinstance(cur, dict):
-            return None
-        cur = cur.get(key)
-    return cur
+get = dig  # the report's name for it
 
 
 def slo_of(summary: dict[str, Any]) -> dict[str, float]:
