@@ -311,9 +311,11 @@ class Shard:
             w.add_done_callback(self.in_flight.discard)
         stop_wait = asyncio.ensure_future(self.stop.wait())
         try:
-            await asyncio.wait([*workers, stop_wait], return_when=asyncio.FIRST_COMPLETED)
-            while not self.stop.is_set() and any(not w.done() for w in workers):
-                await asyncio.wait([*workers, stop_wait], return_when=asyncio.FIRST_COMPLETED)
+            pending = set(workers)
+            while pending and not self.stop.is_set():
+                # wait on the unfinished workers only: a finished one would make this spin
+                await asyncio.wait([*pending, stop_wait], return_when=asyncio.FIRST_COMPLETED)
+                pending = {w for w in pending if not w.done()}
         finally:
             stop_wait.cancel()
 

@@ -109,3 +109,16 @@ def test_run_writes_a_report_that_re_renders_byte_identical(scripted_server, tmp
     assert again.returncode == 0, again.stderr
     assert (tmp_path / "report.html").read_bytes() == first
     assert {p.name: p.read_bytes() for p in (tmp_path / "charts").glob("*.svg")} == charts
+
+
+def test_idle_workers_do_not_spin_while_the_last_requests_finish(scripted_server, tmp_path: Path) -> None:
+    """6 requests at concurrency 4: two workers run out of work after the first wave while two
+    more requests stream for ~2 s. The client must sit idle then (a wait loop once spun at 98%)."""
+    from tests.support.procs import servebench
+
+    srv = scripted_server("--ttft-ms", "20", "--itl-ms", "20")
+    proc = servebench("run", "--url", srv.url, "--model", "m", "--concurrency", "4", "--num-requests", "6",
+                      "--output-len", "100", "--no-probe", "--no-report", "--out", str(tmp_path), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    client = json.loads((tmp_path / "summary.json").read_text())["client"]
+    assert client["cpu_busy_peak"] < 0.5, client
