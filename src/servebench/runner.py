@@ -89,7 +89,6 @@ class ShardSpec:
 class ShardResult:
     records: list[RequestRecord]
     t0_ns: int  # the run origin, in this process's perf_counter_ns
-    wall_start_s: float  # time.time() at t0, for the manifest only
     elapsed_s: float
     cpu_s: float  # this process's user+system CPU over the run
     cpu_busy_peak: float  # highest 1-second CPU share (1.0 = one core fully busy)
@@ -162,7 +161,6 @@ class Shard:
         self.records: list[RequestRecord] = []
         self.t0_ns = 0
         self.in_flight: set[asyncio.Task[None]] = set()
-        self.sent = 0
         self.done = 0
         self.failed = 0
         self.output_tokens = 0
@@ -185,7 +183,6 @@ class Shard:
             lag: list[float] = []
             cpu_peak = [0.0]
             self.t0_ns = _perf_ns()
-            wall_start = time.time()
             cpu0 = _cpu_s()
             if spec.duration_s is not None:
                 self._deadline_ns = int(spec.duration_s * 1e9)
@@ -212,7 +209,6 @@ class Shard:
         return ShardResult(
             records=self.records,
             t0_ns=self.t0_ns,
-            wall_start_s=wall_start,
             elapsed_s=elapsed,
             cpu_s=cpu,
             cpu_busy_peak=cpu_peak[0],
@@ -345,7 +341,6 @@ class Shard:
             turn=item.turn,
         )
         t0 = self.t0_ns
-        self.sent += 1
         acc = StreamAccumulator(spec.api)
         sink: _StreamSink | _BufferSink = _StreamSink(acc, t0) if spec.stream else _BufferSink(t0)
         head = request_head(self._head_prefix, len(item.body))
