@@ -70,7 +70,7 @@ def test_concurrency_64_matches_truth(scripted_server, tmp_path: Path) -> None:
     assert run.manifest["target"]["model"] == "m"
 
 
-@pytest.mark.slow
+@pytest.mark.timing
 def test_concurrency_512_matches_truth(scripted_server, tmp_path: Path) -> None:
     # Truth is when the server really wrote each token: a Python server pacing 512 streams on two
     # cores is itself a few ms late at its P99, and that is not the client's error. The P99 of a

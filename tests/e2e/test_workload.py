@@ -148,6 +148,7 @@ def test_input_len_exact_on_transformers_serve_with_local_tokenizer(
 
 
 # ------------------------------------------------------------------ trace replay
+@pytest.mark.timing
 def test_trace_replay_sends_at_recorded_times_sped_up(tmp_path: Path) -> None:
     trace = tmp_path / "trace.jsonl"
     rows = [{"timestamp": 10_000 + 100 * k + (50 if k % 3 == 0 else 0), "input_length": 64 + k, "output_length": 4}
