@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import resource
 import sys
@@ -65,10 +66,10 @@ async def minimal_client(url: str, body: bytes, n: int, concurrency: int) -> int
     return tokens
 
 
-async def servebench_client(url: str, body: bytes, n: int, concurrency: int) -> int:
+async def servebench_client(url: str, body: bytes, n: int, concurrency: int, kernel: bool = True) -> int:
     items = [Prepared(id=i, body=body, input_len=16, output_len=128) for i in range(n)]
     spec = ShardSpec(url=url, api="completions", headers={"Content-Type": "application/json"},
-                     items=items, concurrency=concurrency)
+                     items=items, concurrency=concurrency, kernel_timestamps=kernel)
     result = await Shard(spec).run()
     bad = [r for r in result.records if r.status != "ok"]
     assert not bad, bad[0]
@@ -97,12 +98,13 @@ def main() -> None:
         url = srv.url + "/v1/completions"
         body = encode_body(build_body(api="completions", model="m", prompt="hello " * 16,
                                       max_tokens=args.output_len))
-        print(f"{'concurrency':>11} {'client':>12} {'us CPU/token':>13} {'tokens/s':>10}  (best of {args.repeats})")
+        print(f"{'concurrency':>11} {'client':>24} {'us CPU/token':>13} {'tokens/s':>10}  (best of {args.repeats})")
         for c in args.concurrency:
-            for name, fn in (("minimal", minimal_client), ("servebench", servebench_client)):
+            for name, fn in (("minimal", minimal_client), ("servebench", servebench_client),
+                             ("sb --rx-timestamps read", functools.partial(servebench_client, kernel=False))):
                 best = min((measure(fn, url, body, args.requests, c) for _ in range(args.repeats)),
                            key=lambda x: x[0])
-                print(f"{c:>11} {name:>12} {best[0]:>13.2f} {best[1]:>10,.0f}")
+                print(f"{c:>11} {name:>24} {best[0]:>13.2f} {best[1]:>10,.0f}")
     finally:
         srv.stop()
 

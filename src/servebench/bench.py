@@ -188,6 +188,7 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
         timeout_s=cfg.timeout,
         preconnect=min(cfg.effective_concurrency or min(n_total, 64), 512),
         reuse_connections=getattr(caps, "keeps_alive_after_stream", None) is not False or not cfg.stream,
+        kernel_timestamps=cfg.rx_timestamps == "kernel",
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -263,7 +264,8 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     manifest["ended_at"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     # records hold ns from this origin; with it, they line up with a server's own
     # perf_counter_ns/CLOCK_MONOTONIC timestamps on the same host (ground-truth tests)
-    manifest["clock"] = {"kind": "perf_counter_ns", "origin_ns": result.t0_ns}
+    manifest["clock"] = {"kind": "perf_counter_ns", "origin_ns": result.t0_ns,
+                         "rx_timestamps": result.rx_timestamps}
     write_json(out_dir / MANIFEST, manifest)
     if cfg.report:  # last: the report renders from the files as they will stay
         write_report(out_dir)

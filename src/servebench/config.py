@@ -52,6 +52,7 @@ class RunConfig:
     range_ratio: float = 0.0
     ignore_eos: bool = True
     timeout: float = 600.0
+    rx_timestamps: str = "kernel"  # "kernel": kernel receive timestamps where the OS gives them; "read"
     headers: list[str] = field(default_factory=list)  # "Key: Value"
     extra_body: dict[str, Any] = field(default_factory=dict)
     api_key_env: str | None = None
@@ -128,6 +129,8 @@ class RunConfig:
             raise ConfigError("--range-ratio must be in [0, 1)")
         if not self.timeout > 0:
             raise ConfigError("--timeout must be > 0 seconds")
+        if self.rx_timestamps not in ("kernel", "read"):
+            raise ConfigError(f"--rx-timestamps must be 'kernel' or 'read', not {self.rx_timestamps!r}")
         if self.api_key_env and self.api_key_env not in os.environ:
             raise ConfigError(f"--api-key-env {self.api_key_env}: that environment variable is not set")
         parse_headers(self.headers)

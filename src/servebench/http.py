@@ -2,9 +2,10 @@
 
 Why our own: a general client (aiohttp) wakes the reading coroutine for every HTTP chunk a server
 sends and runs several layers of Python per chunk; for a stream of one token per chunk that cost is
-most of the client's CPU per token. Here `data_received` is the hot path: it takes one timestamp
-per socket read — where the bytes arrive —, strips the chunked framing of everything that read
-holds and hands the body bytes to the response's sink in one call. The request coroutine sleeps on
+most of the client's CPU per token. Here `_Conn.on_data` is the hot path: it gets one timestamp
+per socket read — where the bytes arrived: the kernel's receive timestamp on plain TCP under Linux
+(`_StampedTransport`), else the read callback's own clock —, strips the chunked framing of
+everything that read holds and hands the body bytes to the response's sink in one call. The request coroutine sleeps on
 one future for the whole response.
 
 Scope, on purpose: HTTP/1.1 (and 1.0) over TCP or TLS, keep-alive, bodies framed by
@@ -18,7 +19,10 @@ The seam for tests is `BodySink`: anything with `on_body(data, t_ns)`.
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl as _ssl
+import struct
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,7 +32,18 @@ from urllib.parse import urlsplit
 __all__ = ["BodySink", "ConnectionPool", "HttpError", "Response", "Endpoint", "request_head"]
 
 _perf_ns = time.perf_counter_ns
+_real_ns = time.time_ns
 _MAX_HEAD = 64 * 1024
+
+# Kernel receive timestamps (Linux): with SO_TIMESTAMPNS set, every recvmsg() carries the
+# CLOCK_REALTIME instant the kernel queued the newest bytes it returns. 35 is SO_TIMESTAMPNS
+# (SO_TIMESTAMPNS_OLD) on every Linux architecture but alpha, mips, parisc and sparc.
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+KERNEL_RX_TIMESTAMPS = sys.platform == "linux"
+_READ_SIZE = 64 * 1024  # below malloc's mmap threshold: a 256 KiB read buffer costs ~25 us per read
+_ANC_SIZE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
+_MAX_QUEUED_NS = 60_000_000_000  # a kernel stamp older than this means the wall clock stepped
+_unpack_timespec = struct.Struct("@qq").unpack_from
 
 
 class HttpError(ConnectionError):
@@ -105,7 +120,10 @@ class _Conn(asyncio.Protocol):
             self.done.set_exception(HttpError(msg, before_response=not self.got_bytes))
 
     def data_received(self, data: bytes) -> None:
-        t_ns = _perf_ns()
+        self.on_data(data, _perf_ns())
+
+    def on_data(self, data: bytes, t_ns: int) -> None:
+        """Bytes of one socket read and when they arrived (perf_counter ns)."""
         if self.done is None or self.done.done():
             return  # bytes after a finished response (or none asked for): ignore
         self.got_bytes = True
@@ -260,14 +278,141 @@ class _Conn(asyncio.Protocol):
             self.done.set_result(None)
 
 
+class _StampedTransport:
+    """A plain-TCP transport that reads with `recvmsg` and kernel receive timestamps.
+
+    Why: a read callback runs only when the event loop gets to it. When 512 streams deliver a
+    token within the same millisecond, the last callback of that burst runs several ms after its
+    bytes arrived, and a timestamp taken in the callback would charge that queueing to the server.
+    The kernel stamps each segment as it is queued on the socket; `now - (wall_now - stamp)` turns
+    that stamp into this process's perf_counter clock (the two clocks are read back to back, so
+    only their difference matters and NTP slewing cannot leak in). A read without a stamp (the
+    option refused) falls back to the read's own time, which is what the asyncio path takes.
+
+    Implements what `_Conn` uses of `asyncio.Transport`: write, close, abort, is_closing.
+    """
+
+    __slots__ = ("_loop", "_sock", "_fd", "_proto", "_wbuf", "_closing")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, proto: _Conn) -> None:
+        self._loop = loop
+        self._sock = sock
+        self._fd = sock.fileno()
+        self._proto = proto
+        self._wbuf = bytearray()
+        self._closing = False
+        proto.connection_made(self)  # type: ignore[arg-type]
+        loop.add_reader(self._fd, self._read_ready)
+
+    def _read_ready(self) -> None:
+        try:
+            data, anc, _, _ = self._sock.recvmsg(_READ_SIZE, _ANC_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self._lost(e)
+            return
+        if anc:
+            sec, nsec = _unpack_timespec(anc[0][2])
+            # wall clock first, then perf: any pause between the two reads makes the token
+            # later, never earlier, than its bytes
+            queued = _real_ns() - (sec * 1_000_000_000 + nsec)
+            now = _perf_ns()
+            if 0 < queued < _MAX_QUEUED_NS:
+                now -= queued
+        else:
+            now = _perf_ns()
+        if data:
+            self._proto.on_data(data, now)
+        else:
+            self._lost(None)
+
+    def write(self, data: bytes) -> None:
+        if self._closing:
+            return
+        if not self._wbuf:
+            try:
+                sent = self._sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError as e:
+                self._lost(e)
+                return
+            if sent == len(data):
+                return
+            data = data[sent:]
+            self._loop.add_writer(self._fd, self._write_ready)
+        self._wbuf += data
+
+    def _write_ready(self) -> None:
+        try:
+            sent = self._sock.send(self._wbuf)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self._lost(e)
+            return
+        del self._wbuf[:sent]
+        if not self._wbuf:
+            self._loop.remove_writer(self._fd)
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def close(self) -> None:
+        self._lost(None)
+
+    def abort(self) -> None:
+        self._lost(None)
+
+    def _lost(self, exc: BaseException | None) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        self._loop.remove_reader(self._fd)
+        if self._wbuf:
+            self._loop.remove_writer(self._fd)
+            self._wbuf.clear()
+        self._sock.close()
+        self._loop.call_soon(self._proto.connection_lost, exc)
+
+
+async def _open_stamped(loop: asyncio.AbstractEventLoop, host: str, port: int, proto: _Conn) -> None:
+    """Connects a non-blocking socket with receive timestamps on and attaches `proto` to it."""
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    err: OSError | None = None
+    for family, type_, proto_num, _, addr in infos:
+        sock = socket.socket(family, type_, proto_num)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+            await loop.sock_connect(sock, addr)
+        except OSError as e:
+            sock.close()
+            err = e
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        _StampedTransport(loop, sock, proto)
+        return
+    raise err or OSError(f"cannot resolve {host}:{port}")
+
+
 class ConnectionPool:
     """Keep-alive connections to one host:port, opened on demand or ahead of the clock."""
 
-    def __init__(self, endpoint: Endpoint, *, connect_timeout_s: float = 10.0, reuse: bool = True) -> None:
+    def __init__(self, endpoint: Endpoint, *, connect_timeout_s: float = 10.0, reuse: bool = True,
+                 kernel_timestamps: bool = True) -> None:
         """`reuse=False` for servers that close every connection after a streamed response
         (llama-server does, despite its Keep-Alive header): a fresh connection is then opened in
-        the background as each response ends, so no request waits for a connect."""
+        the background as each response ends, so no request waits for a connect.
+
+        `kernel_timestamps`: read plain-TCP connections with kernel receive timestamps (Linux;
+        see `_StampedTransport`). Off, or over TLS, a read is stamped when its callback runs."""
         self.endpoint = endpoint
+        self.kernel_timestamps = kernel_timestamps and KERNEL_RX_TIMESTAMPS and not endpoint.ssl
         self.reuse = reuse
         self._spare_tasks: set[asyncio.Task[None]] = set()
         self.connect_timeout_s = connect_timeout_s
@@ -280,7 +425,11 @@ class ConnectionPool:
         ep = self.endpoint
         factory: Callable[[], _Conn] = lambda: _Conn(self)  # noqa: E731
         async with asyncio.timeout(self.connect_timeout_s):
-            _, conn = await loop.create_connection(factory, ep.host, ep.port, ssl=self._ssl)
+            if self.kernel_timestamps:
+                conn = _Conn(self)
+                await _open_stamped(loop, ep.host, ep.port, conn)
+            else:
+                _, conn = await loop.create_connection(factory, ep.host, ep.port, ssl=self._ssl)
         self._all.add(conn)
         return conn
 

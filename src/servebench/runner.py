@@ -83,6 +83,7 @@ class ShardSpec:
     connect_timeout_s: float = 10.0
     preconnect: int = 0  # connections to open (and keep alive) before the clock starts
     reuse_connections: bool = True  # False: the server closes after each stream (probe finding)
+    kernel_timestamps: bool = True  # stamp reads with the kernel's receive time where possible
 
 
 @dataclass(slots=True)
@@ -90,6 +91,7 @@ class ShardResult:
     records: list[RequestRecord]
     t0_ns: int  # the run origin, in this process's perf_counter_ns
     elapsed_s: float
+    rx_timestamps: str  # "kernel" (receive timestamps) or "read" (taken when the read ran)
     cpu_s: float  # this process's user+system CPU over the run
     cpu_busy_peak: float  # highest 1-second CPU share (1.0 = one core fully busy)
     loop_lag_ms: list[float] = field(default_factory=list)  # event-loop oversleep samples
@@ -174,7 +176,7 @@ class Shard:
     async def run(self) -> ShardResult:
         spec = self.spec
         pool = ConnectionPool(Endpoint.parse(spec.url), connect_timeout_s=spec.connect_timeout_s,
-                              reuse=spec.reuse_connections)
+                              reuse=spec.reuse_connections, kernel_timestamps=spec.kernel_timestamps)
         self._pool = pool
         self._head_prefix = pool.head_prefix("POST", spec.headers)
         try:
@@ -210,6 +212,7 @@ class Shard:
             records=self.records,
             t0_ns=self.t0_ns,
             elapsed_s=elapsed,
+            rx_timestamps="kernel" if pool.kernel_timestamps else "read",
             cpu_s=cpu,
             cpu_busy_peak=cpu_peak[0],
             loop_lag_ms=lag,
@@ -246,9 +249,10 @@ class Shard:
         sched = first_sched_ns
         for k, item in enumerate(unit):
             if k:
-                if item.think_ns:
-                    await asyncio.sleep(item.think_ns / 1e9)
                 sched = _perf_ns() - t0
+                if item.think_ns:
+                    sched += item.think_ns
+                    await _sleep_until(t0 + sched)
             if not self._may_send() or self._past_deadline(sched):
                 return
             self._started += 1
@@ -262,9 +266,7 @@ class Shard:
             offset = unit[0].offset_ns or 0
             if self._past_deadline(offset) or not self._may_send():
                 break
-            delay_ns = t0 + offset - _perf_ns()
-            if delay_ns > 0:
-                await asyncio.sleep(delay_ns / 1e9)
+            await _sleep_until(t0 + offset)
             if self.stop.is_set():
                 break
             sched = offset
@@ -403,6 +405,14 @@ class Shard:
                 cpu = _cpu_s()
                 cpu_peak[0] = max(cpu_peak[0], (cpu - cpu_last) / ((now - t_last) / 1e9))
                 cpu_last, t_last = cpu, now
+
+
+async def _sleep_until(due_ns: int) -> None:
+    """Wake at `due_ns` (perf_counter) or just after, never before. An event loop's timer rounds
+    to whole milliseconds on a cached loop clock (libuv's does) and can fire ~1 ms early: sleep
+    again for what is left; under 0.5 ms that is a turn of the loop at a time."""
+    while (left := due_ns - _perf_ns()) > 0:
+        await asyncio.sleep(left / 1e9)
 
 
 def _cpu_s() -> float:

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-import urllib.request
-
-import numpy as np
-
+from servebench.metrics import itl_gaps_ms, request_latencies_ms, summarize
+from servebench.records import RequestRecord
 from servebench.store import load_run
 from tests.support.procs import servebench
 
@@ -24,27 +25,46 @@ def _run(url: str, out: Path, *args: str) -> dict:
     return json.loads((out / "summary.json").read_text())
 
 
-def truth_vs_client(url: str, out: Path) -> dict[str, float]:
-    """The server's own record of when it wrote each token (GET /truth, CLOCK_MONOTONIC) against
-    what the client measured, request by request (matched on the x-request-id header)."""
-    truth = json.loads(urllib.request.urlopen(url + "/truth", timeout=10).read())["requests"]
+def server_truth(url: str) -> dict[str, dict]:
+    """GET /truth: per request (the x-request-id header), the perf_counter_ns of each chunk write."""
+    return json.loads(urllib.request.urlopen(url + "/truth", timeout=10).read())["requests"]
+
+
+def truth_twin(url: str, out: Path) -> tuple[list[RequestRecord], list[RequestRecord]]:
+    """The run's records, and their twins with every arrival time replaced by the instant the
+    server wrote that chunk (one host, one CLOCK_MONOTONIC). The client's send time stays: it is
+    the client's own truth. Summarising both with the same code isolates the timing error."""
+    truth = server_truth(url)
     run = load_run(out)
     origin = run.manifest["clock"]["origin_ns"]
-    true_ttft, client_ttft, true_gaps, client_gaps = [], [], [], []
+    twins = []
     for r in run.records:
-        t = truth[r.response_id]["token_ns"]
-        assert len(t) == len(r.chunk_ns) == r.output_tokens
-        true_ttft.append((t[0] - (origin + r.t_send_ns)) / 1e6)
-        client_ttft.append((r.t_first_ns - r.t_send_ns) / 1e6)
-        true_gaps.append(np.diff(t) / 1e6)
-        client_gaps.append(np.diff(r.chunk_ns) / 1e6)
-        # a token is never seen before the server wrote it (one clock, one host)
-        assert origin + r.chunk_ns[0] >= t[0]
-    tg, cg = np.concatenate(true_gaps), np.concatenate(client_gaps)
+        t = [x - origin for x in truth[r.response_id]["token_ns"]]
+        assert len(t) == len(r.chunk_ns), (len(t), len(r.chunk_ns))
+        # a token is never seen before the server wrote it
+        assert all(c >= w for c, w in zip(r.chunk_ns, t)), r.id
+        answer_at = r.chunk_ns.index(r.t_first_answer_ns) if r.t_first_answer_ns is not None else None
+        twins.append(dataclasses.replace(
+            r, chunk_ns=t, t_first_ns=t[0], t_last_ns=t[-1],
+            t_first_answer_ns=t[answer_at] if answer_at is not None else None))
+    return run.records, twins
+
+
+def truth_vs_client(url: str, out: Path) -> dict[str, float]:
+    """Client-measured against true timings: medians and P99s of both, and the per-token errors
+    (client gap minus true gap of the same token pair: what a P99 comparison can hide)."""
+    client, true = truth_twin(url, out)
+    ttft_c = np.array([request_latencies_ms(r)["ttft"] for r in client])
+    ttft_t = np.array([request_latencies_ms(r)["ttft"] for r in true])
+    gaps_c = np.concatenate([itl_gaps_ms(r) for r in client])
+    gaps_t = np.concatenate([itl_gaps_ms(r) for r in true])
+    delay = np.concatenate([(np.array(c.chunk_ns) - np.array(t.chunk_ns)) / 1e6 for c, t in zip(client, true)])
     return {
-        "true_ttft_median": float(np.median(true_ttft)), "ttft_median": float(np.median(client_ttft)),
-        "true_itl_median": float(np.median(tg)), "itl_median": float(np.median(cg)),
-        "true_itl_p99": float(np.percentile(tg, 99)), "itl_p99": float(np.percentile(cg, 99)),
+        "true_ttft_median": float(np.median(ttft_t)), "ttft_median": float(np.median(ttft_c)),
+        "true_itl_median": float(np.median(gaps_t)), "itl_median": float(np.median(gaps_c)),
+        "true_itl_p99": float(np.percentile(gaps_t, 99)), "itl_p99": float(np.percentile(gaps_c, 99)),
+        "gap_error_p99": float(np.percentile(np.abs(gaps_c - gaps_t), 99)),
+        "arrival_delay_p99": float(np.percentile(delay, 99)),
     }
 
 
@@ -62,48 +82,62 @@ def test_concurrency_64_matches_truth(scripted_server, tmp_path: Path) -> None:
     e = truth_vs_client(srv.url, tmp_path)
     assert abs(e["ttft_median"] - e["true_ttft_median"]) <= 5.0, e
     assert abs(e["itl_median"] - e["true_itl_median"]) <= 0.5, e
-    # and the truth is what the flags asked for
-    assert abs(e["true_ttft_median"] - TRUE_TTFT_MS) <= 5.0 and abs(e["true_itl_median"] - TRUE_ITL_MS) <= 0.5, e
+    # and the truth is what the flags asked for (loosely: the server runs on a shared host)
+    assert abs(e["true_ttft_median"] - TRUE_TTFT_MS) <= 20 and abs(e["true_itl_median"] - TRUE_ITL_MS) <= 2, e
     assert s["latency_ms"]["ttft"]["median"] == pytest.approx(e["ttft_median"], abs=0.01)
     run = load_run(tmp_path)
     assert len(run.records) == 500
     assert run.manifest["target"]["model"] == "m"
+    assert run.manifest["clock"]["rx_timestamps"] == "kernel"
 
 
-@pytest.mark.timing
 def test_concurrency_512_matches_truth(scripted_server, tmp_path: Path) -> None:
-    # Truth is when the server really wrote each token: a Python server pacing 512 streams on two
-    # cores is itself a few ms late at its P99, and that is not the client's error. The P99 of a
-    # 2-second run on a shared 2-core host varies run to run (0.6-3.3 ms seen), so one retry is
-    # allowed; both attempts are reported on failure.
-    attempts = []
-    for k in range(2):
-        srv = scripted_server("--ttft-ms", str(TRUE_TTFT_MS), "--itl-ms", str(TRUE_ITL_MS))
-        out = tmp_path / f"a{k}"
-        s = _run(srv.url, out, "--api", "completions", "--concurrency", "512", "--num-requests", "1024",
-                 "--input-len", "128", "--output-len", "128")
-        assert s["requests"]["completed"] == 1024
-        e = truth_vs_client(srv.url, out)
-        assert s["latency_ms"]["itl"]["p99"] == pytest.approx(e["itl_p99"], abs=0.01)
-        attempts.append(e)
-        if abs(e["ttft_median"] - e["true_ttft_median"]) <= 10.0 and abs(e["itl_p99"] - e["true_itl_p99"]) <= 3.0:
-            return
-        srv.stop()
-    raise AssertionError(f"client error above 10 ms (TTFT median) or 3 ms (ITL P99) twice: {attempts}")
+    # Truth is when the server really wrote each chunk: a Python server pacing 512 streams on
+    # two cores is itself some ms late at its P99, and that is not the client's error.
+    srv = scripted_server("--ttft-ms", str(TRUE_TTFT_MS), "--itl-ms", str(TRUE_ITL_MS))
+    s = _run(srv.url, tmp_path, "--api", "completions", "--concurrency", "512", "--num-requests", "1024",
+             "--input-len", "128", "--output-len", "128")
+    assert s["requests"]["completed"] == 1024
+    e = truth_vs_client(srv.url, tmp_path)
+    assert s["latency_ms"]["itl"]["p99"] == pytest.approx(e["itl_p99"], abs=0.01)
+    assert abs(e["ttft_median"] - e["true_ttft_median"]) <= 10.0, e
+    assert abs(e["itl_p99"] - e["true_itl_p99"]) <= 3.0, e
+    assert e["gap_error_p99"] <= 3.0, e  # token by token, not only the two P99s
+
+
+def test_read_time_stamps_at_concurrency_64(scripted_server, tmp_path: Path) -> None:
+    """--rx-timestamps read (the portable path: a read is stamped when its callback runs)."""
+    srv = scripted_server("--ttft-ms", str(TRUE_TTFT_MS), "--itl-ms", str(TRUE_ITL_MS))
+    _run(srv.url, tmp_path, "--api", "completions", "--concurrency", "64", "--num-requests", "256",
+         "--input-len", "16", "--output-len", "64", "--rx-timestamps", "read")
+    assert load_run(tmp_path).manifest["clock"]["rx_timestamps"] == "read"
+    e = truth_vs_client(srv.url, tmp_path)
+    assert abs(e["ttft_median"] - e["true_ttft_median"]) <= 5.0, e
+    assert abs(e["itl_median"] - e["true_itl_median"]) <= 0.5, e
 
 
 def test_three_token_chunks_role_chunk_reasoning_and_usage_chunk(scripted_server, tmp_path: Path) -> None:
-    """Chat with a role-only first chunk, 10 reasoning tokens first, 3 tokens per chunk, usage-only last chunk."""
+    """Chat with a role-only first chunk, 12 reasoning tokens first, 3 tokens per chunk, usage-only last chunk."""
     srv = scripted_server("--ttft-ms", "100", "--itl-ms", "20", "--tokens-per-chunk", "3",
                           "--reasoning-tokens", "12")
     s = _run(srv.url, tmp_path, "--api", "chat", "--concurrency", "4", "--num-requests", "8",
              "--output-len", "60")
-    lat = s["latency_ms"]
-    assert abs(lat["ttft"]["median"] - 100) <= 5  # the role chunk (sent at once) did not start TTFT
-    assert abs(lat["ttfat"]["median"] - (100 + 4 * 60)) <= 5  # answer starts with chunk 5 (tokens 13-15)
-    assert abs(lat["itl"]["median"] - 20) <= 0.5  # per token, not per chunk (60 ms)
-    assert abs(lat["tpot"]["median"] - 19 * 60 / 59) <= 0.5  # (t_last - t_first) / (n - 1)
     assert s["tokens"]["output_total"] == 8 * 60 and s["tokens"]["reasoning_total"] == 8 * 12
+    client, true = truth_twin(srv.url, tmp_path)
+    assert all(r.chunk_tokens == [3] * 20 for r in client)
+    # what the server really did, through the same formulas: the client must agree closely...
+    truth = summarize(true)["latency_ms"]
+    lat = s["latency_ms"]
+    for metric, tol in (("ttft", 2), ("ttfat", 2), ("itl", 0.5), ("tpot", 0.5)):
+        assert abs(lat[metric]["median"] - truth[metric]["median"]) <= tol, (metric, lat[metric], truth[metric])
+    # ...and the semantics hold: the role chunk (sent at once) did not start TTFT, the reasoning
+    # channel did; the answer starts with chunk 5 (tokens 13-15); ITL is per token, not per chunk
+    # (60 ms); TPOT is (t_last - t_first) / (n - 1). Loose bounds (the server shares the host),
+    # still far from the wrong answers (TTFT ~0, TTFAT ~100, ITL 60 or 0, TPOT ~60).
+    assert 95 <= lat["ttft"]["median"] <= 180
+    assert 95 + 4 * 60 <= lat["ttfat"]["median"] <= 180 + 4 * 60
+    assert 18 <= lat["itl"]["median"] <= 30
+    assert 18 <= lat["tpot"]["median"] <= 30
 
 
 def test_non_streaming_run(scripted_server, tmp_path: Path) -> None:
@@ -126,3 +160,4 @@ def test_poisson_200_rps_for_20_s_achieves_its_rate(scripted_server, tmp_path: P
     assert achieved == pytest.approx(200.0, rel=0.02)
     assert s["throughput"]["offered_requests_per_s"] == pytest.approx(200.0, rel=1e-3)
     assert s["client"]["schedule_lag_ms"]["p99"] < 10
+    assert s["client"]["schedule_lag_ms"]["min"] >= 0  # never sent before it was due
