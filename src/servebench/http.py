@@ -174,6 +174,21 @@ class _Conn(asyncio.Protocol):
         while pos < n:
             state = self.state
             if state == _CHUNK_SIZE:
+                # Whole chunks back to back (a stream read in bulk): a tight loop. A chunk
+                # extension, the last chunk or a partial one goes through the general step.
+                find = data.find
+                while (eol := find(b"\r\n", pos)) >= 0:
+                    try:
+                        size = int(data[pos:eol], 16)
+                    except ValueError:
+                        break
+                    end = eol + 2 + size
+                    if size == 0 or end + 2 > n:
+                        break
+                    out.append(data[eol + 2:end])
+                    pos = end + 2
+                if pos >= n:
+                    break
                 eol = data.find(b"\r\n", pos)
                 if eol < 0:
                     break

@@ -8,8 +8,10 @@ import threading
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from servebench.http import KERNEL_RX_TIMESTAMPS, ConnectionPool, Endpoint, request_head
+from servebench.http import KERNEL_RX_TIMESTAMPS, ConnectionPool, Endpoint, _Conn, request_head
 
 
 class _Collect:
@@ -104,3 +106,31 @@ def test_arrival_is_when_the_bytes_came_not_when_the_loop_got_to_them(kernel: bo
 def test_tls_endpoints_keep_the_asyncio_transport() -> None:
     pool = ConnectionPool(Endpoint.parse("https://example.invalid/v1"), kernel_timestamps=True)
     assert pool.kernel_timestamps is False
+
+
+class _NullTransport:
+    def write(self, data: bytes) -> None:
+        pass
+
+
+@given(st.lists(st.binary(min_size=1, max_size=40), min_size=1, max_size=8),
+       st.lists(st.integers(0, 400), max_size=8), st.booleans())
+def test_chunked_body_decodes_the_same_however_the_reads_fall(chunks: list[bytes], cuts: list[int], ext: bool) -> None:
+    """The tight whole-chunk loop and the general state machine give the same body for any split."""
+    wire = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    for i, c in enumerate(chunks):
+        wire += b"%x%s\r\n%s\r\n" % (len(c), b";x=1" if ext and i % 2 else b"", c)
+    wire += b"0\r\nX-Trailer: 1\r\n\r\n"
+    bounds = sorted({min(c, len(wire)) for c in cuts} | {0, len(wire)})
+
+    async def go() -> bytes:
+        conn = _Conn(None)  # type: ignore[arg-type]
+        conn.transport = _NullTransport()  # type: ignore[assignment]
+        sink = _Collect()
+        done = conn.start(b"", b"", sink)
+        for a, b in zip(bounds, bounds[1:]):
+            conn.on_data(wire[a:b], 0)
+        assert done.done() and done.exception() is None
+        return b"".join(p for p, _ in sink.parts)
+
+    assert asyncio.run(go()) == b"".join(chunks)

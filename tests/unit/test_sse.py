@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import orjson
+from hypothesis import given
+from hypothesis import strategies as st
 import pytest
 
 from servebench.protocol.sse import SSEDecoder
@@ -56,3 +58,17 @@ def test_unterminated_last_event_is_dispatched_on_close() -> None:
     dec = SSEDecoder()
     assert dec.feed(b"data: tail") == []
     assert dec.close() == [(None, b"tail")]
+
+
+_PIECES = [b'data: {"a": 1}\n\n', b"data: [DONE]\n\n", b"event: error\n", b"data: x\n", b": keep-alive\n\n",
+           b"data:y\n\n", b"\n", b"data: two\ndata: lines\n\n", b"id: 7\n", b"data: \xe2\x80\xa8\n\n"]
+
+
+@given(st.lists(st.sampled_from(_PIECES), max_size=12), st.lists(st.integers(0, 200), max_size=6))
+def test_any_split_of_any_stream_decodes_like_byte_by_byte(pieces: list[bytes], cuts: list[int]) -> None:
+    """The whole-events fast path and the general path agree for every way a stream can be cut."""
+    raw = b"".join(pieces)
+    reference = feed_all([raw[i:i + 1] for i in range(len(raw))])  # never takes the fast path
+    bounds = sorted({min(c, len(raw)) for c in cuts} | {0, len(raw)})
+    assert feed_all([raw[a:b] for a, b in zip(bounds, bounds[1:])]) == reference
+    assert feed_all([raw]) == reference

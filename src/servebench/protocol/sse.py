@@ -36,6 +36,17 @@ class SSEDecoder:
             self._cr = False
             if chunk[:1] == b"\n":
                 chunk = chunk[1:]
+        if (self._event is None and not self._pending and not self._data and chunk[-2:] == b"\n\n"
+                and b"\r" not in chunk):
+            # Fast path (what every engine sends): whole `data: {...}` events, one line each.
+            out: list[tuple[bytes | None, bytes]] = []
+            for part in chunk[:-2].split(b"\n\n"):
+                if part[:6] != b"data: " or b"\n" in part:
+                    break
+                out.append((None, part[6:]))
+            else:
+                self._event = None
+                return out
         if b"\r" in chunk:
             if chunk.endswith(b"\r"):
                 self._cr = True
@@ -48,7 +59,7 @@ class SSEDecoder:
                 lines[0] = b"".join(self._pending)
                 self._pending.clear()
             # else: the whole read is part of a line that has not ended yet
-        out: list[tuple[bytes | None, bytes]] = []
+        out = []
         for line in lines:
             if not line:
                 if self._data:
