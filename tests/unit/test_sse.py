@@ -72,3 +72,8 @@ def test_any_split_of_any_stream_decodes_like_byte_by_byte(pieces: list[bytes], 
     bounds = sorted({min(c, len(raw)) for c in cuts} | {0, len(raw)})
     assert feed_all([raw[a:b] for a, b in zip(bounds, bounds[1:])]) == reference
     assert feed_all([raw]) == reference
+
+
+def test_a_read_ending_after_a_whole_line_of_an_unfinished_event() -> None:
+    # The second read's "data: b\n" is a complete line of an event that the third read finishes.
+    assert feed_all([b"data: a\n\ndata: b\n", b"data: c\n\n"]) == [(None, b"a"), (None, b"b\nc")]

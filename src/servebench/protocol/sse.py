@@ -36,17 +36,23 @@ class SSEDecoder:
             self._cr = False
             if chunk[:1] == b"\n":
                 chunk = chunk[1:]
-        if (self._event is None and not self._pending and not self._data and chunk[-2:] == b"\n\n"
-                and b"\r" not in chunk):
-            # Fast path (what every engine sends): whole `data: {...}` events, one line each.
-            out: list[tuple[bytes | None, bytes]] = []
-            for part in chunk[:-2].split(b"\n\n"):
-                if part[:6] != b"data: " or b"\n" in part:
-                    break
-                out.append((None, part[6:]))
-            else:
-                self._event = None
-                return out
+        if self._event is None and not self._data and b"\r" not in chunk:
+            # Fast path (what every engine sends): whole `data: {...}` events of one line each,
+            # maybe after the rest of a line the previous read began and before the start of one
+            # the next read ends. Anything else goes the general way below, nothing changed.
+            text = b"".join(self._pending) + chunk if self._pending else chunk
+            last = text.rfind(b"\n\n")
+            if last >= 0 and text.find(b"\n", last + 2) < 0:
+                out: list[tuple[bytes | None, bytes]] = []
+                for part in text[:last].split(b"\n\n"):
+                    if part[:6] != b"data: " or b"\n" in part:
+                        break
+                    out.append((None, part[6:]))
+                else:
+                    self._pending.clear()
+                    if last + 2 < len(text):
+                        self._pending.append(text[last + 2:])
+                    return out
         if b"\r" in chunk:
             if chunk.endswith(b"\r"):
                 self._cr = True
