@@ -5,8 +5,8 @@ sends and runs several layers of Python per chunk; for a stream of one token per
 most of the client's CPU per token. Here `_Conn.on_data` is the hot path: it gets one timestamp
 per socket read — where the bytes arrived: the kernel's receive timestamp on plain TCP under Linux
 (`_StampedTransport`), else the read callback's own clock —, strips the chunked framing of
-everything that read holds and hands the body bytes to the response's sink in one call. The request coroutine sleeps on
-one future for the whole response.
+everything that read holds and hands the body bytes to the response's sink in one call. The
+request coroutine sleeps on one future for the whole response.
 
 Scope, on purpose: HTTP/1.1 (and 1.0) over TCP or TLS, keep-alive, bodies framed by
 `Transfer-Encoding: chunked`, `Content-Length` or connection close; `Accept-Encoding: identity`
@@ -19,6 +19,7 @@ The seam for tests is `BodySink`: anything with `on_body(data, t_ns)`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import ssl as _ssl
 import struct
@@ -375,10 +376,10 @@ class _StampedTransport:
         return self._closing
 
     def close(self) -> None:
+        """Only ever called once a response has ended, when nothing written is still pending."""
         self._lost(None)
 
-    def abort(self) -> None:
-        self._lost(None)
+    abort = close
 
     def _lost(self, exc: BaseException | None) -> None:
         if self._closing:
@@ -401,7 +402,8 @@ async def _open_stamped(loop: asyncio.AbstractEventLoop, host: str, port: int, p
         try:
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+            with contextlib.suppress(OSError):  # refused: reads carry no stamp and take their own time
+                sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
             await loop.sock_connect(sock, addr)
         except OSError as e:
             sock.close()
@@ -441,7 +443,7 @@ class ConnectionPool:
         factory: Callable[[], _Conn] = lambda: _Conn(self)  # noqa: E731
         async with asyncio.timeout(self.connect_timeout_s):
             if self.kernel_timestamps:
-                conn = _Conn(self)
+                conn = factory()
                 await _open_stamped(loop, ep.host, ep.port, conn)
             else:
                 _, conn = await loop.create_connection(factory, ep.host, ep.port, ssl=self._ssl)

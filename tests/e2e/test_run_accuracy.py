@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import urllib.request
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from servebench.metrics import itl_gaps_ms, request_latencies_ms, summarize
-from servebench.records import RequestRecord
+from servebench.metrics import summarize
 from servebench.store import load_run
 from tests.support.procs import servebench
+from tests.support.truth import truth_twin, truth_vs_client
 
 TRUE_TTFT_MS = 100.0
 TRUE_ITL_MS = 20.0
@@ -23,49 +20,6 @@ def _run(url: str, out: Path, *args: str) -> dict:
     proc = servebench("run", "--url", url, "--model", "m", "--out", str(out), "--quiet", *args)
     assert proc.returncode == 0, proc.stderr
     return json.loads((out / "summary.json").read_text())
-
-
-def server_truth(url: str) -> dict[str, dict]:
-    """GET /truth: per request (the x-request-id header), the perf_counter_ns of each chunk write."""
-    return json.loads(urllib.request.urlopen(url + "/truth", timeout=10).read())["requests"]
-
-
-def truth_twin(url: str, out: Path) -> tuple[list[RequestRecord], list[RequestRecord]]:
-    """The run's records, and their twins with every arrival time replaced by the instant the
-    server wrote that chunk (one host, one CLOCK_MONOTONIC). The client's send time stays: it is
-    the client's own truth. Summarising both with the same code isolates the timing error."""
-    truth = server_truth(url)
-    run = load_run(out)
-    origin = run.manifest["clock"]["origin_ns"]
-    twins = []
-    for r in run.records:
-        t = [x - origin for x in truth[r.response_id]["token_ns"]]
-        assert len(t) == len(r.chunk_ns), (len(t), len(r.chunk_ns))
-        # a token is never seen before the server wrote it
-        assert all(c >= w for c, w in zip(r.chunk_ns, t)), r.id
-        answer_at = r.chunk_ns.index(r.t_first_answer_ns) if r.t_first_answer_ns is not None else None
-        twins.append(dataclasses.replace(
-            r, chunk_ns=t, t_first_ns=t[0], t_last_ns=t[-1],
-            t_first_answer_ns=t[answer_at] if answer_at is not None else None))
-    return run.records, twins
-
-
-def truth_vs_client(url: str, out: Path) -> dict[str, float]:
-    """Client-measured against true timings: medians and P99s of both, and the per-token errors
-    (client gap minus true gap of the same token pair: what a P99 comparison can hide)."""
-    client, true = truth_twin(url, out)
-    ttft_c = np.array([request_latencies_ms(r)["ttft"] for r in client])
-    ttft_t = np.array([request_latencies_ms(r)["ttft"] for r in true])
-    gaps_c = np.concatenate([itl_gaps_ms(r) for r in client])
-    gaps_t = np.concatenate([itl_gaps_ms(r) for r in true])
-    delay = np.concatenate([(np.array(c.chunk_ns) - np.array(t.chunk_ns)) / 1e6 for c, t in zip(client, true)])
-    return {
-        "true_ttft_median": float(np.median(ttft_t)), "ttft_median": float(np.median(ttft_c)),
-        "true_itl_median": float(np.median(gaps_t)), "itl_median": float(np.median(gaps_c)),
-        "true_itl_p99": float(np.percentile(gaps_t, 99)), "itl_p99": float(np.percentile(gaps_c, 99)),
-        "gap_error_p99": float(np.percentile(np.abs(gaps_c - gaps_t), 99)),
-        "arrival_delay_p99": float(np.percentile(delay, 99)),
-    }
 
 
 def test_concurrency_64_matches_truth(scripted_server, tmp_path: Path) -> None:
