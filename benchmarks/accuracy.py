@@ -1,6 +1,7 @@
 """Client timing accuracy against the scripted server's own record of every write.
 
     .venv/bin/python benchmarks/accuracy.py [--concurrency 512] [--num-requests 1024] [--rx-timestamps kernel]
+        [--no-read-coalescing]
 
 Starts tests/support/scripted_server.py (TTFT 100 ms, 20 ms between tokens), runs `servebench run`
 against it, fetches the server's truth (GET /truth: perf_counter_ns of each chunk write, the same
@@ -29,6 +30,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=512)
     ap.add_argument("--num-requests", type=int, default=1024)
     ap.add_argument("--rx-timestamps", choices=["kernel", "read"], default="kernel")
+    ap.add_argument("--no-read-coalescing", action="store_true", help="pass --no-read-coalescing to the run")
     args = ap.parse_args()
     out = Path(tempfile.mkdtemp(prefix="servebench-accuracy-"))
     srv = scripted("--ttft-ms", "100", "--itl-ms", "20")
@@ -36,7 +38,8 @@ def main() -> None:
         p = servebench("run", "--url", srv.url, "--model", "m", "--out", str(out), "--quiet", "--no-report",
                        "--api", "completions", "--concurrency", str(args.concurrency),
                        "--num-requests", str(args.num_requests), "--input-len", "128", "--output-len", "128",
-                       "--rx-timestamps", args.rx_timestamps)
+                       "--rx-timestamps", args.rx_timestamps,
+                       *(["--no-read-coalescing"] if args.no_read_coalescing else []))
         if p.returncode != 0:
             sys.exit(p.stderr)
         errors_ms = truth_vs_client(srv.url, out)
@@ -47,7 +50,7 @@ def main() -> None:
     print(json.dumps({
         "concurrency": args.concurrency, "rx_timestamps": manifest["clock"]["rx_timestamps"],
         "ms": errors_ms,
-        "client": {k: client[k] for k in ("cpu_us_per_token", "loop_lag_ms_p99", "saturated")},
+        "client": {k: client.get(k) for k in ("cpu_us_per_token", "loop_lag_ms_p99", "saturated", "read_pauses", "read_pause_ms")},
         "out": str(out),
     }, indent=2))
 

@@ -189,6 +189,7 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
         preconnect=min(cfg.effective_concurrency or min(n_total, 64), 512),
         reuse_connections=getattr(caps, "keeps_alive_after_stream", None) is not False or not cfg.stream,
         kernel_timestamps=cfg.rx_timestamps == "kernel",
+        coalesce_reads=cfg.read_coalescing,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -223,6 +224,8 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
         "cpu_us_per_token": (result.cpu_s * 1e6 / out_tokens) if out_tokens else None,
         "cpu_busy_peak": result.cpu_busy_peak,
         "loop_lag_ms_p99": float(np.percentile(result.loop_lag_ms, 99)) if result.loop_lag_ms else 0.0,
+        "read_pauses": result.read_pauses,
+        "read_pause_ms": result.read_pause_ms,
         "elapsed_s": result.elapsed_s,
     }
     run_doc = {
@@ -265,7 +268,8 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     # records hold ns from this origin; with it, they line up with a server's own
     # perf_counter_ns/CLOCK_MONOTONIC timestamps on the same host (ground-truth tests)
     manifest["clock"] = {"kind": "perf_counter_ns", "origin_ns": result.t0_ns,
-                         "rx_timestamps": result.rx_timestamps}
+                         "rx_timestamps": result.rx_timestamps,
+                         "read_coalescing": result.rx_timestamps == "kernel" and cfg.read_coalescing}
     write_json(out_dir / MANIFEST, manifest)
     if cfg.report:  # last: the report renders from the files as they will stay
         write_report(out_dir)

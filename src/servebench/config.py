@@ -53,6 +53,7 @@ class RunConfig:
     ignore_eos: bool = True
     timeout: float = 600.0
     rx_timestamps: str = "kernel"  # "kernel": kernel receive timestamps where the OS gives them; "read"
+    read_coalescing: bool = True  # with kernel stamps: pause briefly when reads come very fast
     headers: list[str] = field(default_factory=list)  # "Key: Value"
     extra_body: dict[str, Any] = field(default_factory=dict)
     api_key_env: str | None = None

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import urlsplit
 
-__all__ = ["BodySink", "ConnectionPool", "HttpError", "Response", "Endpoint", "request_head"]
+__all__ = ["BodySink", "ConnectionPool", "HttpError", "ReadCoalescer", "Response", "Endpoint", "request_head"]
 
 _perf_ns = time.perf_counter_ns
 _real_ns = time.time_ns
@@ -56,6 +56,13 @@ class HttpError(ConnectionError):
 
 
 class BodySink(Protocol):
+    """Gets the body bytes of each read with their arrival time.
+
+    A sink may also have `on_chunks(data, pos, t_ns) -> int`: offered the raw bytes of a chunked
+    body at a chunk-size line (after everything before `pos` went to `on_body`), it consumes the
+    whole chunks it can read in bulk and returns the position after them. `pos`: none now (one
+    chunk goes to `on_body`, then the rest is offered again); -1: none ever, do not ask again."""
+
     def on_body(self, data: bytes, t_ns: int) -> None: ...
 
 
@@ -90,7 +97,7 @@ _HEAD, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_CRLF, _TRAILER, _LENGTH, _UNTIL_CLOSE, _
 
 
 class _Conn(asyncio.Protocol):
-    __slots__ = ("transport", "pool", "buf", "state", "remaining", "resp", "sink", "done",
+    __slots__ = ("transport", "pool", "buf", "state", "remaining", "resp", "sink", "bulk", "done",
                  "keep_alive", "got_bytes", "closed", "_error_limit")
 
     def __init__(self, pool: ConnectionPool) -> None:
@@ -101,6 +108,7 @@ class _Conn(asyncio.Protocol):
         self.remaining = 0
         self.resp: Response | None = None
         self.sink: BodySink | None = None
+        self.bulk: Callable[[bytes, int, int], int] | None = None
         self.done: asyncio.Future[None] | None = None
         self.keep_alive = True
         self.got_bytes = False
@@ -151,6 +159,7 @@ class _Conn(asyncio.Protocol):
         assert self.transport is not None
         self.resp = Response()
         self.sink = sink
+        self.bulk = getattr(sink, "on_chunks", None)
         self.state = _HEAD
         self.buf = b""
         self.got_bytes = False
@@ -175,6 +184,23 @@ class _Conn(asyncio.Protocol):
         while pos < n:
             state = self.state
             if state == _CHUNK_SIZE:
+                one = False  # take one chunk, then offer the rest to the sink's bulk path again
+                bulk = self.bulk
+                if bulk is not None and 200 <= self.resp.status < 300:  # type: ignore[union-attr]
+                    # the sink's own bulk path first (BodySink), after what came before it
+                    if out:
+                        self._emit(out[0] if len(out) == 1 else b"".join(out), t_ns)
+                        out.clear()
+                    taken = bulk(data, pos, t_ns)
+                    if taken < 0:
+                        self.bulk = None
+                    elif taken == pos:
+                        one = True
+                    else:
+                        pos = taken
+                        if pos >= n:
+                            break
+                        continue
                 # Whole chunks back to back (a stream read in bulk): a tight loop. A chunk
                 # extension, the last chunk or a partial one goes through the general step.
                 find = data.find
@@ -188,6 +214,10 @@ class _Conn(asyncio.Protocol):
                         break
                     out.append(data[eol + 2:end])
                     pos = end + 2
+                    if one:
+                        break
+                if one and out:
+                    continue
                 if pos >= n:
                     break
                 eol = data.find(b"\r\n", pos)
@@ -294,6 +324,53 @@ class _Conn(asyncio.Protocol):
             self.done.set_result(None)
 
 
+class ReadCoalescer:
+    """Read coalescing for streams that deliver faster than a chunk a millisecond
+    (kernel-stamped connections only, `_StampedTransport`).
+
+    A client that keeps up with such a stream reads it as soon as a chunk is there: at tens of
+    thousands of reads a second, the per-read work (an event-loop round, a `recvmsg`, and the ACK
+    the kernel sends back to the server from inside it) costs more than the tokens. A read that
+    comes less than `quick_ns` after the same connection's previous one is *quick*; once quick
+    reads come at `rate` a second or more since the last look, the loop pauses `pause_s` (about
+    0.1 ms once the OS has woken it) before it polls again, and each read then carries several
+    chunks. Streams paced like real decoding (a chunk every few ms or slower) never trigger it.
+
+    Arrival times do not move: a read's time is the kernel's stamp of when its newest bytes were
+    queued, whenever the read runs. What a pause can cost: chunks of one stream that arrive less
+    than a pause apart share a read and that newest stamp, as they do without pauses whenever a
+    stream delivers faster than the loop cycles through its sockets. With `--rx-timestamps read`
+    (or over TLS) there is no stamp to keep arrivals exact, and no coalescing.
+
+    Idle costs nothing: a look is armed by a quick read, so a quiet loop blocks in its poll.
+    """
+
+    __slots__ = ("quick", "armed", "last_ns", "pauses", "pause_ns", "quick_ns", "_gap_ns", "_pause_s")
+
+    def __init__(self, *, rate: float = 20_000.0, quick_ms: float = 1.0, pause_s: float = 20e-6) -> None:
+        self.quick = 0  # quick reads since the last look
+        self.armed = False  # a look is scheduled for the loop's next round
+        self.last_ns = _perf_ns()
+        self.pauses = 0
+        self.pause_ns = 0  # total time paused (what the pauses really took, wake-up included)
+        self.quick_ns = int(quick_ms * 1e6)
+        self._gap_ns = 1e9 / rate
+        self._pause_s = pause_s
+
+    def look(self) -> None:
+        """Run in the loop round after a quick read (armed by `_StampedTransport._read_ready`)."""
+        self.armed = False
+        now = _perf_ns()
+        if self.quick * self._gap_ns >= now - self.last_ns:
+            time.sleep(self._pause_s)
+            t = _perf_ns()
+            self.pauses += 1
+            self.pause_ns += t - now
+            now = t
+        self.quick = 0
+        self.last_ns = now
+
+
 class _StampedTransport:
     """A plain-TCP transport that reads with `recvmsg` and kernel receive timestamps.
 
@@ -308,15 +385,18 @@ class _StampedTransport:
     Implements what `_Conn` uses of `asyncio.Transport`: write, close, abort, is_closing.
     """
 
-    __slots__ = ("_loop", "_sock", "_fd", "_proto", "_wbuf", "_closing")
+    __slots__ = ("_loop", "_sock", "_fd", "_proto", "_wbuf", "_closing", "_coalescer", "_last_ns")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, proto: _Conn) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, proto: _Conn,
+                 coalescer: ReadCoalescer | None = None) -> None:
         self._loop = loop
         self._sock = sock
         self._fd = sock.fileno()
         self._proto = proto
         self._wbuf = bytearray()
         self._closing = False
+        self._coalescer = coalescer
+        self._last_ns = 0  # arrival time of the previous read (for the coalescer)
         proto.connection_made(self)  # type: ignore[arg-type]
         loop.add_reader(self._fd, self._read_ready)
 
@@ -338,6 +418,14 @@ class _StampedTransport:
                 now -= queued
         else:
             now = _perf_ns()
+        co = self._coalescer
+        if co is not None:
+            if now - self._last_ns < co.quick_ns:
+                co.quick += 1
+                if not co.armed:
+                    co.armed = True
+                    self._loop.call_soon(co.look)
+            self._last_ns = now
         if data:
             self._proto.on_data(data, now)
         else:
@@ -393,7 +481,8 @@ class _StampedTransport:
         self._loop.call_soon(self._proto.connection_lost, exc)
 
 
-async def _open_stamped(loop: asyncio.AbstractEventLoop, host: str, port: int, proto: _Conn) -> None:
+async def _open_stamped(loop: asyncio.AbstractEventLoop, host: str, port: int, proto: _Conn,
+                        coalescer: ReadCoalescer | None = None) -> None:
     """Connects a non-blocking socket with receive timestamps on and attaches `proto` to it."""
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     err: OSError | None = None
@@ -412,7 +501,7 @@ async def _open_stamped(loop: asyncio.AbstractEventLoop, host: str, port: int, p
         except BaseException:
             sock.close()
             raise
-        _StampedTransport(loop, sock, proto)
+        _StampedTransport(loop, sock, proto, coalescer)
         return
     raise err or OSError(f"cannot resolve {host}:{port}")
 
@@ -421,15 +510,20 @@ class ConnectionPool:
     """Keep-alive connections to one host:port, opened on demand or ahead of the clock."""
 
     def __init__(self, endpoint: Endpoint, *, connect_timeout_s: float = 10.0, reuse: bool = True,
-                 kernel_timestamps: bool = True) -> None:
+                 kernel_timestamps: bool = True, coalesce_reads: bool = True) -> None:
         """`reuse=False` for servers that close every connection after a streamed response
         (llama-server does, despite its Keep-Alive header): a fresh connection is then opened in
         the background as each response ends, so no request waits for a connect.
 
         `kernel_timestamps`: read plain-TCP connections with kernel receive timestamps (Linux;
-        see `_StampedTransport`). Off, or over TLS, a read is stamped when its callback runs."""
+        see `_StampedTransport`). Off, or over TLS, a read is stamped when its callback runs.
+
+        `coalesce_reads`: with kernel timestamps, pause the loop briefly when streams deliver
+        faster than a chunk a millisecond (`ReadCoalescer`; `self.coalescer` counts the pauses)."""
         self.endpoint = endpoint
         self.kernel_timestamps = kernel_timestamps and KERNEL_RX_TIMESTAMPS and not endpoint.ssl
+        self.coalesce_reads = coalesce_reads and self.kernel_timestamps
+        self.coalescer: ReadCoalescer | None = None  # made on the first stamped connect
         self.reuse = reuse
         self._spare_tasks: set[asyncio.Task[None]] = set()
         self.connect_timeout_s = connect_timeout_s
@@ -443,8 +537,10 @@ class ConnectionPool:
         factory: Callable[[], _Conn] = lambda: _Conn(self)  # noqa: E731
         async with asyncio.timeout(self.connect_timeout_s):
             if self.kernel_timestamps:
+                if self.coalesce_reads and self.coalescer is None:
+                    self.coalescer = ReadCoalescer()
                 conn = factory()
-                await _open_stamped(loop, ep.host, ep.port, conn)
+                await _open_stamped(loop, ep.host, ep.port, conn, self.coalescer)
             else:
                 _, conn = await loop.create_connection(factory, ep.host, ep.port, ssl=self._ssl)
         self._all.add(conn)

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from servebench.http import ConnectionPool, Endpoint, HttpError, request_head
+from servebench.protocol.fastpath import token_run
 from servebench.protocol.openai import StreamAccumulator, interpret_response
 from servebench.protocol.sse import SSEDecoder
 from servebench.records import RequestRecord
@@ -86,6 +87,7 @@ class ShardSpec:
     preconnect: int = 0  # connections to open (and keep alive) before the clock starts
     reuse_connections: bool = True  # False: the server closes after each stream (probe finding)
     kernel_timestamps: bool = True  # stamp reads with the kernel's receive time where possible
+    coalesce_reads: bool = True  # with kernel stamps: pause briefly when reads come very fast (http.ReadCoalescer)
 
 
 @dataclass(slots=True)
@@ -97,6 +99,8 @@ class ShardResult:
     cpu_s: float  # this process's user+system CPU over the run
     cpu_busy_peak: float  # highest 1-second CPU share (1.0 = one core fully busy)
     loop_lag_ms: list[float] = field(default_factory=list)  # event-loop oversleep samples
+    read_pauses: int = 0  # read coalescing: pauses taken (http.ReadCoalescer)
+    read_pause_ms: float = 0.0  # and their total length
     interrupted: bool = False
 
 
@@ -108,10 +112,13 @@ def classify_status(status: int) -> str:
     return "http_5xx"
 
 
+_BULK_MISSES = 32  # offers of a response's chunks the bulk path may decline before it stops trying
+
+
 class _StreamSink:
     """Body bytes of one streamed response -> SSE events -> the accumulator, timestamped."""
 
-    __slots__ = ("dec", "acc", "t0", "feed", "on_event")
+    __slots__ = ("dec", "acc", "t0", "feed", "on_event", "misses")
 
     def __init__(self, acc: StreamAccumulator, t0_ns: int) -> None:
         self.dec = SSEDecoder()
@@ -119,6 +126,23 @@ class _StreamSink:
         self.t0 = t0_ns
         self.feed = self.dec.feed
         self.on_event = acc.on_event
+        self.misses = 0
+
+    def on_chunks(self, data: bytes, pos: int, t_ns: int) -> int:
+        """Whole HTTP chunks of the stream's plain token template, read in bulk (`fastpath`)."""
+        tpl = self.acc.template
+        if tpl is None:
+            return pos if self.acc.learning else -1
+        if not self.dec.idle:
+            return pos
+        end, chars = token_run(data, pos, tpl)
+        if chars:
+            self.acc.add_run(chars, t_ns - self.t0)
+        elif self.misses < _BULK_MISSES:
+            self.misses += 1  # a finishing chunk, an escaped text: a few per stream
+        else:
+            return -1  # most chunks are not plain ones: stop trying
+        return end
 
     def on_body(self, data: bytes, t_ns: int) -> None:
         t = t_ns - self.t0
@@ -182,7 +206,8 @@ class Shard:
     async def _run(self) -> ShardResult:
         spec = self.spec
         pool = ConnectionPool(Endpoint.parse(spec.url), connect_timeout_s=spec.connect_timeout_s,
-                              reuse=spec.reuse_connections, kernel_timestamps=spec.kernel_timestamps)
+                              reuse=spec.reuse_connections, kernel_timestamps=spec.kernel_timestamps,
+                              coalesce_reads=spec.coalesce_reads)
         self._pool = pool
         self._head_prefix = pool.head_prefix("POST", spec.headers)
         try:
@@ -223,6 +248,8 @@ class Shard:
             cpu_busy_peak=cpu_peak[0],
             loop_lag_ms=lag,
             interrupted=interrupted,
+            read_pauses=pool.coalescer.pauses if pool.coalescer else 0,
+            read_pause_ms=pool.coalescer.pause_ns / 1e6 if pool.coalescer else 0.0,
         )
 
     # --------------------------------------------------------------- schedules

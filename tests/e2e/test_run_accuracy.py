@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from servebench.http import KERNEL_RX_TIMESTAMPS
 from servebench.metrics import summarize
 from servebench.store import load_run
 from tests.support.procs import servebench
@@ -65,6 +66,38 @@ def test_concurrency_512_matches_truth(scripted_server, tmp_path: Path) -> None:
         client = s["client"]
         assert client["saturated"], f"inaccurate and not flagged as client-limited: {e} {client}"
         pytest.skip(f"client saturated on this host ({'; '.join(client['reasons'])}): accuracy not judged: {e}")
+
+
+@pytest.mark.skipif(not KERNEL_RX_TIMESTAMPS, reason="read coalescing needs kernel receive timestamps")
+def test_read_coalescing_pauses_for_sub_millisecond_streams_and_keeps_arrivals_true(scripted_server,
+                                                                                    tmp_path: Path) -> None:
+    """Streams faster than a chunk a millisecond make the loop pause between polls (so reads carry
+    several chunks); arrivals stay the kernel's stamps: never before the write, at most a pause or
+    two after it. Streams paced like decoding (test above, 20 ms) make it pause (next to) never."""
+    srv = scripted_server("--ttft-ms", "5", "--itl-ms", "0.5")
+    s = _run(srv.url, tmp_path, "--api", "completions", "--concurrency", "32", "--num-requests", "300",
+             "--input-len", "16", "--output-len", "64")
+    assert s["tokens"]["output_total"] == 300 * 64
+    assert load_run(tmp_path).manifest["clock"]["read_coalescing"] is True
+    assert s["client"]["read_pauses"] > 0 and s["client"]["read_pause_ms"] > 0, s["client"]
+    e = truth_vs_client(srv.url, tmp_path)  # (and every token was seen after its write)
+    accurate = e["arrival_delay_median"] <= 0.5 and e["arrival_delay_p99"] <= 3.0 and e["gap_error_p99"] <= 3.0
+    if not accurate:
+        assert s["client"]["saturated"], f"inaccurate and not flagged as client-limited: {e} {s['client']}"
+        pytest.skip(f"client saturated on this host: accuracy not judged: {e}")
+
+
+def test_paced_streams_and_the_flag_turn_read_coalescing_off(scripted_server, tmp_path: Path) -> None:
+    srv = scripted_server("--ttft-ms", "20", "--itl-ms", str(TRUE_ITL_MS))
+    s = _run(srv.url, tmp_path / "paced", "--api", "completions", "--concurrency", "64", "--num-requests", "128",
+             "--input-len", "16", "--output-len", "32")
+    # a stream's last chunks (finish, [DONE], end) come together: the odd quick read, no more
+    assert s["client"]["read_pause_ms"] <= 0.005 * s["duration_s"] * 1e3, s["client"]
+    fast = scripted_server("--ttft-ms", "5", "--itl-ms", "0.5")
+    s = _run(fast.url, tmp_path / "off", "--api", "completions", "--concurrency", "32", "--num-requests", "64",
+             "--input-len", "16", "--output-len", "64", "--no-read-coalescing")
+    assert s["client"]["read_pauses"] == 0
+    assert load_run(tmp_path / "off").manifest["clock"]["read_coalescing"] is False
 
 
 def test_read_time_stamps_at_concurrency_64(scripted_server, tmp_path: Path) -> None:

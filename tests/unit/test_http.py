@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servebench.http import KERNEL_RX_TIMESTAMPS, ConnectionPool, Endpoint, _Conn, request_head
+from servebench.http import KERNEL_RX_TIMESTAMPS, ConnectionPool, Endpoint, ReadCoalescer, _Conn, request_head
 
 
 class _Collect:
@@ -106,6 +106,20 @@ def test_arrival_is_when_the_bytes_came_not_when_the_loop_got_to_them(kernel: bo
 def test_tls_endpoints_keep_the_asyncio_transport() -> None:
     pool = ConnectionPool(Endpoint.parse("https://example.invalid/v1"), kernel_timestamps=True)
     assert pool.kernel_timestamps is False
+    assert pool.coalesce_reads is False  # no kernel stamps, no coalescing
+
+
+def test_read_coalescer_pauses_only_when_quick_reads_come_fast() -> None:
+    co = ReadCoalescer(rate=20_000.0, pause_s=0.0)
+    co.last_ns = time.perf_counter_ns() - 1_000_000  # the last look was 1 ms ago
+    co.quick = 5  # 5 quick reads in 1 ms = 5,000/s: below the rate
+    co.armed = True
+    co.look()
+    assert (co.pauses, co.quick, co.armed) == (0, 0, False)
+    co.last_ns = time.perf_counter_ns() - 1_000_000
+    co.quick = 40  # 40,000/s
+    co.look()
+    assert co.pauses == 1 and co.pause_ns >= 0 and co.quick == 0
 
 
 class _NullTransport:

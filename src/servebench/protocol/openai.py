@@ -4,6 +4,15 @@
 list appends. Everything else (token allocation over chunks, usage fallbacks) happens once per
 request in `finish`.
 
+Template fast path: within one stream, token chunks are byte-identical but for their text (same
+id, created, model, nulls). After one such chunk is parsed, the accumulator keeps the bytes before
+and after its text field (checked once by parsing a probe through them). A later payload with that
+exact prefix and suffix, and a middle free of `"`, `\\` and control characters (so the middle can
+only be that string's content, read verbatim), is exactly the same chunk with another text: its
+length is taken without a parse. Anything else (another field changed, an escape in the text, a
+finish reason, usage) is parsed in full. Results are identical either way (a property test holds
+the two paths together).
+
 Which chunks count (docs/metrics.md): a chunk is *token-carrying* when it carries generated text on
 any channel — `text` (completions), `delta.content`, `delta.reasoning_content`, `delta.reasoning`
 or `delta.tool_calls`. A role-only chunk (`{"role": "assistant", "content": null}` or `""`) and a
@@ -12,10 +21,15 @@ usage-only chunk (`choices: []`) carry no token and never start TTFT.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from itertools import repeat
+from operator import neg
 from typing import Any
 
 import orjson
+
+from servebench.protocol.fastpath import RunTemplate, plain_text_chars
 
 __all__ = [
     "API_PATHS",
@@ -106,6 +120,12 @@ class StreamAccumulator:
         "done",
         "error",
         "finish_reason",
+        "_pre",
+        "_post",
+        "_sign",
+        "_lens",
+        "_tries",
+        "_run",
     )
 
     def __init__(self, api: str) -> None:
@@ -117,9 +137,27 @@ class StreamAccumulator:
         self.done = False
         self.error: str | None = None
         self.finish_reason: str | None = None
+        # the template (module docstring): bytes before and after the text of a plain token chunk
+        self._pre = b""  # no template yet: the length check below never passes
+        self._post = b""
+        self._sign = 1  # +1: answer text (or completions text), -1: reasoning
+        self._lens = (0, 0, 1 << 62)  # len(pre), len(post), len(pre) + len(post)
+        self._tries = _TEMPLATE_TRIES
+        self._run: RunTemplate | None = None
 
     def on_event(self, data: bytes, t_ns: int) -> None:
         """One SSE data payload. Raises `ValueError` (orjson.JSONDecodeError) on malformed JSON."""
+        if data.startswith(self._pre) and data.endswith(self._post):
+            lp, ls, both = self._lens
+            n = len(data)
+            if n >= both:
+                chars = plain_text_chars(data[lp:n - ls])
+                if chars > 0:  # only the text changed: no parse needed
+                    self.chunk_ns.append(t_ns)  # (the template's own chunk set t_first_answer_ns)
+                    self.chunk_chars.append(chars if self._sign > 0 else -chars)
+                    return
+                if chars == 0:
+                    return  # an empty text: no token, and nothing else differs
         if data == b"[DONE]":
             self.done = True
             return
@@ -152,6 +190,9 @@ class StreamAccumulator:
                         self.chunk_chars.append(-len(reasoning))
                     else:
                         self.chunk_chars.append(_tool_chars(tools))
+                    if self._tries and not tools and not usage and not choice.get("finish_reason") \
+                            and (not answer or not reasoning):
+                        self._learn(data, obj, "content" if answer else _reasoning_key(delta))
         else:
             text = choice.get("text")
             if text:
@@ -159,9 +200,58 @@ class StreamAccumulator:
                 if self.t_first_answer_ns is None:
                     self.t_first_answer_ns = t_ns
                 self.chunk_chars.append(len(text))
+                if self._tries and not usage and not choice.get("finish_reason"):
+                    self._learn(data, obj, "text")
         reason = choice.get("finish_reason")
         if reason:
             self.finish_reason = reason
+
+    @property
+    def template(self) -> RunTemplate | None:
+        """This stream's plain token chunks on the wire (`fastpath.token_run`), once known."""
+        return self._run
+
+    @property
+    def learning(self) -> bool:
+        """No template yet, but the next plain chunks may give one."""
+        return self._run is None and self._tries > 0
+
+    def add_run(self, chars: list[int], t_ns: int) -> None:
+        """Token chunks of the template read in bulk (`fastpath.token_run`): their text lengths,
+        0 for an empty text (no token), all delivered by one read at `t_ns`."""
+        if 0 in chars:
+            chars = [c for c in chars if c]
+        if not chars:
+            return
+        self.chunk_ns.extend(repeat(t_ns, len(chars)))  # (the template's own chunk set t_first_answer_ns)
+        self.chunk_chars.extend(chars if self._sign > 0 else map(neg, chars))
+
+    def _learn(self, data: bytes, obj: dict[str, Any], key: str) -> None:
+        """Take this plain token chunk as the template, if its text can be cut out exactly."""
+        self._tries -= 1
+        holder = _text_holder(obj, self.chat)
+        text = holder[key]
+        enc = orjson.dumps(text)
+        if plain_text_chars(enc[1:-1]) < 0:
+            return  # an escape in the text: its wire form may differ from ours; wait for a plain one
+        hits = [m for m in re.finditer(b'"' + key.encode() + rb'"\s*:\s*' + re.escape(enc), data)]
+        if len(hits) != 1:
+            return
+        start, end = hits[0].end() - len(enc) + 1, hits[0].end() - 1  # the text between the quotes
+        pre, post = data[:start], data[end:]
+        # The hit may be another field holding the same text (this one's wire form escaped): a
+        # probe through the cut must land in this field. (It cannot change any other value: a
+        # plain string body is read verbatim wherever it stands.)
+        try:
+            ok = _text_holder(orjson.loads(pre + b"sb probe" + post), self.chat)[key] == "sb probe"
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            ok = False
+        if ok:
+            self._pre, self._post = pre, post
+            self._lens = (len(pre), len(post), len(pre) + len(post))
+            self._sign = -1 if key != "content" and self.chat else 1
+            self._tries = 0
+            self._run = RunTemplate(pre, post)
 
     def finish(self) -> StreamResult:
         return _result(self.usage, self.chunk_chars, self.error)
@@ -248,6 +338,18 @@ def _result(usage: dict[str, Any] | None, chars: list[int], error: str | None) -
         chunk_tokens=alloc,
         error=error,
     )
+
+
+_TEMPLATE_TRIES = 4  # plain chunks a stream may try to learn a template from before giving up
+
+
+def _text_holder(obj: dict[str, Any], chat: bool) -> dict[str, Any]:
+    choice = obj["choices"][0]
+    return choice["delta"] if chat else choice
+
+
+def _reasoning_key(delta: dict[str, Any]) -> str:
+    return "reasoning_content" if delta.get("reasoning_content") else "reasoning"
 
 
 def _tool_chars(tools: Any) -> int:

@@ -88,6 +88,11 @@ class SSEDecoder:
             self._pending.append(tail)
         return out
 
+    @property
+    def idle(self) -> bool:
+        """Between events: no partial line, no event being built."""
+        return not (self._pending or self._data or self._cr) and self._event is None
+
     def close(self) -> list[tuple[bytes | None, bytes]]:
         """End of stream: an unterminated final line and event are still dispatched."""
         out = self.feed(b"\n\n") if (self._pending or self._data) else []
