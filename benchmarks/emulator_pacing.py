@@ -10,6 +10,10 @@ Targets (issue 3): >= 20,000 tokens/s on one core, P99 emission lateness <= 1 ms
 Lateness here is |actual write - engine emission time| per token: a step's tokens leave in one burst
 (one send per stream) centred on the step's end.
 
+The host's floor is printed beside it: `burst_floor_ms` is one burst of a bare `socket.send` loop
+over as many loopback connections (no emulator); centred, no server can get |lateness| P99 below
+about half of it (`burst_floor_p99_ms`).
+
     .venv/bin/python benchmarks/emulator_pacing.py --engine-speed
 
 instead times the pure engine: 10,000 DeepSeek-R1 requests on a virtual clock (target < 2 s).
@@ -159,6 +163,46 @@ def timer_floor(duration_s: float = 3.0, period_s: float = 0.008) -> dict[str, f
             "floor_max_ms": lat[-1] * 1e3}
 
 
+def send_floor(streams: int, rounds: int = 200, size: int = 230) -> dict[str, float]:
+    """The host's own floor for one burst: a bare loop of `socket.send` over `streams` loopback
+    connections (no emulator), a round every 10 ms, the receivers read between rounds.
+
+    A step's burst cannot be shorter than streams x this per-send cost; centred on the deadline,
+    the P99 of |lateness| cannot be below about half of it (`burst_floor_p99_ms`)."""
+    import socket
+
+    lsock = socket.create_server(("127.0.0.1", 0), backlog=streams + 8)
+    senders, receivers = [], []
+    try:
+        for _ in range(streams):
+            c = socket.create_connection(lsock.getsockname())
+            s, _ = lsock.accept()
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            c.setblocking(False)
+            senders.append(s)
+            receivers.append(c)
+        msg = b"x" * size
+        per_send = []
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            for s in senders:
+                s.send(msg)
+            per_send.append((time.perf_counter() - t0) / streams)
+            time.sleep(0.01)
+            for c in receivers:
+                try:
+                    c.recv(1 << 16)
+                except BlockingIOError:
+                    pass
+        per_send.sort()
+        p50 = per_send[len(per_send) // 2]
+        return {"send_floor_us_p50": p50 * 1e6, "send_floor_us_min": per_send[0] * 1e6,
+                "burst_floor_ms": p50 * streams * 1e3, "burst_floor_p99_ms": 0.49 * p50 * streams * 1e3}
+    finally:
+        for x in senders + receivers + [lsock]:
+            x.close()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--profile", default="tiny")
@@ -189,6 +233,7 @@ def main() -> int:
         floor = timer_floor()
         res = asyncio.run(_run(args, line.split(" ", 1)[1]))
         res.update(floor)
+        res.update(send_floor(args.streams))
         with open("/proc/loadavg") as f:
             res["host_loadavg_1m"] = float(f.read().split()[0])
         print(json.dumps(res, indent=2))
