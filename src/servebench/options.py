@@ -70,7 +70,7 @@ def run_options(fn: Callable[..., Any] | None = None, *, lists: bool = False) ->
         click.option("--ramp-up-end-rps", type=float, help="Ramp-up: rate of the last request."),
         click.option("--timeout", type=float, help="Seconds before a request counts as failed (timeout). [default: 600]"),
         click.option("--rx-timestamps", type=click.Choice(["kernel", "read"]), help="When a token arrived: 'kernel' = the kernel's receive timestamp of its bytes (Linux, plain HTTP), 'read' = when the client got to read them. [default: kernel]"),
-        click.option("--read-coalescing/--no-read-coalescing", default=None, help="With kernel timestamps: when reads come faster than 20,000/s, pause ~0.1 ms between polls so each read carries several chunks (arrival times stay the kernel's). [default: on]"),
+        click.option("--read-coalescing/--no-read-coalescing", default=None, help="With kernel timestamps: while streams deliver faster than a chunk a millisecond (20,000 such reads/s), pause ~0.1 ms between polls so each read carries several chunks (arrival times stay the kernel's). [default: on]"),
         click.option("--header", "headers", multiple=True, help="Extra HTTP header KEY:VALUE (repeatable). Values are never written to results."),
         click.option("--extra-body", help="JSON object merged into every request body."),
         click.option("--api-key-env", help="Name of the environment variable holding the API key (sent as a Bearer token)."),

@@ -11,7 +11,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servebench.http import KERNEL_RX_TIMESTAMPS, ConnectionPool, Endpoint, ReadCoalescer, _Conn, request_head
+from servebench.http import (
+    KERNEL_RX_TIMESTAMPS,
+    ConnectionPool,
+    Endpoint,
+    ReadCoalescer,
+    _Conn,
+    request_head,
+)
 
 
 class _Collect:
@@ -109,17 +116,25 @@ def test_tls_endpoints_keep_the_asyncio_transport() -> None:
     assert pool.coalesce_reads is False  # no kernel stamps, no coalescing
 
 
-def test_read_coalescer_pauses_only_when_quick_reads_come_fast() -> None:
-    co = ReadCoalescer(rate=20_000.0, pause_s=0.0)
-    co.last_ns = time.perf_counter_ns() - 1_000_000  # the last look was 1 ms ago
-    co.quick = 5  # 5 quick reads in 1 ms = 5,000/s: below the rate
-    co.armed = True
-    co.look()
-    assert (co.pauses, co.quick, co.armed) == (0, 0, False)
-    co.last_ns = time.perf_counter_ns() - 1_000_000
-    co.quick = 40  # 40,000/s
-    co.look()
-    assert co.pauses == 1 and co.pause_ns >= 0 and co.quick == 0
+def test_read_coalescer_pauses_only_while_quick_reads_come_fast() -> None:
+    co = ReadCoalescer(on_rate=20_000.0, off_rate=5_000.0, pause_s=0.0)
+
+    def window(quick: int) -> None:  # a 2 ms window ends with `quick` quick reads in it
+        co.window_ns = time.perf_counter_ns() - 2_000_000
+        co.quick = quick
+        co.armed = True
+        co.look()
+
+    window(30)  # 15,000/s: below the on-rate
+    assert (co.busy, co.pauses, co.quick, co.armed) == (False, 0, 0, False)
+    window(50)  # 25,000/s: busy, and this round pauses
+    assert co.busy and co.pauses == 1 and co.pause_ns >= 0
+    co.look()  # within the window: every round pauses while busy
+    assert co.pauses == 2
+    window(12)  # 6,000/s: above the off-rate, still busy
+    assert co.busy and co.pauses == 3
+    window(8)  # 4,000/s: off
+    assert not co.busy and co.pauses == 3
 
 
 class _NullTransport:
