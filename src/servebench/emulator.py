@@ -5,6 +5,7 @@ Subprocess contract (what `servebench emulate` and `servebench run` without `--u
     python -m servebench.emulator --profile NAME [--host 127.0.0.1] [--port 0] [--seed 0]
         [--served-model-name NAME] [--max-num-seqs N] [--kv-tokens N]
         [--fault-500 F] [--fault-429 F] [--fault-drop F] [--fault-stall F] [--fault-seed N]
+        [--realtime-priority N]
 
 prints exactly one line ``READY http://HOST:PORT`` on stdout (flushed) once it is listening (port 0
 picks a free port; the line carries the real one), logs nothing else to stdout, and runs until
@@ -48,7 +49,11 @@ before the step's burst, then with `time.sleep`; the burst writes every token of
 send per stream, bytes prepared in advance) and is centred on the deadline, using a running
 estimate of its own length. A late step is caught up (the next one is not pushed back); if the
 loop falls more than 25 ms behind it restarts the clock at "now" (the host is then the
-bottleneck; `/_servebench/pacing` shows it). Requests answered
+bottleneck; `/_servebench/pacing` shows it). The burst itself is prepared before the wait (each
+stream's bytes and its transport's write), so it holds nothing but the sends and their timestamps.
+On a host shared with a busy client a waking loop can wait a scheduler slice (ms) for its core;
+`--realtime-priority N` runs it under SCHED_FIFO so it preempts (pacing reports `scheduling`).
+Requests answered
 500/429 by a fault never reach the engine; dropped and disconnected ones are aborted in it.
 
 Library use: `serve(profile, host, port, faults=Faults(...))` blocks;
@@ -59,6 +64,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 import threading
@@ -96,12 +102,15 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 
 
 def serve(profile: Profile | str, host: str = "127.0.0.1", port: int = 0, *, faults: Faults | None = None,
-          seed: int = 0, served_model_name: str | None = None, ready: Any = None) -> None:
-    """Run the emulator until SIGINT/SIGTERM. `ready(url)` is called once listening."""
+          seed: int = 0, served_model_name: str | None = None, ready: Any = None,
+          scheduling: str = "normal") -> None:
+    """Run the emulator until SIGINT/SIGTERM. `ready(url)` is called once listening. `scheduling`:
+    what the loop runs under, in words (reported by /_servebench/pacing)."""
 
     async def main_() -> None:
         server, app, real_port = await start_server(profile, host, port, faults=faults, seed=seed,
                                                     served_model_name=served_model_name)
+        app.scheduling = scheduling
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -182,7 +191,22 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--fault-drop", type=float, default=0.0, help="fraction closed mid-stream")
     ap.add_argument("--fault-stall", type=float, default=0.0, help="fraction that stop sending mid-stream")
     ap.add_argument("--fault-seed", type=int, default=0)
+    ap.add_argument("--realtime-priority", type=int, default=None, metavar="N",
+                    help="pace under SCHED_FIFO priority N (1-99; Linux, root or CAP_SYS_NICE): on a host "
+                         "shared with a busy client, steps then start on time (see Pacing)")
     return ap.parse_args(argv)
+
+
+def _realtime(priority: int) -> str:
+    """Put this thread (the one that runs the loop) under SCHED_FIFO; what it runs under, in words."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+    except (AttributeError, OSError) as e:  # not Linux, or not permitted: pace as before, and say so
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
+        print(f"servebench.emulator: --realtime-priority {priority} refused ({reason}); "
+              "pacing at normal priority", file=sys.stderr)
+        return f"normal (SCHED_FIFO {priority} refused: {reason})"
+    return f"SCHED_FIFO {priority}"
 
 
 def _raise_fd_limit() -> None:
@@ -211,11 +235,14 @@ def main(argv: list[str] | None = None) -> int:
             eng = dataclasses.replace(eng, kv_blocks=max(1, args.kv_tokens // eng.block_size))
         prof = dataclasses.replace(prof, engine=eng)
         faults = Faults(args.fault_500, args.fault_429, args.fault_drop, args.fault_stall, args.fault_seed)
+        if args.realtime_priority is not None and not 1 <= args.realtime_priority <= 99:
+            raise ConfigError(f"--realtime-priority must be 1-99, not {args.realtime_priority}")
     except (ConfigError, ValueError) as e:
         print(f"servebench.emulator: {e}", file=sys.stderr)
         return 2
 
     _raise_fd_limit()
+    scheduling = _realtime(args.realtime_priority) if args.realtime_priority is not None else "normal"
 
     def ready(url: str) -> None:
         sys.stdout.write(f"READY {url}\n")
@@ -223,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         serve(prof, args.host, args.port, faults=faults, seed=args.seed, served_model_name=args.served_model_name,
-              ready=ready)
+              ready=ready, scheduling=scheduling)
     except OSError as e:
         print(f"servebench.emulator: {e}", file=sys.stderr)
         return 2

@@ -122,6 +122,7 @@ class Emulator:
         self._wake: asyncio.Event | None = None
         self._late = [0] * (_LATE_BUCKETS + 1)
         self._late_max_ns = 0
+        self._early = 0  # tokens written before their emission time (the burst's first half)
         self.ttft = Histogram(TTFT_BUCKETS_S)
         self.itl = Histogram(ITL_BUCKETS_S)
         self.tpot = Histogram(ITL_BUCKETS_S)
@@ -135,6 +136,7 @@ class Emulator:
         self._send_cost_s = 5e-6  # EWMA of the wall time to emit one token (send + bookkeeping)
         self._burst_s = 0.0  # total wall time spent in token bursts
         self._wake_late_s: deque[float] = deque(maxlen=10_000)  # burst start - planned start, recent steps
+        self.scheduling = "normal"  # what the loop runs under (emulator --realtime-priority)
 
     # ------------------------------------------------------------------ engine loop
     def start(self) -> None:
@@ -177,7 +179,9 @@ class Emulator:
                 continue
             deadline = start + res.duration_s
             # The step's tokens leave in one burst (a send per stream); centre it on the deadline.
-            n = len(res.tokens) if res.tokens else 0
+            # Everything but the sends is made ready now, before the wait.
+            plan = self._plan(res) if res.tokens else None
+            n = len(plan[0]) + len(plan[2]) if plan else 0
             half = min(0.003, 0.5 * n * self._send_cost_s)
             go = deadline - half
             rem = go - perf()
@@ -190,8 +194,9 @@ class Emulator:
                     time.sleep(rem - 0.0002)
                 rem = go - perf()
             if n:
+                assert plan is not None
                 t0 = perf()
-                t1 = self._emit(res, int(deadline * 1e9))
+                t1 = self._emit(plan, int(deadline * 1e9))
                 # per-token burst cost, clamped so a burst stretched by descheduling does not skew it
                 sample = min(max((t1 - t0) / n, 1e-6), 40e-6)
                 self._send_cost_s = 0.8 * self._send_cost_s + 0.2 * sample
@@ -218,28 +223,44 @@ class Emulator:
             data = tpl.role_chunk + data
         return b"%x\r\n%s\r\n" % (len(data), data)
 
-    def _emit(self, res: StepResult, deadline_ns: int) -> float:
-        """Write the step's tokens (the burst: bytes prepared in advance), then do the bookkeeping.
-
-        Returns the burst's end (perf_counter seconds)."""
-        perf_ns = time.perf_counter_ns
+    def _plan(self, res: StepResult) -> tuple[list[_Stream], list[tuple[Any, bytes]], list[_Stream]]:
+        """The step's burst, made ready before its time: (streams that get bytes, their (write, bytes)
+        in the same order, streams whose token leaves no bytes now: non-streaming ones)."""
         assert res.tokens is not None
-        sent: list[tuple[_Stream, int]] = []
-        keep = sent.append
+        streams: list[_Stream] = []
+        sends: list[tuple[Any, bytes]] = []
+        quiet: list[_Stream] = []
         for sim in res.tokens:
             st: _Stream = sim.payload
             if st.status != "running":
-                st.sent += 1
+                st.sent += 1  # stalled or gone: the engine still counts its token, nothing is written
                 continue
             data = st.next
-            if data is not None:
-                t = perf_ns()  # just before the bytes go to the socket: causal with any client
-                st.write(data)
+            if data is None:
+                quiet.append(st)
             else:
-                t = perf_ns()
-            st.token_ns.append(t)
-            keep((st, t))
+                streams.append(st)
+                sends.append((st.write, data))
+        return streams, sends, quiet
+
+    def _emit(self, plan: tuple[list[_Stream], list[tuple[Any, bytes]], list[_Stream]], deadline_ns: int) -> float:
+        """Write the step's tokens (the burst: one send per stream, nothing else), then do the
+        bookkeeping. Returns the burst's end (perf_counter seconds)."""
+        streams, sends, quiet = plan
+        perf_ns = time.perf_counter_ns
+        stamps: list[int] = []
+        stamp = stamps.append
+        t0 = perf_ns()
+        for write, data in sends:
+            stamp(perf_ns())  # just before the bytes go to the socket: causal with any client
+            try:
+                write(data)
+            except RuntimeError:  # uvloop: the client went away since the plan was made
+                pass
         burst_end = time.perf_counter()
+        sent = list(zip(streams, stamps))
+        if quiet:  # non-streaming: the token was generated now; its body leaves with the last one
+            sent += [(st, t0) for st in quiet]
         # bookkeeping, off the burst
         late = self._late
         itl_counts = self.itl.counts
@@ -247,7 +268,12 @@ class Emulator:
         itl_sum = 0.0
         itl_n = 0
         max_late = self._late_max_ns
+        early = 0
         for st, t in sent:
+            if st.status != "running":  # the client went away while the burst waited: nothing sent
+                st.sent += 1
+                continue
+            st.token_ns.append(t)
             i = st.sent
             st.sent = i + 1
             tokens = st.token_ns
@@ -261,6 +287,7 @@ class Emulator:
             d = t - deadline_ns
             if d < 0:
                 d = -d  # early (the burst is centred on the deadline): count |error|
+                early += 1
             if d > max_late:
                 max_late = d
             b = d // _LATE_BUCKET_NS
@@ -276,6 +303,7 @@ class Emulator:
             elif st.stream:
                 st.next = self._chunk(st, i + 1)
         self._late_max_ns = max_late
+        self._early += early
         self.itl.total += itl_sum
         self.itl.n += itl_n
         return burst_end
@@ -412,7 +440,8 @@ class Emulator:
                 "emit_wall_s": self._burst_s, "send_cost_us": self._send_cost_s * 1e6,
                 "wake_late_p50_ms": _pct(self._wake_late_s, 0.5) * 1e3,
                 "wake_late_p99_ms": _pct(self._wake_late_s, 0.99) * 1e3,
-                "process_cpu_s": time.process_time()}
+                "early_share": self._early / n if n else 0.0,
+                "process_cpu_s": time.process_time(), "scheduling": self.scheduling}
 
     def _metrics(self) -> bytes:
         s = self.engine.stats
@@ -557,7 +586,7 @@ class Emulator:
         n = st.n_total
         st.ids = ring[start:start + n] if start + n <= len(ring) else [ring[(start + k) & 0xFFFF] for k in range(n)]
         st.conn = conn
-        st.write = conn.write
+        st.write = conn.transport.write  # the burst calls it directly (HttpConn.write adds a frame)
         st.tpl = ChunkTemplates(chat=chat, rid=rid, created=self._created, model=self.model) if st.stream else None
         if st.stream:
             st.next = self._chunk(st, 0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import sys
 import threading
 import time
@@ -290,6 +291,33 @@ def test_cli_contract_errors() -> None:
     p = subprocess.run([sys.executable, "-m", "servebench.emulator", "--fault-500", "0.8", "--fault-drop", "0.5"],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and "fault" in p.stderr
+    p = subprocess.run([sys.executable, "-m", "servebench.emulator", "--realtime-priority", "120"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2 and p.stdout == "" and "--realtime-priority must be 1-99" in p.stderr
+
+
+def _fifo_permitted() -> bool:
+    """Whether this process may take SCHED_FIFO (tried in a child, which then exits)."""
+    import subprocess
+
+    code = "import os; os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(5))"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=30).returncode == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_FIFO"), reason="SCHED_FIFO is Linux-only")
+def test_realtime_priority_is_taken_or_its_refusal_reported() -> None:
+    s = _emulator("--profile", "tiny", "--realtime-priority", "5")
+    try:
+        r = chat(s.url, "hello there", max_tokens=8, ignore_eos=True, stream=True,
+                 stream_options={"include_usage": True})
+        pacing = call(s.url, "GET", "/_servebench/pacing").json()
+    finally:
+        s.stop()
+    assert r.status == 200 and r.done and r.events[-1]["usage"]["completion_tokens"] == 8
+    if _fifo_permitted():
+        assert pacing["scheduling"] == "SCHED_FIFO 5"
+    else:
+        assert pacing["scheduling"].startswith("normal (SCHED_FIFO 5 refused")
 
 
 def _stream_outcome(url: str, max_tokens: int, timeout: float) -> str:
