@@ -180,8 +180,8 @@ class Emulator:
             deadline = start + res.duration_s
             # The step's tokens leave in one burst (a send per stream); centre it on the deadline.
             # Everything but the sends is made ready now, before the wait.
-            plan = self._plan(res) if res.tokens else None
-            n = len(plan[0]) + len(plan[2]) if plan else 0
+            plan = self._plan(res)
+            n = len(plan[0]) + len(plan[2])
             half = min(0.003, 0.5 * n * self._send_cost_s)
             go = deadline - half
             rem = go - perf()
@@ -194,7 +194,6 @@ class Emulator:
                     time.sleep(rem - 0.0002)
                 rem = go - perf()
             if n:
-                assert plan is not None
                 t0 = perf()
                 t1 = self._emit(plan, int(deadline * 1e9))
                 # per-token burst cost, clamped so a burst stretched by descheduling does not skew it
@@ -226,11 +225,10 @@ class Emulator:
     def _plan(self, res: StepResult) -> tuple[list[_Stream], list[tuple[Any, bytes]], list[_Stream]]:
         """The step's burst, made ready before its time: (streams that get bytes, their (write, bytes)
         in the same order, streams whose token leaves no bytes now: non-streaming ones)."""
-        assert res.tokens is not None
         streams: list[_Stream] = []
         sends: list[tuple[Any, bytes]] = []
         quiet: list[_Stream] = []
-        for sim in res.tokens:
+        for sim in res.tokens or ():
             st: _Stream = sim.payload
             if st.status != "running":
                 st.sent += 1  # stalled or gone: the engine still counts its token, nothing is written

@@ -4,16 +4,16 @@ What every engine sends while a stream runs is, per token, one HTTP chunk holdin
 one `data: ` line holding a JSON chunk that is byte-identical to the previous one but for its text
 (same id, created, model, nulls). Once the stream's `StreamAccumulator` has seen such a chunk it
 knows the bytes before and after the text (its *template*, checked there by a probe parse). Then a
-read holding many chunks needs no chunk-by-chunk Python: two regular-expression passes in C find
-the run of whole chunks of that shape, and a few `map`s over the run check every chunk's declared
-size and template and yield each text's length.
+read of such chunks needs no JSON parse: a short read is checked chunk by chunk with byte
+comparisons; a long one is cut apart at its CRLFs, rebuilt under the template and compared with
+what came in one C-level comparison (`_bulk_run`).
 
 Exactness: a chunk is taken here only when the general path (chunked decoding, `SSEDecoder`,
-`orjson.loads`, `StreamAccumulator.on_event`) would give the very same result: its size line is
-plain hex and equals its payload's length, its payload is `data: ` + template prefix + text +
-template suffix + a blank line, and the text holds no `"`, `\\`, control character or invalid
-UTF-8 (so JSON reads it verbatim). The first chunk that is anything else ends the run, and from
-there the general path takes over. A property test holds the two paths together on random streams.
+`orjson.loads`, `StreamAccumulator.on_event`) would give the very same result: its size line
+reads as the general path reads it and equals its payload's length, its payload is `data: ` +
+template prefix + text + template suffix + a blank line, and the text holds no `"`, `\\`, control
+character or invalid UTF-8 (so JSON reads it verbatim). The first chunk that is anything else ends
+the run, and from there the general path takes over. Property tests hold the paths together.
 """
 
 from __future__ import annotations
@@ -94,16 +94,10 @@ def token_run(data: bytes, pos: int, tpl: RunTemplate) -> tuple[int, list[int]]:
         if size < tpl.min_size or end > n or not data.startswith(before, eol) \
                 or not data.startswith(after, end - la):
             break
-        text = data[eol + lb:end - la]
-        if _PLAIN(text) is None:
+        c = plain_text_chars(data[eol + lb:end - la])
+        if c < 0:
             break
-        if text.isascii():
-            chars.append(len(text))
-        else:
-            try:
-                chars.append(len(text.decode()))
-            except UnicodeDecodeError:
-                break
+        chars.append(c)
         pos = end
     return pos, chars
 

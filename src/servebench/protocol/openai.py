@@ -234,7 +234,7 @@ class StreamAccumulator:
         enc = orjson.dumps(text)
         if plain_text_chars(enc[1:-1]) < 0:
             return  # an escape in the text: its wire form may differ from ours; wait for a plain one
-        hits = [m for m in re.finditer(b'"' + key.encode() + rb'"\s*:\s*' + re.escape(enc), data)]
+        hits = list(re.finditer(b'"' + key.encode() + rb'"\s*:\s*' + re.escape(enc), data))
         if len(hits) != 1:
             return
         start, end = hits[0].end() - len(enc) + 1, hits[0].end() - 1  # the text between the quotes
