@@ -23,7 +23,9 @@ pytestmark = pytest.mark.e2e
 
 def _run(out: Path, *args: str, timeout_s: float = 300) -> tuple[dict[str, Any], Any]:
     proc = servebench("run", "--out", str(out), "--quiet", *args, timeout_s=timeout_s)
-    assert proc.returncode == 0, f"servebench failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    # stderr's head holds the error; its tail may be only interpreter-exit warnings
+    assert proc.returncode == 0, (f"servebench failed:\n{proc.stdout[-2000:]}\n{proc.stderr[:3000]}"
+                                  f"\n...\n{proc.stderr[-1000:]}")
     return json.loads((out / "summary.json").read_text()), load_run(out)
 
 
