@@ -159,3 +159,50 @@ def test_intended_hit_rate_counts_first_of_group_as_miss() -> None:
     groups = [k // 50 for k in range(500)]
     assert intended_hit_rate(groups, 2000, [3200] * 500) == pytest.approx(490 * 2000 / (500 * 3200))
     assert intended_hit_rate([0, 1, 2], 10, [20, 20, 20]) == 0.0
+
+
+def test_server_counter_asks_again_when_a_pooled_connection_was_closed_by_the_server() -> None:
+    """A real loopback server that answers the first /tokenize on a connection and closes it on
+    the next request, unanswered (what an idle keep-alive close racing with reuse looks like)."""
+    import socket
+    import threading
+
+    from servebench.workload.counter import ServerCounter
+
+    lsock = socket.create_server(("127.0.0.1", 0))
+    port = lsock.getsockname()[1]
+    answered: list[int] = []
+
+    def serve() -> None:
+        for _ in range(2):  # the first connection (answered once, then dropped), then a fresh one
+            conn, _ = lsock.accept()
+            with conn:
+                buf = b""
+                while b"\r\n\r\n" not in buf:
+                    buf += conn.recv(65536)
+                head, _, body = buf.partition(b"\r\n\r\n")
+                length = int(next(ln.split(b":")[1] for ln in head.split(b"\r\n")
+                                  if ln.lower().startswith(b"content-length")))
+                while len(body) < length:
+                    body += conn.recv(65536)
+                msg = b'{"count": 3, "tokens": [1, 2, 3]}'
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: keep-alive\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(msg), msg))
+                answered.append(1)
+                conn.recv(65536)  # the next request on this connection: dropped, unanswered
+        lsock.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+
+    async def go() -> list[int]:
+        counter = ServerCounter(f"http://127.0.0.1:{port}", "m", {}, "/tokenize", "prompt", parallel=1)
+        try:
+            return [*await counter.count(["one"]), *await counter.count(["two"])]
+        finally:
+            if counter._session is not None:
+                await counter._session.close()
+
+    assert asyncio.run(go()) == [3, 3]
+    t.join(5)
+    assert len(answered) == 2  # the second answer came on a fresh connection

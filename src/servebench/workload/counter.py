@@ -92,11 +92,21 @@ class ServerCounter:
 
     async def _one(self, text: str) -> int:
         self.calls += 1
-        async with self._sess().post(self.root + self.path, data=self._body(text), headers=self._headers) as r:
-            raw = await r.read()
-            if r.status != 200:
-                raise ConfigError(f"{self.root}{self.path} answered HTTP {r.status} while counting prompt tokens: "
-                                  f"{raw[:200].decode('utf-8', 'replace')}")
+        for attempt in (0, 1):
+            try:
+                async with self._sess().post(self.root + self.path, data=self._body(text),
+                                             headers=self._headers) as r:
+                    raw = await r.read()
+                    status = r.status
+                break
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+                # a pooled connection the server had closed while idle (llama-server drops idle
+                # keep-alive connections after a few seconds): counting is idempotent, ask once more
+                if attempt:
+                    raise
+        if status != 200:
+            raise ConfigError(f"{self.root}{self.path} answered HTTP {status} while counting prompt tokens: "
+                              f"{raw[:200].decode('utf-8', 'replace')}")
         n = _count_from(orjson.loads(raw))
         if n is None:
             raise ConfigError(f"{self.root}{self.path}: unexpected /tokenize response {raw[:200]!r}")
