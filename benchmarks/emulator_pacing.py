@@ -122,7 +122,7 @@ def engine_speed() -> dict[str, float]:
     import random
 
     from servebench.sim.engine import SimRequest, simulate
-    from servebench.sim.profile import load_profile
+    from servebench.deploy.loader import load_profile
 
     prof = load_profile("deepseek-r1")
     out: dict[str, float] = {}
@@ -223,7 +223,7 @@ def main() -> int:
     if args.engine_speed:
         print(json.dumps(engine_speed(), indent=2))
         return 0
-    cmd = [sys.executable, "-m", "servebench.emulator", "--profile", args.profile]
+    cmd = [sys.executable, "-m", "servebench.emulator.server", "--profile", args.profile]
     if args.realtime_priority is not None:
         cmd += ["--realtime-priority", str(args.realtime_priority)]
     if args.server_nice is not None:

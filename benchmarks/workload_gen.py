@@ -19,10 +19,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from servebench import runner
-from servebench.bench import plan_requests, run_against
-from servebench.config import RunConfig
-from servebench.emulator import EmulatorThread
+from servebench.client import runner
+from servebench.run.bench import plan_requests, run_against
+from servebench.run.config import RunConfig
+from servebench.emulator.server import EmulatorThread
 from servebench.workload import prepare_workload
 
 TARGET_S = 10.0

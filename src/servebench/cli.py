@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from servebench import __version__
-from servebench.options import config_from_options, handle_errors, run_options
+from servebench.run.options import config_from_options, handle_errors, run_options
 
 __all__ = ["main", "cli"]
 
@@ -33,7 +33,7 @@ def run(**options: Any) -> None:
 
     With no --url it starts the built-in emulator on a free loopback port and benchmarks it.
     """
-    from servebench.bench import run_benchmark_sync  # noqa: PLC0415 - keep --help fast
+    from servebench.run.bench import run_benchmark_sync  # noqa: PLC0415 - keep --help fast
 
     cfg = config_from_options(options)
     outcome = run_benchmark_sync(cfg)
@@ -48,15 +48,15 @@ def emulate(args: tuple[str, ...]) -> None:
 
     Prints `READY http://HOST:PORT` once listening; runs until Ctrl-C.
     """
-    from servebench.emulator import main as emulator_main  # noqa: PLC0415
+    from servebench.emulator.server import main as emulator_main  # noqa: PLC0415
 
     sys.exit(emulator_main(list(args)))
 
 
 def _register() -> None:
-    from servebench.plan import plan_command  # noqa: PLC0415
+    from servebench.plan.command import plan_command  # noqa: PLC0415
     from servebench.report.commands import compare_command, report_command  # noqa: PLC0415
-    from servebench.sweep import sweep_command  # noqa: PLC0415
+    from servebench.sweep.command import sweep_command  # noqa: PLC0415
 
     cli.add_command(report_command)
     cli.add_command(compare_command)

@@ -8,7 +8,7 @@ import pytest
 
 from servebench.report.compare import compare_sides, load_side, write_compare_html
 from servebench.report.html import write_report
-from servebench.report.synth import synth_records, write_synth_run, write_synth_sweep
+from tests.support.synth import synth_records, write_synth_run, write_synth_sweep
 from tests.browser.conftest import OfflinePage
 
 pytestmark = pytest.mark.browser

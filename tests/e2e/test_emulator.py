@@ -21,7 +21,7 @@ pytestmark = pytest.mark.e2e
 
 
 def _emulator(*args: str) -> ServerProcess:
-    return ServerProcess([sys.executable, "-m", "servebench.emulator", *args])
+    return ServerProcess([sys.executable, "-m", "servebench.emulator.server", *args])
 
 
 @pytest.fixture(scope="module")
@@ -285,13 +285,13 @@ def test_truth_matches_client_view(tiny: str) -> None:
 def test_cli_contract_errors() -> None:
     import subprocess
 
-    p = subprocess.run([sys.executable, "-m", "servebench.emulator", "--profile", "no-such-profile"],
+    p = subprocess.run([sys.executable, "-m", "servebench.emulator.server", "--profile", "no-such-profile"],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and p.stdout == "" and "unknown profile" in p.stderr
-    p = subprocess.run([sys.executable, "-m", "servebench.emulator", "--fault-500", "0.8", "--fault-drop", "0.5"],
+    p = subprocess.run([sys.executable, "-m", "servebench.emulator.server", "--fault-500", "0.8", "--fault-drop", "0.5"],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and "fault" in p.stderr
-    p = subprocess.run([sys.executable, "-m", "servebench.emulator", "--realtime-priority", "120"],
+    p = subprocess.run([sys.executable, "-m", "servebench.emulator.server", "--realtime-priority", "120"],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and p.stdout == "" and "--realtime-priority must be 1-99" in p.stderr
 
@@ -407,7 +407,7 @@ def test_kv_pressure_preempts_and_completes_everything() -> None:
 
 
 def test_in_process_thread_server() -> None:
-    from servebench.emulator import EmulatorThread
+    from servebench.emulator.server import EmulatorThread
 
     with EmulatorThread("tiny") as emu:
         r = chat(emu.url, max_tokens=5, ignore_eos=True)

@@ -17,15 +17,15 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from servebench.protocol.capabilities import probe
-from servebench.protocol.openai import (
+from servebench.target.capabilities import probe
+from servebench.client.openai import (
     API_PATHS,
     StreamAccumulator,
     build_body,
     encode_body,
 )
-from servebench.protocol.sse import SSEDecoder
-from servebench.store import load_run
+from servebench.client.sse import SSEDecoder
+from servebench.results.store import load_run
 from tests.support.procs import servebench
 from tests.support.real_servers import RealServer
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from servebench.http import KERNEL_RX_TIMESTAMPS
-from servebench.metrics import summarize
-from servebench.store import load_run
+from servebench.client.http import KERNEL_RX_TIMESTAMPS
+from servebench.results.metrics import summarize
+from servebench.results.store import load_run
 from tests.support.procs import servebench
 from tests.support.truth import truth_twin, truth_vs_client
 

@@ -7,7 +7,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from servebench.store import load_run
+from servebench.results.store import load_run
 from tests.support.procs import servebench
 from tests.support.scripted_server import Config
 

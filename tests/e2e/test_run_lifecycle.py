@@ -10,9 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from servebench.protocol.openai import build_body, encode_body
-from servebench.runner import Prepared, Shard, ShardSpec
-from servebench.store import read_records
+from servebench.client.openai import build_body, encode_body
+from servebench.client.runner import Prepared, Shard, ShardSpec
+from servebench.results.store import read_records
 
 
 def _body(turn: int) -> bytes:

@@ -14,7 +14,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from servebench.sweep import sweep_command
+from servebench.sweep.command import sweep_command
 
 
 def profile(tmp_path: Path, name: str, *, max_num_seqs: int, step_s: float, seq_s: float) -> str:
@@ -74,7 +74,7 @@ def test_concurrency_sweep_rises_then_plateaus(tmp_path: Path) -> None:
                            "--emulator-args", "--max-num-seqs 8", "--out", str(out))
         assert code == 0, text
         doc = load(out / "sweep.json")
-        assert doc["schema"] == "servebench.sweep/1" and doc["status"] == "complete"
+        assert doc["schema"] == "servebench.sweep.command/1" and doc["status"] == "complete"
         assert doc["x_key"] == "concurrency"
         pts = by_load(doc)
         assert sorted(pts) == [1, 2, 4, 8, 16, 32, 64]

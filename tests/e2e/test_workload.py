@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from servebench.store import load_run
+from servebench.results.store import load_run
 from tests.support.procs import servebench
 from tests.support.real_servers import RealServer
 
@@ -182,7 +182,7 @@ def test_no_tokenize_no_tokenizer_falls_back_to_approximate_with_a_note(scripted
 def test_prefix_cache_disagreement_is_a_note(tmp_path: Path) -> None:
     """The same seeded shared-prefix run twice on one server: the second finds everything cached already
     (achieved ~100% vs intended ~53%), and the summary says so."""
-    from servebench.emulator import EmulatorThread
+    from servebench.emulator.server import EmulatorThread
 
     args = ("--model", "tiny", "--dataset", "shared-prefix:groups=2,prompts=8,system=512,question=256",
             "--num-requests", "16", "--concurrency", "2", "--output-len", "2")

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from servebench.metrics import itl_gaps_ms, request_latencies_ms
-from servebench.records import RequestRecord
-from servebench.store import load_run
+from servebench.results.metrics import itl_gaps_ms, request_latencies_ms
+from servebench.results.records import RequestRecord
+from servebench.results.store import load_run
 
 
 def server_truth(url: str) -> dict[str, dict]:

@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 
 from servebench.errors import ProtocolError
-from servebench.protocol.capabilities import (
+from servebench.target.capabilities import (
     KNOWN_ENGINES,
     ROLES,
     Capabilities,

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from servebench.errors import ConfigError
-from servebench.sim.catalog import GPUS, MODELS, get_gpu, get_model, load_hf_config, parse_hf_config
+from servebench.deploy.loader import load_hf_config, resolve_model
+from servebench.sim.catalog import GPUS, MODELS, get_gpu, get_model, parse_hf_config
 
 
 @pytest.mark.parametrize(
@@ -87,7 +88,7 @@ def test_parse_deepseek_and_qwen3_moe_configs(tmp_path) -> None:
     path = tmp_path / "DeepSeek-R1" / "config.json"
     path.parent.mkdir()
     path.write_text(json.dumps(ds))
-    m = get_model(str(path))
+    m = resolve_model(str(path))
     assert m.name == "DeepSeek-R1" and m.attention == "mla" and m.default_quant == "fp8"
     assert m.params_total == get_model("DeepSeek-R1").params_total
     assert load_hf_config(path.parent).params_total == m.params_total

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from servebench.report.commands import compare_command
 from servebench.report.compare import compare_sides, load_side, sentence
-from servebench.report.synth import synth_records, write_synth_run, write_synth_sweep
+from tests.support.synth import synth_records, write_synth_run, write_synth_sweep
 
 FACTOR = 1.5
 

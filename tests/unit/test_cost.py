@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from servebench.cost import GPU_PRICES, cost_block, resolve_price, usd_per_million
+from servebench.results.cost import GPU_PRICES, cost_block, resolve_price, usd_per_million
 from servebench.errors import ConfigError
 
 

@@ -152,7 +152,7 @@ def test_trace_offsets_speedup_and_exact_generated_prompts(tmp_path: Path) -> No
     assert [it.meta["t_s"] for it in items] == [0.0, 0.25, 0.5, 0.75, 1.5]
     assert [it.input_len for it in items[:4]] == [40, 41, 42, 43]
     assert info["trace"]["speedup"] == 2.0 and "note" in info["trace"]
-    from servebench.tokenizer import get_tokenizer
+    from servebench.emulator.tokenizer import get_tokenizer
 
     tok = get_tokenizer()
     # generated prompts: exact unit tokens = input_len - overhead (5; the anchor is part of the overhead)
@@ -173,7 +173,7 @@ def test_trace_hash_ids_share_block_texts(tmp_path: Path) -> None:
     b.units = asyncio.run(calibrate_units(BuiltinCounter()))
     b._overheads = {"single": 0}  # noqa: SLF001 - content tokens only, to read blocks off the text
     items, info = asyncio.run(trace_items(str(p), _cfg(), 10, b, speedup=1.0, block_tokens=16))
-    from servebench.tokenizer import get_tokenizer
+    from servebench.emulator.tokenizer import get_tokenizer
 
     tok = get_tokenizer()
     anchor = tok.count(ANCHOR)

@@ -14,15 +14,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servebench.http import _Conn
-from servebench.protocol.fastpath import (
+from servebench.client.http import _Conn
+from servebench.client.fastpath import (
     RunTemplate,
     _bulk_run,
     plain_text_chars,
     token_run,
 )
-from servebench.protocol.openai import StreamAccumulator
-from servebench.runner import _StreamSink
+from servebench.client.openai import StreamAccumulator
+from servebench.client.runner import _StreamSink
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 

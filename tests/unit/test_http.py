@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servebench.http import (
+from servebench.client.http import (
     KERNEL_RX_TIMESTAMPS,
     ConnectionPool,
     Endpoint,
@@ -57,6 +57,8 @@ def _request(url: str, body: bytes, kernel: bool, block_loop_s: float = 0.0) -> 
         sink = _Collect()
         head = request_head(pool.head_prefix("POST", {}), len(body))
         if block_loop_s:  # the event loop is busy elsewhere while the response arrives
+            # connected first, so the block falls after the request went out, not during the connect
+            assert await pool.preconnect(1) == 1
             asyncio.get_running_loop().call_later(0.001, time.sleep, block_loop_s)
         resp = await pool.request(head, body, sink)
         mode = "kernel" if pool.kernel_timestamps else "read"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from servebench.metrics import assess_client, distribution, error_adjusted, itl_gaps_ms, summarize
-from servebench.records import RequestRecord
+from servebench.results.metrics import assess_client, distribution, error_adjusted, itl_gaps_ms, summarize
+from servebench.results.records import RequestRecord
 
 MS = 1_000_000
 

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from servebench.errors import ConfigError
-from servebench.plan import (
+from servebench.plan.command import (
     MeasuredPoint,
     PlanArgs,
     calibrate,
@@ -136,7 +136,7 @@ def test_median_itl_equals_brute_force_token_gaps(kv_blocks, concurrency) -> Non
     import dataclasses
     import statistics
 
-    from servebench.plan import _median_itl_s, engine_config
+    from servebench.plan.command import _median_itl_s, engine_config
     from servebench.sim.engine import SimRequest, simulate
 
     dep, m = _awq_deployment()

@@ -9,7 +9,8 @@ import pytest
 
 from servebench.errors import ConfigError
 from servebench.sim.engine import SimRequest, simulate
-from servebench.sim.profile import list_profiles, load_profile, profile_from_dict
+from servebench.deploy.loader import list_profiles, load_profile
+from servebench.sim.profile import profile_from_dict
 
 
 def test_all_profiles_load() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from servebench.protocol.openai import (
+from servebench.client.openai import (
     StreamAccumulator,
     allocate_tokens,
     build_body,

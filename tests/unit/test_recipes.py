@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from servebench.errors import ConfigError
-from servebench.recipes import RecipeSpec, render_all
-from servebench.recipes.k8s import k8s_docs
+from servebench.plan.recipes import RecipeSpec, render_all
+from servebench.plan.recipes.k8s import k8s_docs
 from servebench.sim.catalog import get_gpu, get_model
 from servebench.sim.memory import Layout
 

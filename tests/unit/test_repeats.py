@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from servebench.repeats import spread
+from servebench.results.repeats import spread
 
 
 def test_spread_mean_std_range_and_cv() -> None:

@@ -12,8 +12,8 @@ from servebench.errors import ConfigError
 from servebench.report.commands import report_command
 from servebench.report.data import inflight_series, load_results, tokens_per_s_series
 from servebench.report.html import write_overlay_report, write_report
-from servebench.report.synth import synth_records, write_synth_run, write_synth_sweep
-from servebench.store import SUMMARY
+from tests.support.synth import synth_records, write_synth_run, write_synth_sweep
+from servebench.results.store import SUMMARY
 
 PAYLOAD = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned=2"><h1>Bad Gateway</h1>'
 
@@ -162,7 +162,7 @@ def test_repeats_directory(tmp_path: Path) -> None:
     for k in (1, 2, 3):
         write_synth_run(root / f"repeat-{k}", synth_records(40, seed=k), concurrency=8)
     spread = {"output tok/s": {"values": [1.0, 2.0, 3.0], "mean": 2.0, "std": 1.0, "min": 1.0, "max": 3.0, "cv": 0.5}}
-    (root / "repeats.json").write_text(json.dumps({"schema": "servebench.repeats/1",
+    (root / "repeats.json").write_text(json.dumps({"schema": "servebench.results.repeats/1",
                                                    "repeats": ["repeat-1", "repeat-2", "repeat-3"],
                                                    "spread": spread}))
     res = load_results(root)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from servebench.servermetrics import parse_prometheus, prefix_cache_note, server_summary
+from servebench.target.servermetrics import parse_prometheus, prefix_cache_note, server_summary
 
 VLLM_BEFORE = """
 # HELP vllm:prefix_cache_queries Prefix cache queries, in tokens.

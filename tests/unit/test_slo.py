@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from servebench.errors import ConfigError
-from servebench.metrics import summarize
-from servebench.records import RequestRecord
-from servebench.slo import MLPERF_PRESETS, evaluate, failing, parse_slo_spec
+from servebench.results.metrics import summarize
+from servebench.results.records import RequestRecord
+from servebench.results.slo import MLPERF_PRESETS, evaluate, failing, parse_slo_spec
 
 MS = 1_000_000
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 import pytest
 
-from servebench.protocol.sse import SSEDecoder
+from servebench.client.sse import SSEDecoder
 
 
 def feed_all(chunks: list[bytes]) -> list[tuple[bytes | None, bytes]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from servebench import metrics
+from servebench.results import metrics
 from servebench.report.compare import side_data
 from servebench.report.stats import (
     METRICS,
@@ -14,8 +14,8 @@ from servebench.report.stats import (
     ratio_ci,
     weighted_quantile_rows,
 )
-from servebench.report.synth import synth_records
-from servebench.store import RunResult
+from tests.support.synth import synth_records
+from servebench.results.store import RunResult
 
 
 def _run(records, name="r") -> RunResult:

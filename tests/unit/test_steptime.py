@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from servebench.sim.profile import load_profile
+from servebench.deploy.loader import load_profile
 from servebench.sim.steptime import StepCost, StepShape, distinct_experts, step_time_s
 
 DENSE = StepCost(dense_weight_bytes=16e9, kv_bytes_per_token=131072, flops_per_token=16e9, hbm_bytes_per_s=3.35e12,

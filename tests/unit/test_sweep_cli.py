@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from servebench.sweep import sweep_command
+from servebench.sweep.command import sweep_command
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from servebench.errors import ConfigError
-from servebench.sweep_plan import (
+from servebench.sweep.points import (
     Point,
     auto_rates,
     build_grid,

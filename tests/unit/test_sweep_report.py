@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from servebench.sweep_report import diagnose, point_row, table_text
+from servebench.sweep.table import diagnose, point_row, table_text
 
 
 def summ(tok_s: float, ttft_ms: float, *, client: bool = False, waiting: float | None = None,

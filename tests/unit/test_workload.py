@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from servebench.errors import ConfigError
-from servebench.tokenizer import get_tokenizer
+from servebench.emulator.tokenizer import get_tokenizer
 from servebench.workload.counter import LocalCounter
 from servebench.workload.exact import ANCHOR, UnitPool, approximate_units, calibrate_units
 from servebench.workload.random import mixture_lengths
@@ -18,7 +18,7 @@ from servebench.workload.synthetic import intended_hit_rate
 
 
 class BuiltinCounter:
-    """The emulator's own tokenizer (servebench.tokenizer), counted in-process: the real thing, no HTTP."""
+    """The emulator's own tokenizer (servebench.emulator.tokenizer), counted in-process: the real thing, no HTTP."""
 
     label = "exact (builtin)"
 

@@ -18,7 +18,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from servebench import metrics
+from servebench.results import metrics
 from servebench.errors import ConfigError
 from servebench.report.data import RepeatsResult, SweepResult, load_results, measured
 from servebench.report.html import esc, fmt, render_overlay, write_page
@@ -29,7 +29,7 @@ from servebench.report.stats import (
     SideData,
     ratio_ci,
 )
-from servebench.store import RunResult
+from servebench.results.store import RunResult
 
 __all__ = [
     "SWEEP_METRICS",

@@ -130,7 +130,7 @@ def print_summary(summary: dict[str, Any], console: Console, out_dir: str | None
         if check.get("passed"):
             console.print(f"  SLO  [green]pass[/green]  {limits}")
         else:
-            from servebench.slo import failing  # noqa: PLC0415
+            from servebench.results.slo import failing  # noqa: PLC0415
 
             console.print(f"  SLO  [red]fail[/red]  {limits}: {failing(check)}")
     for note in summary.get("notes") or ():

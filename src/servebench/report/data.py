@@ -1,6 +1,6 @@
 """Load result directories (a run or a sweep) and derive what the report draws.
 
-Reading goes through `servebench.store`; per-request figures through `servebench.metrics`, so the
+Reading goes through `servebench.results.store`; per-request figures through `servebench.results.metrics`, so the
 report computes nothing twice. A run directory without `summary.json` (an interrupted run) gets its
 summary recomputed from `requests.jsonl`. Derivations below are pure (records in, arrays out).
 """
@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from servebench import metrics
+from servebench.results import metrics
 from servebench.errors import ConfigError
-from servebench.records import RequestRecord
-from servebench.store import RunResult, load_run, read_json
+from servebench.results.records import RequestRecord
+from servebench.results.store import RunResult, load_run, read_json
 
 __all__ = [
     "REPEATS",

@@ -22,8 +22,8 @@ from servebench.report.data import (
     samples_ms,
     tokens_per_s_series,
 )
-from servebench.metrics import dig
-from servebench.store import RunResult
+from servebench.results.metrics import dig
+from servebench.results.store import RunResult
 
 __all__ = ["get", "run_figures", "runs_overlay_figures", "slo_of", "sweep_figures", "sweep_limits"]
 

@@ -32,7 +32,7 @@ from servebench.report.layout import (
     table,
 )
 from servebench.report.multi import render_overlay, render_repeats, render_sweep
-from servebench.store import RunResult
+from servebench.results.store import RunResult
 
 __all__ = [
     "esc",

@@ -21,7 +21,7 @@ from servebench.report.figures import (
     sweep_limits,
 )
 from servebench.report.layout import REPORT, card, esc, figures_grid, fmt, page, table
-from servebench.store import RunResult
+from servebench.results.store import RunResult
 
 __all__ = ["render_overlay", "render_repeats", "render_sweep"]
 

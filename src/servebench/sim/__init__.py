@@ -1,1 +1,1 @@
-"""sim."""
+"""The pure performance model: model/GPU catalogue, memory fit, step times, and continuous batching on any clock."""

@@ -1,15 +1,13 @@
 """Model and GPU catalogue: architecture facts that memory and step-time models need.
 
-Pure: the catalogue is code, not files. The only I/O is `load_hf_config`, which reads a user's
-Hugging Face `config.json`; `parse_hf_config` turns an already-loaded dict into a `ModelSpec`.
+Pure: the catalogue is code, not files. `parse_hf_config` turns an already-loaded Hugging Face
+`config.json` dict into a `ModelSpec`; reading the file is `deploy.loader.load_hf_config`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -23,7 +21,6 @@ __all__ = [
     "get_model",
     "get_gpu",
     "parse_hf_config",
-    "load_hf_config",
     "params_b",
 ]
 
@@ -258,31 +255,14 @@ def get_gpu(name: str) -> GPUSpec:
     return GPUS[key]
 
 
-def get_model(name_or_config_path: str) -> ModelSpec:
-    """A catalogue name (case-insensitive; HF ids too) or a path to a Hugging Face config.json (or its dir)."""
-    key = _norm(name_or_config_path)
+def get_model(name: str) -> ModelSpec:
+    """A catalogue name (case-insensitive; HF ids too). Paths to a config.json: `deploy.loader.resolve_model`."""
+    key = _norm(name)
     for m in _MODEL_LIST:
         if key in (_norm(m.name), _norm(m.hf_id), _norm(m.hf_id.split("/")[-1])):
             return m
-    path = Path(name_or_config_path)
-    if path.suffix == ".json" or path.is_dir():
-        return load_hf_config(path)
-    raise ConfigError(f"unknown model {name_or_config_path!r}; known: {', '.join(MODELS)} "
+    raise ConfigError(f"unknown model {name!r}; known: {', '.join(MODELS)} "
                       "(or give a path to a Hugging Face config.json)")
-
-
-def load_hf_config(path: str | Path) -> ModelSpec:
-    """I/O edge: read a config.json (or a directory holding one) and parse it."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / "config.json"
-    try:
-        cfg = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read model config {p}: {exc}") from exc
-    spec = parse_hf_config(cfg, name=p.parent.name or p.stem)
-    # the checkpoint directory is what an engine is launched with (`vllm serve /models/foo`)
-    return dataclasses.replace(spec, hf_id=str(p.parent))
 
 
 _SUPPORTED_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3", "deepseek_v2", "mistral")

@@ -1,4 +1,4 @@
-"""Engine profiles: YAML data in `sim/profiles/` -> an `EngineConfig` plus output-length settings.
+"""Engine profiles: YAML data in `deploy/profiles/` -> an `EngineConfig` plus output-length settings.
 
 A profile names a deployment (model from `sim.catalog`, GPU, parallelism, quantization, engine
 memory accounting) and the engine's scheduler settings, plus the calibration of the step-time model
@@ -18,21 +18,19 @@ Keys (all optional except `name`)::
     output:     {eos_mean_tokens, default_max_tokens, reasoning_tokens_mean, reasoning_tokens_min}
     extends:    BASE                              # start from another profile (one-level merge)
 
-`profile_from_dict` is pure; `load_profile` reads the packaged YAML (or a path to one).
+`profile_from_dict` is pure; `deploy.loader.load_profile` reads the packaged YAML (or a path to one).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from importlib import resources
-from pathlib import Path
 from typing import Any, Mapping
 
 from servebench.errors import ConfigError
 from servebench.sim.engine import EngineConfig
 from servebench.sim.steptime import StepCost
 
-__all__ = ["Profile", "profile_from_dict", "load_profile", "list_profiles", "cost_from_catalog"]
+__all__ = ["Profile", "profile_from_dict", "cost_from_catalog"]
 
 _COST_FIELDS = frozenset(f.name for f in fields(StepCost))
 
@@ -65,7 +63,8 @@ def cost_from_catalog(data: Mapping[str, Any]) -> tuple[StepCost, int | None, in
     """Derive step-cost coefficients and KV capacity (tokens) from the catalogue and memory model."""
     from servebench.sim import catalog, memory  # deferred: only catalogue-backed profiles need them
 
-    model = catalog.get_model(str(data["model"]))
+    spec = data["model"]  # a catalogue name, or a ModelSpec its caller resolved (e.g. from a config.json)
+    model = spec if isinstance(spec, catalog.ModelSpec) else catalog.get_model(str(spec))
     gpu = catalog.get_gpu(str(data.get("gpu", "h100")))
     tp, pp, dp = int(data.get("tp", 1)), int(data.get("pp", 1)), int(data.get("dp", 1))
     gpus = int(data.get("gpus", tp * pp * dp))
@@ -175,41 +174,3 @@ def profile_from_dict(data: Mapping[str, Any]) -> Profile:
         gpus=gpus,
         gpu=str(data.get("gpu", "")),
     )
-
-
-def list_profiles() -> list[str]:
-    """Names of the packaged profiles."""
-    root = resources.files("servebench.sim") / "profiles"
-    return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".yaml"))
-
-
-def load_profile(name_or_path: str) -> Profile:
-    """A packaged profile by name (`tiny`, `deepseek-v3-awq`, ...) or a YAML file path."""
-    return profile_from_dict(_load_raw(name_or_path, depth=0))
-
-
-def _load_raw(name_or_path: str, depth: int) -> dict[str, Any]:
-    """Parsed YAML, with `extends: BASE` resolved (nested mappings merge one level deep)."""
-    import yaml
-
-    if depth > 4:
-        raise ConfigError(f"profile {name_or_path}: 'extends' nests too deep")
-    path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") and path.exists():
-        text = path.read_text()
-    else:
-        res = resources.files("servebench.sim") / "profiles" / f"{name_or_path}.yaml"
-        if not res.is_file():
-            raise ConfigError(f"unknown profile {name_or_path!r}; known: {', '.join(list_profiles())}")
-        text = res.read_text()
-    data = yaml.safe_load(text)
-    if not isinstance(data, dict):
-        raise ConfigError(f"profile {name_or_path}: not a mapping")
-    base_name = data.pop("extends", None)
-    if base_name is None:
-        return data
-    base = _load_raw(str(base_name), depth + 1)
-    merged = dict(base)
-    for k, v in data.items():
-        merged[k] = {**base[k], **v} if isinstance(v, dict) and isinstance(base.get(k), dict) else v
-    return merged

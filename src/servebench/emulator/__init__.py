@@ -1,0 +1,1 @@
+"""The built-in emulated OpenAI-compatible server: an HTTP shell around the pure `sim/` engine on the wall clock."""

@@ -1,0 +1,285 @@
+"""Records -> metrics. Pure functions; every formula is written down in docs/metrics.md.
+
+Nothing here runs during a run: the runner only stores timestamps and counts, and the summary is
+computed afterwards from the records (so `servebench report` can recompute it from disk).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from servebench.results.records import RequestRecord
+
+__all__ = [
+    "PERCENTILES",
+    "assess_client",
+    "dig",
+    "SCHEMA",
+    "distribution",
+    "error_adjusted",
+    "itl_gaps_ms",
+    "request_latencies_ms",
+    "meets_slo",
+    "summarize",
+    "window_ns",
+]
+
+SCHEMA = "servebench.summary/1"
+PERCENTILES = (50, 90, 95, 99)
+# Failures that say nothing about the server: requests cut short by the user or by --duration.
+_NOT_A_SERVER_FAILURE = frozenset({"cancelled"})
+
+
+def dig(doc: dict[str, Any] | None, *path: str) -> Any:
+    """doc[a][b]... of a summary-like document, or None when any step is missing."""
+    cur: Any = doc
+    for key in path:
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(key)
+    return cur
+
+
+def distribution(values: Sequence[float] | np.ndarray) -> dict[str, float | int | None]:
+    """mean, median, p90, p95, p99, min, max, std (population) and count of finite values.
+
+    Percentiles use linear interpolation between order statistics (numpy's default, the same
+    as vLLM's `bench serve`), so figures compare with theirs.
+    """
+    arr = np.asarray(values, dtype=float)
+    if arr.size == 0:
+        return {"count": 0, "mean": None, "median": None, "p90": None, "p95": None,
+                "p99": None, "min": None, "max": None, "std": None}
+    p50, p90, p95, p99 = np.percentile(arr, PERCENTILES)
+    return {
+        "count": int(arr.size),
+        "mean": float(arr.mean()),
+        "median": float(p50),
+        "p90": float(p90),
+        "p95": float(p95),
+        "p99": float(p99),
+        "min": float(arr.min()),
+        "max": float(arr.max()),
+        "std": float(arr.std()),
+    }
+
+
+def error_adjusted(values: Sequence[float], n_failed: int) -> dict[str, float | None]:
+    """Percentiles where each failed request counts as +inf; `None` in JSON means infinite.
+
+    With 2% failures the P99 is infinite: the tail is made of requests that never finished, and a
+    percentile that quietly drops them would hide exactly what the SLO is about.
+    """
+    arr = np.concatenate([np.asarray(values, dtype=float), np.full(n_failed, np.inf)])
+    if arr.size == 0:
+        return {"median": None, "p90": None, "p95": None, "p99": None}
+    # "lower" picks an order statistic, so inf never mixes into an interpolation (inf - x = nan).
+    qs = np.percentile(arr, PERCENTILES, method="lower")
+    return {name: (float(q) if math.isfinite(q) else None)
+            for name, q in zip(("median", "p90", "p95", "p99"), qs)}
+
+
+def itl_gaps_ms(record: RequestRecord) -> np.ndarray:
+    """Inter-token gaps of one request, per token.
+
+    A chunk arriving `gap` after the previous one and carrying k tokens contributes k gaps of
+    gap/k. Tokens of the first chunk arrive with the first token and are part of TTFT, not ITL.
+    """
+    t = record.chunk_ns
+    if len(t) < 2:
+        return np.empty(0)
+    gaps = np.diff(np.asarray(t, dtype=np.int64)) / 1e6
+    k = np.asarray(record.chunk_tokens[1:], dtype=np.int64) if record.chunk_tokens else None
+    if k is None or k.size != gaps.size or np.all(k == 1):
+        return gaps
+    k = np.maximum(k, 1)
+    return np.repeat(gaps / k, k)
+
+
+def request_latencies_ms(r: RequestRecord) -> dict[str, float | None]:
+    """TTFT, TTFAT, E2E and TPOT of one completed request (None where undefined)."""
+    send = r.t_send_ns
+    ttft = (r.t_first_ns - send) / 1e6 if r.t_first_ns is not None and send is not None else None
+    ttfat = (r.t_first_answer_ns - send) / 1e6 if r.t_first_answer_ns is not None and send is not None else None
+    e2e = (r.t_last_ns - send) / 1e6 if r.t_last_ns is not None and send is not None else None
+    n = r.output_tokens or 0
+    tpot = None
+    if n > 1 and r.t_last_ns is not None and r.t_first_ns is not None:
+        tpot = (r.t_last_ns - r.t_first_ns) / 1e6 / (n - 1)
+    return {"ttft": ttft, "ttfat": ttfat, "e2e": e2e, "tpot": tpot}
+
+
+def meets_slo(lat: dict[str, float | None], slo: dict[str, float]) -> bool:
+    """Per-request SLO check for goodput: every `<metric>_ms` limit in `slo` holds.
+
+    A limit on a metric the request does not have (TPOT of a 1-token answer) is not violated.
+    """
+    for key, limit in slo.items():
+        value = lat.get(key.removesuffix("_ms"))
+        if value is not None and value > limit:
+            return False
+    return True
+
+
+def window_ns(measured: Iterable[RequestRecord]) -> tuple[int, int] | None:
+    """The measured window: first send of a measured request to the last end of one."""
+    sends = [r.t_send_ns for r in measured if r.t_send_ns is not None]
+    ends = [r.t_end_ns for r in measured if r.t_end_ns is not None]
+    if not sends or not ends:
+        return None
+    return min(sends), max(ends)
+
+
+def summarize(
+    records: Sequence[RequestRecord],
+    *,
+    run: dict[str, Any] | None = None,
+    slo: dict[str, float] | None = None,
+    client: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The `summary.json` document (schema servebench.summary/1) of a run's records.
+
+    `run` carries what the records cannot know (run_id, started_at, target, load, workload); it is
+    merged in as given. `slo` holds per-request limits (`ttft_ms`, `tpot_ms`, `e2e_ms`, `ttfat_ms`)
+    for goodput. `client` holds the client's self-measurements (CPU, loop lag).
+    """
+    measured = [r for r in records if not r.warmup and r.t_send_ns is not None]
+    completed = [r for r in measured if r.status == "ok"]
+    failed = [r for r in measured if r.status != "ok"]
+    errors = Counter(r.error_kind or "unknown" for r in failed)
+    server_failures = sum(n for kind, n in errors.items() if kind not in _NOT_A_SERVER_FAILURE)
+
+    win = window_ns(measured)
+    window_s = (win[1] - win[0]) / 1e9 if win and win[1] > win[0] else 0.0
+
+    lats = [request_latencies_ms(r) for r in completed]
+    col = {k: [x[k] for x in lats if x[k] is not None] for k in ("ttft", "ttfat", "e2e", "tpot")}
+    itl = np.concatenate([itl_gaps_ms(r) for r in completed]) if completed else np.empty(0)
+
+    out_tokens = sum(r.output_tokens or 0 for r in completed)
+    in_tokens = sum((r.input_tokens if r.input_tokens is not None else r.input_len) for r in completed)
+    reasoning = sum(r.reasoning_tokens for r in completed)
+    per_user = [
+        (r.output_tokens or 0) / (x["e2e"] / 1e3)
+        for r, x in zip(completed, lats)
+        if x["e2e"] and (r.output_tokens or 0) > 0
+    ]
+    lag_ms = [(r.t_send_ns - r.t_sched_ns) / 1e6 for r in measured]
+
+    def rate(n: float) -> float:
+        return n / window_s if window_s > 0 else 0.0
+
+    sched = sorted(r.t_sched_ns for r in measured)
+    offered_span_s = (sched[-1] - sched[0]) / 1e9 if len(sched) > 1 else 0.0
+    offered = (len(sched) - 1) / offered_span_s if offered_span_s > 0 else rate(len(measured))
+
+    goodput = None
+    if slo:
+        good = sum(1 for x in lats if meets_slo(x, slo))
+        goodput = {
+            "slo": dict(slo),
+            "requests_meeting_slo": good,
+            "fraction": good / len(measured) if measured else 0.0,
+            "requests_per_s": rate(good),
+        }
+
+    summary: dict[str, Any] = {"schema": SCHEMA}
+    summary.update(run or {})
+    summary.update({
+        "duration_s": window_s,
+        "requests": {
+            "total": len(measured),
+            "completed": len(completed),
+            "failed": len(failed),
+            "errors": dict(sorted(errors.items())),
+            "warmup": sum(1 for r in records if r.warmup),
+        },
+        "throughput": {
+            "requests_per_s": rate(len(completed)),
+            "offered_requests_per_s": offered,
+            "input_tokens_per_s": rate(in_tokens),
+            "output_tokens_per_s": rate(out_tokens),
+            "total_tokens_per_s": rate(in_tokens + out_tokens),
+        },
+        "latency_ms": {
+            "ttft": distribution(col["ttft"]),
+            "tpot": distribution(col["tpot"]),
+            "itl": distribution(itl),
+            "e2e": distribution(col["e2e"]),
+            "ttfat": distribution(col["ttfat"]),
+        },
+        "latency_ms_error_adjusted": {
+            "ttft": error_adjusted(col["ttft"], server_failures),
+            "e2e": error_adjusted(col["e2e"], server_failures),
+        },
+        "tokens": {
+            "input_total": in_tokens,
+            "output_total": out_tokens,
+            "reasoning_total": reasoning,
+            "answer_total": out_tokens - reasoning,
+            "input_source": _source(completed, "input"),
+            "output_source": _source(completed, "output"),
+        },
+        "per_user_output_tokens_per_s": {
+            "median": float(np.median(per_user)) if per_user else None,
+            "p10": float(np.percentile(per_user, 10)) if per_user else None,
+            "mean": float(np.mean(per_user)) if per_user else None,
+        },
+        "goodput": goodput,
+    })
+    client_doc = dict(client or {})
+    client_doc["schedule_lag_ms"] = distribution(lag_ms)
+    summary["client"] = client_doc
+    return summary
+
+
+def _source(completed: Sequence[RequestRecord], which: str) -> str:
+    if not completed:
+        return "none"
+    if which == "input":
+        n_usage = sum(1 for r in completed if r.input_tokens is not None)
+        label = "usage", "requested"
+    else:
+        n_usage = sum(1 for r in completed if r.output_tokens_source == "usage")
+        label = "usage", "counted"
+    if n_usage == len(completed):
+        return label[0]
+    return label[1] if n_usage == 0 else "mixed"
+
+
+# Client self-check thresholds (docs/metrics.md, "Client self-check").
+LOOP_LAG_P99_MS = 5.0
+SCHEDULE_LAG_P99_MS = 10.0
+CPU_BUSY_PEAK = 0.95
+
+
+def assess_client(summary: dict[str, Any], *, open_loop: bool) -> tuple[bool, list[str], str]:
+    """Is the client the bottleneck? (saturated, reasons, advice) from the summary's client block.
+
+    Saturated when the event loop oversleeps (p99 > 5 ms: chunks wait to be timestamped), when an
+    open-loop schedule falls behind (schedule lag p99 > 10 ms), or when the client process used
+    ≥ 95% of a core in some second of the run.
+    """
+    client = summary.get("client", {})
+    reasons = []
+    loop_lag = client.get("loop_lag_ms_p99") or 0.0
+    if loop_lag > LOOP_LAG_P99_MS:
+        reasons.append(f"event-loop lag p99 {loop_lag:.1f} ms > {LOOP_LAG_P99_MS:g} ms")
+    lag = (client.get("schedule_lag_ms") or {}).get("p99") or 0.0
+    if open_loop and lag > SCHEDULE_LAG_P99_MS:
+        reasons.append(f"schedule lag p99 {lag:.1f} ms > {SCHEDULE_LAG_P99_MS:g} ms")
+    cpu = client.get("cpu_busy_peak") or 0.0
+    if cpu >= CPU_BUSY_PEAK:
+        reasons.append(f"client CPU peaked at {cpu * 100:.0f}% of a core")
+    advice = ""
+    if reasons:
+        advice = ("the client, not the server, may be limiting this run ("
+                  + "; ".join(reasons) + "). Latencies include client queueing. Lower "
+                  "--concurrency/--rate, close other work on this machine, or split the load "
+                  "over more client processes.")
+    return bool(reasons), reasons, advice

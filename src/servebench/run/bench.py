@@ -1,0 +1,359 @@
+"""One benchmark run, end to end: checks, workload, schedule, the shard, results on disk.
+
+Order matters and is the contract: everything that can fail or cost CPU — validation, reaching
+the target, the capability probe, prompts, bodies, the schedule — happens before the clock
+starts; records stream to disk during the run; metrics are computed after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as _dt
+import math
+import os
+import platform
+import signal
+import socket
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+from rich.console import Console
+
+from servebench import __version__
+from servebench.run.config import RunConfig
+from servebench.results.metrics import assess_client, summarize
+from servebench.client.openai import API_PATHS, build_body, encode_body, normalize_base_url
+from servebench.results.repeats import spread
+from servebench.report.console import LiveProgress, print_spread, print_summary
+from servebench.report.html import write_report
+from servebench.client.runner import Prepared, Shard, ShardSpec
+from servebench.results.slo import evaluate as evaluate_slo
+from servebench.results.slo import parse_slo_spec
+from servebench.workload.schedule import open_loop_offsets_ns, ramp_rates
+from servebench.results.store import MANIFEST, RECORDS, SUMMARY, RecordWriter, default_out_dir, prepare_out_dir, write_json
+from servebench.target.preflight import DEFAULT_PROFILE, EmulatorProcess, TargetInfo, preflight
+from servebench.target import servermetrics
+from servebench.workload import WorkItem, prepare_workload
+
+__all__ = ["RunOutcome", "plan_requests", "run_against", "run_benchmark", "run_benchmark_sync"]
+
+_POOL_FOR_DURATION = 10_000  # closed loop with --duration: prompts are reused cyclically past this
+_MAX_SCHEDULED = 2_000_000
+
+
+@dataclass
+class RunOutcome:
+    out_dir: Path
+    summary: dict[str, Any]
+    interrupted: bool
+
+    @property
+    def exit_code(self) -> int:
+        """130 interrupted; 1 when requests were sent and none completed (the numbers say nothing)."""
+        if self.interrupted:
+            return 130
+        req = self.summary.get("requests", {})
+        return 1 if req.get("total") and not req.get("completed") else 0
+
+
+def run_benchmark_sync(cfg: RunConfig, console: Console | None = None) -> RunOutcome:
+    """Runs `run_benchmark` on a fresh event loop (uvloop where available)."""
+    try:
+        import uvloop
+
+        loop_factory = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux and macOS
+        loop_factory = None
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(run_benchmark(cfg, console))
+
+
+async def run_benchmark(cfg: RunConfig, console: Console | None = None) -> RunOutcome:
+    """One run, or `cfg.repeat` runs of the same configuration, against `cfg.url` or the emulator."""
+    cfg.validate()
+    console = console or Console(stderr=False, quiet=cfg.quiet)
+    if cfg.url is None:
+        async with EmulatorProcess(cfg.profile or DEFAULT_PROFILE) as emu:
+            return await _run_or_repeat(cfg, emu.url or "", console, emulated=True)
+    return await _run_or_repeat(cfg, cfg.url, console, emulated=False)
+
+
+async def _run_or_repeat(cfg: RunConfig, url: str, console: Console, *, emulated: bool) -> RunOutcome:
+    if cfg.repeat <= 1:
+        return await run_against(cfg, url, console, emulated=emulated)
+    root = prepare_out_dir(cfg.out or default_out_dir(cfg.slug() + f"-x{cfg.repeat}"))
+    outcomes: list[RunOutcome] = []
+    for k in range(1, cfg.repeat + 1):
+        sub = dataclasses.replace(cfg, out=str(root / f"repeat-{k}"), repeat=1)
+        if not cfg.quiet:
+            console.rule(f"repeat {k} of {cfg.repeat}")
+        outcome = await run_against(sub, url, console, emulated=emulated)
+        outcomes.append(outcome)
+        if outcome.interrupted:
+            break
+    doc = {
+        "schema": "servebench.results.repeats/1",
+        "repeats": [o.out_dir.name for o in outcomes],
+        "spread": spread([o.summary for o in outcomes]),
+    }
+    write_json(root / "repeats.json", doc)
+    if not cfg.quiet:
+        print_spread(doc["spread"], console, str(root))
+    last = outcomes[-1]
+    return RunOutcome(out_dir=root, summary=last.summary, interrupted=last.interrupted)
+
+
+def plan_requests(cfg: RunConfig, items: list[WorkItem], model: str, ignore_rejected: set[str]) -> list[Prepared]:
+    """Encoded bodies and (open loop) send offsets for every request, before the clock."""
+    mode = cfg.load_mode
+    offsets: list[int] | None = None
+    n = len(items)
+    if mode == "rate" or mode == "offline":
+        offsets = open_loop_offsets_ns(n, cfg.rate or math.inf, burstiness=cfg.burstiness, seed=cfg.seed)
+    elif mode == "ramp":
+        rates = ramp_rates(n, cfg.ramp_up_start_rps or 0.0, cfg.ramp_up_end_rps or 0.0, cfg.ramp_up_strategy or "linear")
+        rates = np.maximum(rates, 1e-3)
+        offsets = open_loop_offsets_ns(n, rates, burstiness=cfg.burstiness, seed=cfg.seed)
+    prepared = []
+    for i, item in enumerate(items):
+        out_len = item.output_len
+        body = build_body(
+            api=cfg.api, model=model, prompt=item.prompt, max_tokens=out_len, stream=cfg.stream,
+            ignore_eos=cfg.ignore_eos and "ignore_eos" not in ignore_rejected,
+            min_tokens=cfg.ignore_eos and "min_tokens" not in ignore_rejected,
+            extra_body=cfg.extra_body,
+        )
+        t_s = item.meta.get("t_s")  # trace replay: the workload's own send time
+        offset = int(t_s * 1e9) if t_s is not None else (offsets[i] if offsets is not None else None)
+        prepared.append(Prepared(
+            id=i, body=encode_body(body), input_len=item.input_len, output_len=out_len or 0,
+            warmup=i < cfg.warmup, offset_ns=offset, session=item.session, turn=item.turn,
+            think_ns=int(item.meta.get("think_s", 0.0) * 1e9),
+        ))
+    return prepared
+
+
+def _n_total(cfg: RunConfig) -> int:
+    n = cfg.effective_num_requests
+    if n is not None:
+        return n + cfg.warmup
+    # --duration without --num-requests
+    if cfg.load_mode == "rate":
+        return min(_MAX_SCHEDULED, int(math.ceil((cfg.rate or 1) * (cfg.duration or 0) * 1.5)) + 16 + cfg.warmup)
+    return _POOL_FOR_DURATION + cfg.warmup
+
+
+async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: bool) -> RunOutcome:
+    """One run against a server already up at `url` (`emulated`: it is our emulator, `cfg.profile`)."""
+    base = normalize_base_url(url)
+    headers = cfg.request_headers()
+    info = await preflight(base, cfg.model, headers)
+    caps = await _probe(cfg, info, headers)
+    rejected = set(getattr(caps, "rejected_fields", ()) or ())
+
+    n_total = _n_total(cfg)
+    workload = await prepare_workload(cfg, n_total, base_url=info.base_url, model=info.model,
+                                      headers=headers, caps=caps)
+    items = workload.items
+    prepared = plan_requests(cfg, items, info.model, rejected)
+    trace = any("t_s" in item.meta for item in items)
+    open_loop = cfg.load_mode != "concurrency" or trace
+
+    out_dir = prepare_out_dir(cfg.out or default_out_dir(cfg.slug(info.model)))
+    started = _dt.datetime.now(_dt.timezone.utc)
+    run_id = uuid.uuid4().hex[:12]
+    manifest = _manifest(cfg, info, caps, run_id, started, emulated)
+    manifest["workload"] = workload.info
+    write_json(out_dir / MANIFEST, manifest)
+    metrics_before = await servermetrics.scrape(info.base_url, headers)
+
+    spec = ShardSpec(
+        url=base + API_PATHS[cfg.api],
+        api=cfg.api,
+        headers=headers,
+        items=prepared,
+        stream=cfg.stream,
+        concurrency=cfg.concurrency if trace else cfg.effective_concurrency,
+        open_loop=open_loop,
+        duration_s=cfg.duration,
+        # a trace is replayed once: never cycled past its end
+        num_requests=(len(prepared) if trace else
+                      (cfg.effective_num_requests + cfg.warmup) if cfg.effective_num_requests else None),
+        timeout_s=cfg.timeout,
+        preconnect=min(cfg.effective_concurrency or min(n_total, 64), 512),
+        reuse_connections=getattr(caps, "keeps_alive_after_stream", None) is not False or not cfg.stream,
+        kernel_timestamps=cfg.rx_timestamps == "kernel",
+        coalesce_reads=cfg.read_coalescing,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    interrupts = [0]
+
+    def on_sigint() -> None:
+        interrupts[0] += 1
+        if interrupts[0] > 1:  # a second Ctrl-C: leave now, records already on disk
+            os._exit(130)
+        stop.set()
+
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    writer = RecordWriter(out_dir / RECORDS)
+    shard = Shard(spec, on_record=writer.write, stop=stop)
+    progress = None
+    if not cfg.quiet and console.is_terminal:
+        progress = LiveProgress(console, shard, spec.num_requests)
+        progress.start()
+    try:
+        result = await shard.run()
+    finally:
+        if progress is not None:
+            progress.stop()
+        writer.close()
+        loop.remove_signal_handler(signal.SIGINT)
+    interrupted = result.interrupted or interrupts[0] > 0
+    metrics_after = await servermetrics.scrape(info.base_url, headers) if metrics_before else None
+
+    out_tokens = sum(r.output_tokens or 0 for r in result.records if r.status == "ok")
+    client = {
+        "cpu_s": result.cpu_s,
+        "cpu_us_per_token": (result.cpu_s * 1e6 / out_tokens) if out_tokens else None,
+        "cpu_busy_peak": result.cpu_busy_peak,
+        "loop_lag_ms_p99": float(np.percentile(result.loop_lag_ms, 99)) if result.loop_lag_ms else 0.0,
+        "read_pauses": result.read_pauses,
+        "read_pause_ms": result.read_pause_ms,
+        "elapsed_s": result.elapsed_s,
+    }
+    run_doc = {
+        "run_id": run_id,
+        "started_at": started.isoformat(timespec="seconds"),
+        "target": {
+            "url": base, "model": info.model, "api": cfg.api, "emulated": emulated,
+            **({"profile": cfg.profile or DEFAULT_PROFILE} if emulated else {}),
+        },
+        "load": {
+            "mode": cfg.load_mode,
+            "concurrency": cfg.effective_concurrency,
+            "rate_rps": None if cfg.rate is None else ("inf" if math.isinf(cfg.rate) else cfg.rate),
+            "burstiness": None if math.isinf(cfg.burstiness) else cfg.burstiness,
+            "ramp_up_strategy": cfg.ramp_up_strategy,
+            "ramp_up_start_rps": cfg.ramp_up_start_rps,
+            "ramp_up_end_rps": cfg.ramp_up_end_rps,
+            "warmup": cfg.warmup,
+        },
+        "workload": {
+            "dataset": cfg.dataset, "input_len": cfg.input_len, "output_len": cfg.output_len,
+            "range_ratio": cfg.range_ratio, "ignore_eos": cfg.ignore_eos and not rejected,
+            "stream": cfg.stream, "seed": cfg.seed,
+            "output_len_enforced": _enforced(cfg, caps),
+            **workload.info,
+        },
+        "interrupted": interrupted,
+    }
+    summary = summarize(result.records, run=run_doc, slo=cfg.slo or None, client=client)
+    saturated, reasons, advice = assess_client(summary, open_loop=cfg.load_mode in ("rate", "ramp"))
+    summary["client"].update({"saturated": saturated, "reasons": reasons, "advice": advice})
+    summary["server"] = servermetrics.server_summary(metrics_before, metrics_after)
+    if cfg.slo_text:
+        spec = parse_slo_spec(cfg.slo_text)
+        if spec.has_run_limits:
+            summary["slo_check"] = evaluate_slo(summary, spec)
+    summary["notes"] = _notes(cfg, summary, caps, len(prepared))
+    write_json(out_dir / SUMMARY, summary)
+    manifest["ended_at"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    # records hold ns from this origin; with it, they line up with a server's own
+    # perf_counter_ns/CLOCK_MONOTONIC timestamps on the same host (ground-truth tests)
+    manifest["clock"] = {"kind": "perf_counter_ns", "origin_ns": result.t0_ns,
+                         "rx_timestamps": result.rx_timestamps,
+                         "read_coalescing": result.rx_timestamps == "kernel" and cfg.read_coalescing}
+    write_json(out_dir / MANIFEST, manifest)
+    if cfg.report:  # last: the report renders from the files as they will stay
+        write_report(out_dir)
+    if not cfg.quiet:
+        print_summary(summary, console, str(out_dir))
+        if interrupted:
+            console.print("  [yellow]interrupted[/yellow]: the summary covers what completed before the stop")
+    return RunOutcome(out_dir=out_dir, summary=summary, interrupted=interrupted)
+
+
+async def _probe(cfg: RunConfig, info: TargetInfo, headers: dict[str, str]) -> Any:
+    """The capability probe (protocol/capabilities.py), before the clock; None if unavailable."""
+    if not cfg.probe:
+        return None
+    try:
+        from servebench.protocol import capabilities  # noqa: PLC0415
+    except ImportError:
+        return None
+    async with aiohttp.ClientSession(headers=headers) as session:
+        return await capabilities.probe(session, info.base_url, info.model, cfg.api, extra_body=cfg.extra_body)
+
+
+def _enforced(cfg: RunConfig, caps: Any) -> bool | None:
+    if cfg.output_len is None or not cfg.ignore_eos:
+        return False
+    if caps is None:
+        return None  # not probed: unknown
+    return getattr(caps, "output_len_enforced", None)
+
+
+def _notes(cfg: RunConfig, summary: dict[str, Any], caps: Any, n_items: int = 0) -> list[str]:
+    notes = []
+    sent = summary["requests"]["total"] + summary["requests"].get("warmup", 0)
+    if n_items and sent > n_items:
+        notes.append(
+            f"{sent} requests were sent from a workload of {n_items} prompts: prompts repeated, so a "
+            "prefix cache may have served repeats faster; give --num-requests to size the workload"
+        )
+    if summary["workload"].get("output_len_enforced") is False and cfg.output_len:
+        notes.append(
+            "exact output lengths were not enforced on this target (ignore_eos/min_tokens "
+            "rejected or off): requests may stop early, so TPOT and throughput describe the "
+            "lengths the server chose; see tokens.output_total"
+        )
+    req = summary["requests"]
+    if req["total"] and not req["completed"]:
+        kinds = ", ".join(f"{k} {v}" for k, v in req["errors"].items())
+        notes.append(f"every request failed ({kinds}): these are not performance figures; the "
+                     "records' error_detail holds what the server said")
+    if summary["tokens"]["input_source"] != "usage" and summary["requests"]["completed"]:
+        notes.append("the server sent no usage.prompt_tokens: input tokens are the requested (approximate) lengths")
+    notes.extend(summary["workload"].get("notes") or [])  # workload: how lengths were made, if not exact
+    prefix = servermetrics.prefix_cache_note(summary["workload"].get("intended_prefix_hit_rate"), summary.get("server"))
+    if prefix:
+        notes.append(prefix)
+    return notes
+
+
+def _manifest(cfg: RunConfig, info: TargetInfo, caps: Any, run_id: str,
+              started: _dt.datetime, emulated: bool) -> dict[str, Any]:
+    import aiohttp as _aiohttp  # noqa: PLC0415
+
+    caps_doc = caps.to_dict() if caps is not None and hasattr(caps, "to_dict") else None
+    return {
+        "run_id": run_id,
+        "tool": {"name": "servebench", "version": __version__},
+        "started_at": started.isoformat(timespec="seconds"),
+        "config": cfg.as_manifest(),
+        "host": {
+            "hostname": socket.gethostname(),
+            "platform": platform.platform(),
+            "python": sys.version.split()[0],
+            "cpus": os.cpu_count(),
+            "aiohttp": _aiohttp.__version__,
+        },
+        "target": {
+            "base_url": info.base_url,
+            "model": info.model,
+            "models": info.models,
+            "models_response": info.models_response,
+            "version": info.version,
+            "emulated": emulated,
+            "profile": (cfg.profile or DEFAULT_PROFILE) if emulated else None,
+            "capabilities": caps_doc,
+        },
+    }
+

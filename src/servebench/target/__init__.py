@@ -1,0 +1,1 @@
+"""The server under test, before and after the clock: preflight, the capability probe, the engine table and its /metrics."""

@@ -1,0 +1,142 @@
+"""Synthetic result directories for tests and demos of the report (no server involved).
+
+`synth_records` simulates a closed-loop run with seeded log-normal TTFT and inter-token gaps;
+`time_scale` stretches every duration, so two runs whose speed differs by a known factor can be
+built (their latency ratios are that factor, their throughput ratio its inverse).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from servebench.results import metrics
+from servebench.results.records import RequestRecord
+from servebench.results.store import (
+    MANIFEST,
+    RECORDS,
+    SUMMARY,
+    RecordWriter,
+    prepare_out_dir,
+    write_json,
+)
+
+__all__ = ["synth_records", "write_synth_run", "write_synth_sweep"]
+
+
+def synth_records(n: int = 200, *, seed: int = 0, concurrency: int = 8, ttft_ms: float = 120.0,
+                  itl_ms: float = 20.0, output_len: int = 64, input_len: int = 256,
+                  time_scale: float = 1.0, fail_every: int = 0, error_detail: str = "",
+                  warmup: int = 0) -> list[RequestRecord]:
+    """`n` measured requests (plus `warmup`) on `concurrency` closed-loop slots."""
+    rng = np.random.default_rng(seed)
+    slot_free = [0] * concurrency
+    out: list[RequestRecord] = []
+    for i in range(n + warmup):
+        slot = min(range(concurrency), key=lambda s: (slot_free[s], s))
+        t_sched = slot_free[slot]
+        t_send = t_sched + int(rng.integers(20_000, 200_000))
+        rec = RequestRecord(id=i, warmup=i < warmup, t_sched_ns=t_sched, t_send_ns=t_send,
+                            input_len=input_len, output_len=output_len, input_tokens=input_len)
+        if fail_every and i >= warmup and (i - warmup) % fail_every == fail_every - 1:
+            t_end = t_send + int(time_scale * rng.lognormal(np.log(30e6), 0.3))
+            rec.t_end_ns = t_end
+            rec.status = "error"
+            rec.error_kind = ("http_5xx", "timeout", "malformed_sse")[(i // fail_every) % 3]
+            rec.http_status = 500 if rec.error_kind == "http_5xx" else None
+            rec.error_detail = error_detail or f"synthetic failure {i}"
+            rec.output_tokens = 0
+        else:
+            ttft_ns = int(time_scale * rng.lognormal(np.log(ttft_ms * 1e6), 0.35))
+            n_out = int(max(2, output_len - rng.integers(0, max(1, output_len // 8))))
+            gaps = (time_scale * rng.lognormal(np.log(itl_ms * 1e6), 0.25, size=n_out - 1)).astype(np.int64)
+            t_first = t_send + ttft_ns
+            chunks = np.concatenate([[t_first], t_first + np.cumsum(gaps)]).astype(np.int64)
+            rec.t_first_ns = rec.t_first_answer_ns = int(chunks[0])
+            rec.t_last_ns = int(chunks[-1])
+            rec.t_end_ns = rec.t_last_ns + 100_000
+            rec.status = "ok"
+            rec.output_tokens = n_out
+            rec.output_tokens_source = "usage"
+            rec.chunks = n_out
+            rec.chunk_ns = [int(t) for t in chunks]
+            rec.chunk_tokens = [1] * n_out
+            t_end = rec.t_end_ns
+        slot_free[slot] = t_end
+        out.append(rec)
+    return out
+
+
+def write_synth_run(path: str | Path, records: list[RequestRecord], *, model: str = "synthetic-8b",
+                    concurrency: int = 8, rate_rps: float | None = None, slo: dict[str, float] | None = None,
+                    extra_summary: dict[str, Any] | None = None) -> Path:
+    """Write a result directory (summary.json, requests.jsonl, manifest.json) through the store."""
+    p = prepare_out_dir(path)
+    first = next((r for r in records if not r.warmup), records[0])
+    run = {
+        "run_id": p.name,
+        "started_at": "2026-01-01T00:00:00Z",
+        "target": {"url": "http://127.0.0.1:8000/v1", "model": model, "api": "chat", "emulated": True},
+        "load": {"mode": "rate" if rate_rps else "concurrency", "concurrency": concurrency,
+                 "rate_rps": rate_rps, "burstiness": 1.0},
+        "workload": {"dataset": "random", "input_len": first.input_len, "output_len": first.output_len},
+    }
+    summary = metrics.summarize(records, run=run, slo=slo,
+                                client={"saturated": False, "cpu_percent": {"mean": 12.5, "max": 31.0}})
+    summary.update(extra_summary or {})
+    with RecordWriter(p / RECORDS) as w:
+        for r in records:
+            w.write(r)
+    write_json(p / SUMMARY, summary)
+    write_json(p / MANIFEST, {"config": {"concurrency": concurrency, "rate_rps": rate_rps, "model": model},
+                              "versions": {"servebench": "0.1.0"}, "host": {"hostname": "synthetic"}})
+    return p
+
+
+def write_synth_sweep(path: str | Path, concurrencies: list[int], *, seed: int = 0, n: int = 120,
+                      time_scale: float = 1.0, model: str = "synthetic-8b",
+                      lengths: list[tuple[int, int]] | None = None, itl_p99_limit_ms: float | None = None,
+                      usd_per_hour: float | None = None) -> Path:
+    """A sweep directory shaped like `servebench sweep`'s: one run per (concurrency, lengths) point
+    and sweep.json (schema servebench.sweep.command/1) with x_key, points, and optionally an aggregate SLO
+    (`slo_check` in each summary, `slo_capacity` in sweep.json) and a price (`cost` per summary)."""
+    p = prepare_out_dir(path)
+    points = []
+    capacity = []
+    for li, (input_len, output_len) in enumerate(lengths or [(256, 64)]):
+        best = None
+        for i, c in enumerate(concurrencies):
+            # Latency grows with concurrency (and input length) as a batching server's does.
+            recs = synth_records(n, seed=seed * 1000 + li * 100 + i, concurrency=c,
+                                 ttft_ms=(80 + 15 * c) * (input_len / 256) ** 0.5, itl_ms=12 + 0.9 * c,
+                                 time_scale=time_scale, input_len=input_len, output_len=output_len)
+            sub = f"c{c:04d}" if not lengths else f"c{c:04d}-in{input_len}-out{output_len}"
+            extra: dict[str, Any] = {}
+            summary = metrics.summarize(recs)
+            if itl_p99_limit_ms is not None:
+                p99 = summary["latency_ms"]["itl"]["p99"]
+                passed = p99 is not None and p99 <= itl_p99_limit_ms
+                extra["slo_check"] = {"passed": passed, "checks": [{"name": "ITL P99", "metric": "itl", "stat": "p99",
+                                                                   "limit_ms": itl_p99_limit_ms, "value_ms": p99,
+                                                                   "passed": passed}]}
+                best = c if passed else best
+            if usd_per_hour is not None:
+                tput = summary["throughput"]
+                extra["cost"] = {"usd_per_hour": usd_per_hour,
+                                 "usd_per_1m_output_tokens": usd_per_hour / 3600 / tput["output_tokens_per_s"] * 1e6,
+                                 "usd_per_1m_total_tokens": usd_per_hour / 3600 / tput["total_tokens_per_s"] * 1e6}
+            write_synth_run(p / sub, recs, model=model, concurrency=c, extra_summary=extra)
+            points.append({"dir": sub, "concurrency": c, "rate_rps": None, "input_len": input_len,
+                           "output_len": output_len, "kind": "grid", "load_label": f"c={c}", "status": "complete"})
+        if itl_p99_limit_ms is not None:
+            capacity.append({"input_len": input_len, "output_len": output_len, "load": best})
+    doc: dict[str, Any] = {"schema": "servebench.sweep.command/1", "status": "complete", "mode": "grid",
+                           "x_key": "concurrency", "points": points}
+    if itl_p99_limit_ms is not None:
+        doc["slo"] = {"per_request": {}, "aggregate": [{"metric": "itl", "stat": "p99", "limit_ms": itl_p99_limit_ms}],
+                      "goodput_fraction": None, "text": f"ITL P99 ≤ {itl_p99_limit_ms:g} ms"}
+        doc["slo_capacity"] = capacity
+    write_json(p / "sweep.json", doc)
+    return p
