@@ -281,13 +281,11 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
 
 
 async def _probe(cfg: RunConfig, info: TargetInfo, headers: dict[str, str]) -> Any:
-    """The capability probe (protocol/capabilities.py), before the clock; None if unavailable."""
+    """The capability probe (target/capabilities.py), before the clock; None when --no-probe."""
     if not cfg.probe:
         return None
-    try:
-        from servebench.protocol import capabilities  # noqa: PLC0415
-    except ImportError:
-        return None
+    from servebench.target import capabilities  # noqa: PLC0415
+
     async with aiohttp.ClientSession(headers=headers) as session:
         return await capabilities.probe(session, info.base_url, info.model, cfg.api, extra_body=cfg.extra_body)
 
