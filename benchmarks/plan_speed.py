@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import time
 
-from servebench.plan.command import PlanArgs, default_calibration, deployment_dict, engine_config, resolve_layout, simulate_point
+from servebench.plan.fit import PlanArgs, deployment_dict, resolve_layout
+from servebench.plan.whatif import default_calibration, engine_config, simulate_point
 from servebench.sim.catalog import get_gpu, get_model
 
 TARGET_S = 2.0

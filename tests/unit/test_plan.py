@@ -10,18 +10,10 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from servebench.errors import ConfigError
-from servebench.plan.command import (
-    MeasuredPoint,
-    PlanArgs,
-    calibrate,
-    default_calibration,
-    deployment_dict,
-    load_measurements,
-    plan_command,
-    plan_main,
-    resolve_layout,
-    whatif,
-)
+from servebench.plan.calibrate import MeasuredPoint, calibrate, load_measurements
+from servebench.plan.command import plan_command, plan_main
+from servebench.plan.fit import PlanArgs, deployment_dict, resolve_layout
+from servebench.plan.whatif import default_calibration, whatif
 from servebench.sim.catalog import get_gpu, get_model
 
 
@@ -136,7 +128,7 @@ def test_median_itl_equals_brute_force_token_gaps(kv_blocks, concurrency) -> Non
     import dataclasses
     import statistics
 
-    from servebench.plan.command import _median_itl_s, engine_config
+    from servebench.plan.whatif import _median_itl_s, engine_config
     from servebench.sim.engine import SimRequest, simulate
 
     dep, m = _awq_deployment()

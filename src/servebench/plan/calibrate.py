@@ -1,0 +1,130 @@
+"""Calibration from measurements: fit the step-time knobs (`Calibration`) so the what-if simulation
+reproduces measured points, and read those points from servebench result dirs or a YAML/JSON list.
+
+`calibrate` is pure; `load_measurements` is the I/O edge.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from servebench.errors import ConfigError
+from servebench.plan.whatif import DEFAULT_CALIBRATION, Calibration, engine_config, simulate_point
+
+__all__ = ["MeasuredPoint", "calibrate", "load_measurements"]
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredPoint:
+    concurrency: int
+    input_len: int
+    output_len: int
+    output_tokens_per_s: float
+    itl_ms: float | None = None  # median inter-token latency
+    ttft_ms: float | None = None  # median time to first token
+
+
+_BOUNDS = {"mem_efficiency": (0.02, 1.0), "compute_efficiency": (0.005, 1.0),
+           "step_overhead_s": (1e-4, 0.2), "layer_overhead_s": (1e-7, 2e-3)}
+
+
+def _calib_requests(concurrency: int) -> int:
+    return 4 * concurrency + 4  # enough for a steady state; calibration runs hundreds of these
+
+
+def _loss(dep: dict[str, Any], cal: Calibration, pts: Sequence[MeasuredPoint], prior: Calibration) -> float:
+    cfg = engine_config(dep, cal)
+    # Low-concurrency decode points hardly constrain compute efficiency (prefill is a sliver of their
+    # time), yet high-concurrency predictions hinge on it: a weak prior keeps it near the kernel-class
+    # default unless TTFT or high-concurrency measurements say otherwise.
+    total = _PRIOR_WEIGHT * math.log(cal.compute_efficiency / prior.compute_efficiency) ** 2
+    for p in pts:
+        sim = simulate_point(cfg, concurrency=p.concurrency, input_len=p.input_len, output_len=p.output_len,
+                             num_requests=_calib_requests(p.concurrency))
+        total += math.log(sim.output_tokens_per_s / p.output_tokens_per_s) ** 2
+        if p.itl_ms:
+            total += math.log(sim.itl_ms_p50 / p.itl_ms) ** 2
+        if p.ttft_ms:
+            total += math.log(sim.ttft_ms_p50 / p.ttft_ms) ** 2
+    return total
+
+
+_PRIOR_WEIGHT = 0.05
+
+
+def calibrate(dep: dict[str, Any], points: Sequence[MeasuredPoint], *, start: Calibration = DEFAULT_CALIBRATION,
+              max_evals: int = 250) -> tuple[Calibration, str]:
+    """Fit the step-time knobs to measured points by coordinate descent in log space (squared log error
+    of output throughput and median ITL). `start` is also the prior for compute efficiency (use
+    `default_calibration(model, quant)`). Returns the calibration and a one-paragraph report."""
+    if not points:
+        raise ConfigError("calibration needs at least one measured point")
+    best, best_loss, evals = start, _loss(dep, start, points, start), 1
+    for factor in (4.0, 2.0, 1.4, 1.15, 1.05):
+        improved = True
+        while improved and evals < max_evals:
+            improved = False
+            for name, (lo, hi) in _BOUNDS.items():
+                for f in (factor, 1.0 / factor):
+                    val = min(hi, max(lo, getattr(best, name) * f))
+                    cand = dataclasses.replace(best, **{name: val})
+                    loss = _loss(dep, cand, points, start)
+                    evals += 1
+                    if loss < best_loss - 1e-9:
+                        best, best_loss, improved = cand, loss, True
+                        break
+    cfg = engine_config(dep, best)
+    lines = [f"calibrated on {len(points)} points ({evals} simulations, rms log error "
+             f"{math.sqrt(best_loss / max(1, len(points))):.3f}): memory eff {best.mem_efficiency:.3g}, compute eff "
+             f"{best.compute_efficiency:.3g}, step {1e3 * best.step_overhead_s:.3g} ms, "
+             f"layer {1e6 * best.layer_overhead_s:.3g} us"]
+    for p in points:
+        sim = simulate_point(cfg, concurrency=p.concurrency, input_len=p.input_len, output_len=p.output_len,
+                             num_requests=_calib_requests(p.concurrency))
+        itl = f", ITL {sim.itl_ms_p50:.1f} ms vs {p.itl_ms:.1f}" if p.itl_ms else ""
+        lines.append(f"  c={p.concurrency}: {sim.output_tokens_per_s:.0f} vs measured {p.output_tokens_per_s:.0f} "
+                     f"output tok/s{itl}")
+    return best, "\n".join(lines)
+
+
+def _median(summary: dict[str, Any], metric: str) -> float | None:
+    v = ((summary.get("latency_ms") or {}).get(metric) or {}).get("median")
+    return float(v) if v else None
+
+
+def load_measurements(path: str | Path) -> list[MeasuredPoint]:
+    """I/O edge: measured points from servebench result dirs (every summary.json below `path`) or from a
+    YAML/JSON file: a list (or {points: [...]}) of {concurrency, input_len, output_len,
+    output_tokens_per_s, itl_ms}."""
+    p = Path(path)
+    pts: list[MeasuredPoint] = []
+    try:
+        if p.is_dir():
+            for f in sorted(p.rglob("summary.json")):
+                d = json.loads(f.read_text(encoding="utf-8"))
+                pts.append(MeasuredPoint(
+                    concurrency=int(d["load"]["concurrency"]), input_len=int(d["workload"]["input_len"]),
+                    output_len=int(d["workload"]["output_len"]),
+                    output_tokens_per_s=float(d["throughput"]["output_tokens_per_s"]),
+                    itl_ms=_median(d, "itl"), ttft_ms=_median(d, "ttft")))
+        else:
+            data = yaml.safe_load(p.read_text(encoding="utf-8"))
+            rows = data.get("points", []) if isinstance(data, dict) else data
+            for r in rows or []:
+                pts.append(MeasuredPoint(concurrency=int(r["concurrency"]), input_len=int(r["input_len"]),
+                                         output_len=int(r["output_len"]),
+                                         output_tokens_per_s=float(r["output_tokens_per_s"]),
+                                         itl_ms=float(r["itl_ms"]) if r.get("itl_ms") else None,
+                                         ttft_ms=float(r["ttft_ms"]) if r.get("ttft_ms") else None))
+    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read measurements from {p}: {exc}") from exc
+    if not pts:
+        raise ConfigError(f"no measured points in {p} (expected summary.json files or a YAML list of points)")
+    return pts

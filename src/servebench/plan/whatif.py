@@ -1,0 +1,164 @@
+"""What-if on a virtual clock: the step-time knobs (`Calibration`), closed-loop points simulated with
+`sim.engine`, and the table they print as.
+
+Pure (no I/O): a model of a deployment, not a measurement.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import yaml
+from rich.table import Table
+
+from servebench.errors import ConfigError
+from servebench.sim.catalog import ModelSpec
+from servebench.sim.engine import EngineConfig, SimRequest, SimRun, simulate
+from servebench.sim.profile import profile_from_dict
+
+__all__ = ["Calibration", "DEFAULT_CALIBRATION", "default_calibration", "WhatIfPoint", "engine_config",
+           "simulate_point", "whatif", "whatif_table"]
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """The step-time knobs calibration fits (see sim/steptime.py for where each enters)."""
+
+    mem_efficiency: float = 0.7
+    compute_efficiency: float = 0.5
+    step_overhead_s: float = 0.003
+    layer_overhead_s: float = 0.00005
+
+    def profile_keys(self) -> dict[str, Any]:
+        return {"efficiency": {"memory": self.mem_efficiency, "compute": self.compute_efficiency},
+                "overhead": {"step_s": self.step_overhead_s, "layer_s": self.layer_overhead_s}}
+
+    def to_yaml(self) -> str:
+        return "# fitted by servebench plan --calibrate; paste into a sim profile\n" + yaml.safe_dump(
+            {k: {kk: float(f"{vv:.4g}") for kk, vv in v.items()} for k, v in self.profile_keys().items()},
+            sort_keys=False)
+
+
+# Uncalibrated defaults: HBM reaches ~70% of its datasheet bandwidth in decode GEMVs; tensor cores
+# ~50% of dense BF16 peak in prefill GEMMs (40% of FP8 peak; W4A16 AWQ/GPTQ MoE kernels dequantize in
+# the inner loop: ~10% of the BF16 peak); ~3 ms per step of scheduling and sampling; 20 us per layer of
+# launches and all-reduce for dense models, 150 us for MoE layers (routing, grouped GEMMs, more
+# collectives). Calibrate (--calibrate) before trusting absolute numbers.
+DEFAULT_CALIBRATION = Calibration()
+_COMPUTE_PRIOR = {"bf16": 0.5, "fp8": 0.4, "fp8-ffn": 0.4, "awq": 0.1, "int4": 0.1}
+
+
+def default_calibration(model: ModelSpec, quant: str) -> Calibration:
+    return Calibration(mem_efficiency=0.7, compute_efficiency=_COMPUTE_PRIOR.get(quant, 0.5),
+                       step_overhead_s=0.003, layer_overhead_s=150e-6 if model.is_moe else 20e-6)
+
+
+@dataclass(frozen=True, slots=True)
+class WhatIfPoint:
+    concurrency: int
+    input_len: int
+    output_len: int
+    output_tokens_per_s: float
+    total_tokens_per_s: float
+    requests_per_s: float
+    ttft_ms_p50: float
+    itl_ms_p50: float  # median gap between consecutive tokens, all requests
+    e2e_ms_p50: float
+
+
+def engine_config(dep: dict[str, Any], cal: Calibration) -> EngineConfig:
+    return profile_from_dict({**dep, **cal.profile_keys()}).engine
+
+
+def simulate_point(cfg: EngineConfig, *, concurrency: int, input_len: int, output_len: int,
+                   num_requests: int) -> WhatIfPoint:
+    """Closed loop of `concurrency` on a virtual clock; throughput over the whole run (as a benchmark sees
+    it); ITL is the median gap between consecutive tokens over all requests (as vLLM's bench reports)."""
+    reqs = [SimRequest(id=i, prompt_len=input_len, max_tokens=output_len) for i in range(num_requests)]
+    run = simulate(cfg, reqs, concurrency=concurrency)
+    dur = run.duration_s or 1e-9
+    ttft = [run.first_token_s(r) - r.arrival_s for r in reqs]
+    e2e = [run.end_s(r) - r.arrival_s for r in reqs]
+    itl_s = _median_itl_s(run, reqs)
+    out_tok = output_len * num_requests
+    return WhatIfPoint(concurrency=concurrency, input_len=input_len, output_len=output_len,
+                       output_tokens_per_s=out_tok / dur, total_tokens_per_s=(out_tok + input_len * num_requests) / dur,
+                       requests_per_s=num_requests / dur, ttft_ms_p50=1e3 * statistics.median(ttft),
+                       itl_ms_p50=1e3 * itl_s,
+                       e2e_ms_p50=1e3 * statistics.median(e2e))
+
+
+def _median_itl_s(run: SimRun, reqs: Sequence[SimRequest]) -> float:
+    """Median gap between consecutive tokens over all requests, in O(requests + steps): within a
+    request's run of steps [a, b] its gaps are the step-to-step gaps a..b-1, so count how many requests
+    cover each step gap (a difference array) and take the weighted median; gaps across a preemption
+    are added one by one."""
+    ends = np.asarray(run.step_end_s, dtype=np.float64)
+    if len(ends) < 2:
+        return 0.0
+    diff = np.zeros(len(ends) + 1, dtype=np.int64)
+    extra: list[float] = []
+    for r in reqs:
+        prev_b = -1
+        for a, b in r.segments:
+            if b > a:
+                diff[a] += 1
+                diff[b] -= 1
+            if prev_b >= 0:
+                extra.append(ends[a] - ends[prev_b])
+            prev_b = b
+    weights = np.cumsum(diff)[: len(ends) - 1]
+    gaps = np.diff(ends)
+    if extra:
+        gaps = np.concatenate([gaps, np.asarray(extra)])
+        weights = np.concatenate([weights, np.ones(len(extra), dtype=np.int64)])
+    total = int(weights.sum())
+    if total == 0:
+        return 0.0
+    order = np.argsort(gaps, kind="stable")
+    cum = np.cumsum(weights[order])
+    lo = gaps[order][np.searchsorted(cum, (total + 1) // 2)]  # statistics.median's two middle values
+    hi = gaps[order][np.searchsorted(cum, total // 2 + 1)]
+    return float((lo + hi) / 2)
+
+
+def _n_requests(concurrency: int, num_requests: int | None) -> int:
+    return num_requests or max(200, 4 * concurrency)
+
+
+def whatif(dep: dict[str, Any], cal: Calibration, *, input_len: int, output_len: int,
+           concurrencies: Sequence[int], num_requests: int | None = None) -> list[WhatIfPoint]:
+    cfg = engine_config(dep, cal)
+    if input_len + output_len > cfg.max_model_len:
+        raise ConfigError(f"input_len + output_len = {input_len + output_len} exceeds max_model_len {cfg.max_model_len}")
+    replicas = int(dep.get("dp", 1))
+    out: list[WhatIfPoint] = []
+    for c in concurrencies:
+        # DP replicas are independent engines sharing the load evenly (their MoE sync is not modelled)
+        per = math.ceil(c / replicas)
+        p = simulate_point(cfg, concurrency=per, input_len=input_len, output_len=output_len,
+                           num_requests=math.ceil(_n_requests(c, num_requests) / replicas))
+        if replicas > 1:
+            p = dataclasses.replace(p, concurrency=c, output_tokens_per_s=p.output_tokens_per_s * replicas,
+                                    total_tokens_per_s=p.total_tokens_per_s * replicas,
+                                    requests_per_s=p.requests_per_s * replicas)
+        out.append(p)
+    return out
+
+
+
+def whatif_table(points: Sequence[WhatIfPoint], title: str) -> Table:
+    t = Table(title=title)
+    for col in ("concurrency", "in/out", "output tok/s", "total tok/s", "TTFT p50 ms", "ITL p50 ms",
+                "E2E p50 ms", "req/s"):
+        t.add_column(col, justify="right")
+    for p in points:
+        t.add_row(str(p.concurrency), f"{p.input_len}/{p.output_len}", f"{p.output_tokens_per_s:,.0f}",
+                  f"{p.total_tokens_per_s:,.0f}", f"{p.ttft_ms_p50:,.0f}", f"{p.itl_ms_p50:,.1f}",
+                  f"{p.e2e_ms_p50:,.0f}", f"{p.requests_per_s:,.2f}")
+    return t
