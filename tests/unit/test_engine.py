@@ -7,7 +7,10 @@ import statistics
 
 import pytest
 
-from servebench.sim.engine import Engine, EngineConfig, SimRequest, SimRun, block_hashes, simulate
+from servebench.sim.config import EngineConfig
+from servebench.sim.engine import Engine
+from servebench.sim.request import SimRequest, block_hashes
+from servebench.sim.simulate import SimRun, simulate
 from servebench.sim.steptime import StepCost
 
 # A small dense model: 3 ms fixed + 50 us per sequence + a roofline that matters for prefill.

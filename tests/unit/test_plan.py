@@ -129,7 +129,8 @@ def test_median_itl_equals_brute_force_token_gaps(kv_blocks, concurrency) -> Non
     import statistics
 
     from servebench.plan.whatif import _median_itl_s, engine_config
-    from servebench.sim.engine import SimRequest, simulate
+    from servebench.sim.request import SimRequest
+    from servebench.sim.simulate import simulate
 
     dep, m = _awq_deployment()
     cfg = engine_config(dep, default_calibration(m, "awq"))

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from servebench.errors import ConfigError
-from servebench.sim.engine import SimRequest, simulate
 from servebench.deploy.loader import list_profiles, load_profile
+from servebench.errors import ConfigError
 from servebench.sim.profile import profile_from_dict
+from servebench.sim.request import SimRequest
+from servebench.sim.simulate import simulate
 
 
 def test_all_profiles_load() -> None:

@@ -36,7 +36,8 @@ from servebench.emulator.wire import (
     usage_dict,
 )
 from servebench.errors import ConfigError
-from servebench.sim.engine import Engine, SimRequest, StepResult
+from servebench.sim.engine import Engine, StepResult
+from servebench.sim.request import SimRequest
 from servebench.sim.profile import Profile
 from servebench.emulator.tokenizer import get_tokenizer
 

@@ -1,5 +1,5 @@
 """What-if on a virtual clock: the step-time knobs (`Calibration`), closed-loop points simulated with
-`sim.engine`, and the table they print as.
+`sim.simulate`, and the table they print as.
 
 Pure (no I/O): a model of a deployment, not a measurement.
 """
@@ -18,7 +18,9 @@ from rich.table import Table
 
 from servebench.errors import ConfigError
 from servebench.sim.catalog import ModelSpec
-from servebench.sim.engine import EngineConfig, SimRequest, SimRun, simulate
+from servebench.sim.config import EngineConfig
+from servebench.sim.request import SimRequest
+from servebench.sim.simulate import SimRun, simulate
 from servebench.sim.profile import profile_from_dict
 
 __all__ = ["Calibration", "DEFAULT_CALIBRATION", "default_calibration", "WhatIfPoint", "engine_config",

@@ -1,7 +1,7 @@
 """A continuous-batching serving engine on any clock. Pure: no I/O, no wall clock.
 
 The emulator (`servebench.emulator.server`) drives it on the wall clock; `servebench plan` drives it on a
-virtual clock through `simulate`. It models what vLLM's V1 scheduler does, at token granularity:
+virtual clock through `sim.simulate`. It models what vLLM's V1 scheduler does, at token granularity:
 
 - a FCFS waiting queue and a running batch of at most `max_num_seqs` sequences;
 - a KV cache of `kv_blocks` blocks of `block_size` tokens;
@@ -25,7 +25,9 @@ API::
     result = engine.step(now_s)                  # StepResult, or None when there is nothing to run
     engine.abort(request)                        # client went away
     engine.stats                                 # EngineStats: gauges and counters (vLLM's metrics)
-    run = simulate(config, requests, concurrency=None)   # whole workload on a virtual clock
+
+`sim.simulate.simulate(config, requests, concurrency=None)` runs a whole workload on a virtual clock.
+`EngineConfig` is in `sim.config`; `SimRequest` (the per-sequence state) in `sim.request`.
 
 `max_tokens` is the exact number of tokens the request will generate (the caller decides EOS).
 Decoding sequences are advanced lazily (O(1) per step, not O(batch): block needs are counted per
@@ -42,89 +44,14 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from dataclasses import dataclass
 
+from servebench.sim.config import EngineConfig
 from servebench.sim.kvcache import BlockPool
-from servebench.sim.steptime import StepCost, StepShape, step_time_s
+from servebench.sim.request import DECODE, DONE, PREFILL, SAMPLED, WAITING, SimRequest, block_hashes
+from servebench.sim.steptime import StepShape, step_time_s
 
-__all__ = [
-    "EngineConfig",
-    "SimRequest",
-    "StepResult",
-    "EngineStats",
-    "Engine",
-    "SimRun",
-    "simulate",
-    "block_hashes",
-]
-
-_WAITING, _PREFILL, _DECODE, _DONE, _SAMPLED = 0, 1, 2, 3, 4
-
-
-@dataclass(slots=True)
-class EngineConfig:
-    """Scheduler and cache settings plus the step cost model."""
-
-    cost: StepCost
-    kv_blocks: int
-    block_size: int = 16
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    max_model_len: int = 8192
-    enable_prefix_caching: bool = True
-    chunked_prefill: bool = True
-
-    def __post_init__(self) -> None:
-        if self.kv_blocks < 1 or self.block_size < 1 or self.max_num_seqs < 1:
-            raise ValueError("kv_blocks, block_size and max_num_seqs must be >= 1")
-        if self.max_num_batched_tokens < self.max_num_seqs:
-            raise ValueError("max_num_batched_tokens must be >= max_num_seqs")
-        if not self.chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
-            raise ValueError("without chunked prefill, max_num_batched_tokens must be >= max_model_len")
-
-    @property
-    def kv_tokens(self) -> int:
-        return self.kv_blocks * self.block_size
-
-
-def block_hashes(token_ids: Sequence[int], block_size: int) -> list[int]:
-    """Hash chain over the full blocks of `token_ids` (a block's hash names its whole prefix)."""
-    out: list[int] = []
-    h = 0
-    for i in range(0, len(token_ids) - block_size + 1, block_size):
-        h = hash((h, tuple(token_ids[i : i + block_size])))
-        out.append(h)
-    return out
-
-
-@dataclass(slots=True, eq=False)
-class SimRequest:
-    """One request. Fill the first fields; the rest is engine state."""
-
-    id: Any
-    prompt_len: int
-    max_tokens: int
-    arrival_s: float = 0.0
-    prompt_token_ids: Sequence[int] | None = None
-    prefix_hashes: Sequence[int] | None = None  # block hashes, if no token ids are given
-    payload: Any = None  # opaque to the engine (the emulator hangs its stream here)
-    # --- engine state ---
-    state: int = _WAITING
-    out: int = 0  # tokens emitted (exact when not decoding; see Engine.emitted for decoding)
-    computed: int = 0  # tokens whose KV is computed (prefill phase)
-    target: int = 0  # tokens to compute before the next token is sampled
-    hashed: list[int] = field(default_factory=list)  # cached blocks this request references
-    blocks: int = 0  # blocks held (prefill phase; decoding: derived lazily)
-    q: int = 0  # step that completed the prefill (decoding phase)
-    pos0: int = 0  # decoding: context length before step s is pos0 + s
-    gen: int = 0  # bumps on preempt/abort to invalidate heap entries
-    first_token_step: int = -1
-    finish_step: int = -1
-    segments: list[tuple[int, int]] = field(default_factory=list)  # [first, last] steps with a token
-    preemptions: int = 0
-    cached_tokens: int = 0  # prefix-cache hit tokens at first admission
-    first_scheduled_s: float = -1.0  # start of the step that first scheduled it (its queue time ends)
+__all__ = ["StepResult", "EngineStats", "Engine"]
 
 
 @dataclass(slots=True)
@@ -148,7 +75,7 @@ class StepResult:
 
 @dataclass(slots=True)
 class EngineStats:
-    """Gauges and counters, named after vLLM's metrics (see docs/../SERVER-METRICS)."""
+    """Gauges and counters, named after vLLM's /metrics."""
 
     running: int = 0
     waiting: int = 0
@@ -200,14 +127,14 @@ class Engine:
             raise ValueError(f"request needs {total} tokens of KV; the cache holds {cfg.kv_tokens}")
         if req.prefix_hashes is None and req.prompt_token_ids is not None and self._prefix:
             req.prefix_hashes = block_hashes(req.prompt_token_ids, self._bs)
-        req.state = _WAITING
+        req.state = WAITING
         self._waiting.append(req)
 
     def abort(self, req: SimRequest) -> None:
         """Drop a request wherever it is (client disconnected); its blocks are freed."""
-        if req.state == _DONE:
+        if req.state == DONE:
             return
-        if req.state == _WAITING:
+        if req.state == WAITING:
             try:
                 self._waiting.remove(req)
             except ValueError:
@@ -215,7 +142,7 @@ class Engine:
         else:
             self._release(req, self._s - 1)
             self._running.remove(req)
-        req.state = _DONE
+        req.state = DONE
         req.gen += 1
 
     def has_work(self) -> bool:
@@ -223,7 +150,7 @@ class Engine:
 
     def emitted(self, req: SimRequest) -> int:
         """Tokens emitted so far by `req` (after the last executed step)."""
-        if req.state == _DECODE:
+        if req.state == DECODE:
             return req.out + (self._s - 1 - req.q)
         return req.out
 
@@ -256,7 +183,7 @@ class Engine:
         need = self._phase[key]
         while need > self.pool.available() and self._running:
             victim = self._running[-1]
-            if victim.state == _DECODE and victim.pos0 % bs == key:
+            if victim.state == DECODE and victim.pos0 % bs == key:
                 need -= 1
             self._preempt(victim, s - 1)
             preempted.append(victim)
@@ -270,7 +197,7 @@ class Engine:
         for req in list(self._prefilling):
             if budget <= 0:
                 break
-            if req.state != _PREFILL:
+            if req.state != PREFILL:
                 continue  # preempted earlier in this loop
             chunk = self._chunk(req, budget)
             if chunk <= 0:
@@ -324,7 +251,7 @@ class Engine:
         heap = self._finish_heap
         while heap and heap[0][0] <= s:
             _, _, gen, req = heapq.heappop(heap)
-            if gen != req.gen or req.state != _DECODE:
+            if gen != req.gen or req.state != DECODE:
                 continue
             self._finish(req, s)
             finished.append(req)
@@ -337,7 +264,7 @@ class Engine:
                 continue
             # prefill complete: this step samples the next token
             self._prefilling.remove(req)
-            req.state = _SAMPLED
+            req.state = SAMPLED
             if tokens is not None:
                 tokens.append(req)
             self._gen_tokens += 1
@@ -368,7 +295,7 @@ class Engine:
                 or not self._decoding:
             return []
         heap = self._finish_heap
-        while heap and (heap[0][2] != heap[0][3].gen or heap[0][3].state != _DECODE):
+        while heap and (heap[0][2] != heap[0][3].gen or heap[0][3].state != DECODE):
             heapq.heappop(heap)
         s0 = self._s
         k_max = min(max_steps, (heap[0][0] - s0) if heap else max_steps)
@@ -451,7 +378,7 @@ class Engine:
         req.computed = computed
         self.pool.alloc(need)
         req.blocks += need
-        req.state = _PREFILL
+        req.state = PREFILL
         self._running.append(req)
         self._prefilling.append(req)
         return chunk
@@ -472,7 +399,7 @@ class Engine:
             req.hashed.append(h)
 
     def _start_decode(self, req: SimRequest, q: int) -> None:
-        req.state = _DECODE
+        req.state = DECODE
         req.q = q
         req.pos0 = req.target - q - 1
         self._phase[req.pos0 % self._bs] += 1
@@ -492,9 +419,9 @@ class Engine:
         req.segments[-1] = (first, last_step)
 
     def _release(self, req: SimRequest, last_step: int) -> None:
-        if req.state == _DECODE:
+        if req.state == DECODE:
             self._stop_decode(req, last_step)
-        elif req.state == _PREFILL:
+        elif req.state == PREFILL:
             self._prefilling.remove(req)
         self.pool.release(req.hashed, req.blocks - len(req.hashed))
         req.hashed = []
@@ -504,7 +431,7 @@ class Engine:
     def _preempt(self, req: SimRequest, last_step: int) -> None:
         self._release(req, last_step)
         self._running.remove(req)
-        req.state = _WAITING
+        req.state = WAITING
         req.gen += 1
         req.preemptions += 1
         self._preemptions += 1
@@ -513,114 +440,7 @@ class Engine:
     def _finish(self, req: SimRequest, s: int) -> None:
         self._release(req, s)
         self._running.remove(req)
-        req.state = _DONE
+        req.state = DONE
         req.finish_step = s
         self._finished += 1
 
-
-# --------------------------------------------------------------------- simulate
-@dataclass(slots=True)
-class SimRun:
-    """A workload run on a virtual clock. Times in seconds from the clock's origin."""
-
-    requests: list[SimRequest]
-    step_end_s: list[float]  # end time of step i (token emission time)
-    step_start_s: list[float]
-    stats: EngineStats
-
-    def first_token_s(self, req: SimRequest) -> float:
-        return self.step_end_s[req.first_token_step]
-
-    def end_s(self, req: SimRequest) -> float:
-        return self.step_end_s[req.finish_step]
-
-    def token_times_s(self, req: SimRequest) -> list[float]:
-        """Emission time of each of the request's tokens, in order."""
-        ends = self.step_end_s
-        out: list[float] = []
-        for a, b in req.segments:
-            out.extend(ends[a : b + 1])
-        return out
-
-    @property
-    def duration_s(self) -> float:
-        return self.step_end_s[-1] if self.step_end_s else 0.0
-
-    def per_request(self) -> list[dict[str, float]]:
-        """One row per finished request: arrival, first token, end (s), TTFT, TPOT (s), tokens, preemptions."""
-        ends = self.step_end_s
-        rows: list[dict[str, float]] = []
-        for r in self.requests:
-            if r.finish_step < 0:
-                continue
-            first, end = ends[r.first_token_step], ends[r.finish_step]
-            rows.append({"arrival_s": r.arrival_s, "first_token_s": first, "end_s": end,
-                         "ttft_s": first - r.arrival_s, "e2e_s": end - r.arrival_s,
-                         "tpot_s": (end - first) / (r.max_tokens - 1) if r.max_tokens > 1 else 0.0,
-                         "output_tokens": r.max_tokens, "prompt_tokens": r.prompt_len,
-                         "cached_tokens": r.cached_tokens, "preemptions": r.preemptions})
-        return rows
-
-
-def simulate(
-    config: EngineConfig,
-    requests: Iterable[SimRequest],
-    *,
-    concurrency: int | None = None,
-    max_steps: int = 50_000_000,
-    fast: bool = True,
-) -> SimRun:
-    """Run `requests` to completion on a virtual clock.
-
-    Open loop (default): each request arrives at its `arrival_s`. Closed loop (`concurrency=N`):
-    arrival times are ignored; N requests start at 0 and each completion admits the next request
-    at the completing step's end time (its `arrival_s` is overwritten with that time).
-    `fast=False` disables the decode fast path (`Engine.decode_run`); results are identical.
-    """
-    engine = Engine(config)
-    reqs = list(requests)
-    if concurrency is None:
-        pending = sorted(reqs, key=lambda r: r.arrival_s)
-    else:
-        pending = reqs
-        if concurrency < 1:
-            raise ValueError("concurrency must be >= 1")
-    ends: list[float] = []
-    starts: list[float] = []
-    i = 0
-    n = len(pending)
-    now = 0.0
-    in_flight = 0
-    while True:
-        if concurrency is None:
-            while i < n and pending[i].arrival_s <= now:
-                engine.add(pending[i])
-                i += 1
-        else:
-            while i < n and in_flight < concurrency:
-                pending[i].arrival_s = now
-                engine.add(pending[i])
-                i += 1
-                in_flight += 1
-        if fast:
-            until = pending[i].arrival_s if concurrency is None and i < n else float("inf")
-            durations = engine.decode_run(now, until, max_steps - len(ends))
-            if durations:
-                for d in durations:
-                    starts.append(now)
-                    now += d
-                    ends.append(now)
-                continue
-        res = engine.step(now, with_tokens=False)
-        if res is None:
-            if i >= n:
-                break
-            now = max(now, pending[i].arrival_s) if concurrency is None else now
-            continue
-        starts.append(now)
-        now += res.duration_s
-        ends.append(now)
-        in_flight -= len(res.finished)
-        if len(ends) >= max_steps:
-            raise RuntimeError("simulation did not finish within max_steps")
-    return SimRun(reqs, ends, starts, engine.stats)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from servebench.errors import ConfigError
-from servebench.sim.engine import EngineConfig
+from servebench.sim.config import EngineConfig
 from servebench.sim.steptime import StepCost
 
 __all__ = ["Profile", "profile_from_dict", "cost_from_catalog"]

@@ -1,0 +1,38 @@
+"""`EngineConfig`: the serving engine's scheduler and KV-cache settings plus its step cost model.
+
+Usually built by `sim.profile` from a deployment profile; `sim.engine.Engine` runs on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from servebench.sim.steptime import StepCost
+
+__all__ = ["EngineConfig"]
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    """Scheduler and cache settings plus the step cost model."""
+
+    cost: StepCost
+    kv_blocks: int
+    block_size: int = 16
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    max_model_len: int = 8192
+    enable_prefix_caching: bool = True
+    chunked_prefill: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kv_blocks < 1 or self.block_size < 1 or self.max_num_seqs < 1:
+            raise ValueError("kv_blocks, block_size and max_num_seqs must be >= 1")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError("max_num_batched_tokens must be >= max_num_seqs")
+        if not self.chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            raise ValueError("without chunked prefill, max_num_batched_tokens must be >= max_model_len")
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.kv_blocks * self.block_size

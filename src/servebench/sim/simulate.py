@@ -1,0 +1,121 @@
+"""`simulate`: a whole workload through `sim.engine.Engine` on a virtual clock (open or closed loop),
+and `SimRun`, its per-step times and per-request results. What `servebench plan` what-if runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from servebench.sim.config import EngineConfig
+from servebench.sim.engine import Engine, EngineStats
+from servebench.sim.request import SimRequest
+
+__all__ = ["SimRun", "simulate"]
+
+
+@dataclass(slots=True)
+class SimRun:
+    """A workload run on a virtual clock. Times in seconds from the clock's origin."""
+
+    requests: list[SimRequest]
+    step_end_s: list[float]  # end time of step i (token emission time)
+    step_start_s: list[float]
+    stats: EngineStats
+
+    def first_token_s(self, req: SimRequest) -> float:
+        return self.step_end_s[req.first_token_step]
+
+    def end_s(self, req: SimRequest) -> float:
+        return self.step_end_s[req.finish_step]
+
+    def token_times_s(self, req: SimRequest) -> list[float]:
+        """Emission time of each of the request's tokens, in order."""
+        ends = self.step_end_s
+        out: list[float] = []
+        for a, b in req.segments:
+            out.extend(ends[a : b + 1])
+        return out
+
+    @property
+    def duration_s(self) -> float:
+        return self.step_end_s[-1] if self.step_end_s else 0.0
+
+    def per_request(self) -> list[dict[str, float]]:
+        """One row per finished request: arrival, first token, end (s), TTFT, TPOT (s), tokens, preemptions."""
+        ends = self.step_end_s
+        rows: list[dict[str, float]] = []
+        for r in self.requests:
+            if r.finish_step < 0:
+                continue
+            first, end = ends[r.first_token_step], ends[r.finish_step]
+            rows.append({"arrival_s": r.arrival_s, "first_token_s": first, "end_s": end,
+                         "ttft_s": first - r.arrival_s, "e2e_s": end - r.arrival_s,
+                         "tpot_s": (end - first) / (r.max_tokens - 1) if r.max_tokens > 1 else 0.0,
+                         "output_tokens": r.max_tokens, "prompt_tokens": r.prompt_len,
+                         "cached_tokens": r.cached_tokens, "preemptions": r.preemptions})
+        return rows
+
+
+def simulate(
+    config: EngineConfig,
+    requests: Iterable[SimRequest],
+    *,
+    concurrency: int | None = None,
+    max_steps: int = 50_000_000,
+    fast: bool = True,
+) -> SimRun:
+    """Run `requests` to completion on a virtual clock.
+
+    Open loop (default): each request arrives at its `arrival_s`. Closed loop (`concurrency=N`):
+    arrival times are ignored; N requests start at 0 and each completion admits the next request
+    at the completing step's end time (its `arrival_s` is overwritten with that time).
+    `fast=False` disables the decode fast path (`Engine.decode_run`); results are identical.
+    """
+    engine = Engine(config)
+    reqs = list(requests)
+    if concurrency is None:
+        pending = sorted(reqs, key=lambda r: r.arrival_s)
+    else:
+        pending = reqs
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+    ends: list[float] = []
+    starts: list[float] = []
+    i = 0
+    n = len(pending)
+    now = 0.0
+    in_flight = 0
+    while True:
+        if concurrency is None:
+            while i < n and pending[i].arrival_s <= now:
+                engine.add(pending[i])
+                i += 1
+        else:
+            while i < n and in_flight < concurrency:
+                pending[i].arrival_s = now
+                engine.add(pending[i])
+                i += 1
+                in_flight += 1
+        if fast:
+            until = pending[i].arrival_s if concurrency is None and i < n else float("inf")
+            durations = engine.decode_run(now, until, max_steps - len(ends))
+            if durations:
+                for d in durations:
+                    starts.append(now)
+                    now += d
+                    ends.append(now)
+                continue
+        res = engine.step(now, with_tokens=False)
+        if res is None:
+            if i >= n:
+                break
+            now = max(now, pending[i].arrival_s) if concurrency is None else now
+            continue
+        starts.append(now)
+        now += res.duration_s
+        ends.append(now)
+        in_flight -= len(res.finished)
+        if len(ends) >= max_steps:
+            raise RuntimeError("simulation did not finish within max_steps")
+    return SimRun(reqs, ends, starts, engine.stats)
