@@ -231,7 +231,20 @@ _MODEL_LIST = (
     # Meta's FP8 checkpoint quantizes the feed-forward weights only; attention stays BF16.
     _llama("Llama-3.1-405B-FP8", "meta-llama/Llama-3.1-405B-Instruct-FP8", 126, 16_384, 128, 53_248,
            fp8_scheme="ffn", default_quant="fp8"),
+    # meta-llama/Llama-3.3-70B-Instruct config.json: the Llama-3.1-70B architecture (80 layers, hidden 8192,
+    # 64 heads, 8 KV heads, FFN 28672, vocab 128256), new weights.
+    _llama("Llama-3.3-70B", "meta-llama/Llama-3.3-70B-Instruct", 80, 8192, 64, 28_672),
     _llama("Llama-2-70B", "meta-llama/Llama-2-70b-chat-hf", 80, 8192, 64, 28_672, vocab=32_000),
+    # mistralai/Mixtral-8x7B-Instruct-v0.1 config.json: 32 layers, hidden 4096, 32 heads, 8 KV heads,
+    # 8 experts (FFN 14336 each), 2 per token, vocab 32000, no shared experts, every layer MoE.
+    _llama("Mixtral-8x7B", "mistralai/Mixtral-8x7B-Instruct-v0.1", 32, 4096, 32, 14_336, vocab=32_000,
+           n_routed_experts=8, experts_per_token=2, moe_intermediate=14_336),
+    # openai/gpt-oss-120b config.json: 36 layers, hidden 2880, 64 heads of 64, 8 KV heads, attention
+    # biases, 128 experts (FFN 2880) with 4 per token, vocab 201088; every other layer uses a 128-token
+    # sliding window (not modelled: KV is counted as if every layer were full attention). Published
+    # with MXFP4 experts (see plan/validate.py for how FP4 is priced).
+    _llama("gpt-oss-120b", "openai/gpt-oss-120b", 36, 2880, 64, 2880, vocab=201_088, head_dim=64,
+           qkv_bias=True, n_routed_experts=128, experts_per_token=4, moe_intermediate=2880),
     _llama("Qwen2.5-72B", "Qwen/Qwen2.5-72B-Instruct", 80, 8192, 64, 29_568, vocab=152_064, qkv_bias=True),
     _llama("Qwen3-8B", "Qwen/Qwen3-8B", 36, 4096, 32, 12_288, vocab=151_936),
     # Qwen/Qwen3-235B-A22B config.json: 94 layers, 64 heads, 4 kv heads, 128 experts, 8 per token.

@@ -1,0 +1,174 @@
+"""The measurement corpus: published serving-performance points with provenance (I/O edge + schema check).
+
+`plan/corpus/*.yaml` holds one file per public source: a `source:` header (id, title, url, publisher,
+date, kind, notes) and a `points:` list. Each point records the deployment (engine and version, GPU,
+count, model, quantization, parallelism), the workload (mode offline / closed / rate, concurrency or
+request rate, number of prompts, input and output lengths, dataset, speculative decoding) and the
+figures measured (`measured:` output_tok_s, total_tok_s, req_s, ttft/itl/tpot/e2e in ms, mean or
+median). Facts only, copied from the source; `README.md` there says how each was read and its caveats.
+
+`load_corpus()` reads the packaged files (or a directory) and checks the schema; `plan/validate.py`
+predicts every point. Nothing here is fitted: the corpus is data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+from servebench.errors import ConfigError
+
+__all__ = ["Source", "CorpusPoint", "load_corpus", "parse_source", "MODES", "MEASURED_KEYS"]
+
+MODES = ("offline", "closed", "rate")
+MEASURED_KEYS = frozenset({
+    "output_tok_s", "total_tok_s", "req_s",
+    "ttft_ms_mean", "ttft_ms_median", "itl_ms_mean", "itl_ms_median",
+    "tpot_ms_mean", "tpot_ms_median", "e2e_ms_mean", "e2e_ms_median",
+})
+_SOURCE_KEYS = ("id", "title", "url", "publisher", "date", "kind")
+_POINT_KEYS = ("id", "engine", "engine_version", "gpu", "gpus", "model", "quant", "mode", "input_len",
+               "output_len", "dataset", "measured", "notes")
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """One public document the points were copied from."""
+
+    id: str
+    title: str
+    url: str
+    publisher: str
+    date: str
+    kind: str
+    notes: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CorpusPoint:
+    """One measured setting. Lengths may be means (ShareGPT / sonnet runs); None where the source omits it."""
+
+    source: Source
+    id: str
+    engine: str
+    engine_version: str
+    gpu: str
+    gpus: int
+    model: str
+    quant: str
+    kv_quant: str
+    tp: int | None
+    pp: int | None
+    dp: int | None
+    ep: int | None
+    mode: str
+    concurrency: int | None
+    request_rate: float | None
+    num_prompts: int | None
+    input_len: float | None
+    output_len: float | None
+    dataset: str
+    speculative: str
+    measured: Mapping[str, float] = field(default_factory=dict)
+    notes: str = ""
+
+    @property
+    def key(self) -> str:
+        """`source-id/point-id`, unique over the corpus."""
+        return f"{self.source.id}/{self.id}"
+
+
+def _opt_int(v: Any) -> int | None:
+    return None if v is None or v == "" else int(v)
+
+
+def _opt_float(v: Any) -> float | None:
+    return None if v is None or v == "" else float(v)
+
+
+def parse_source(data: Mapping[str, Any], *, origin: str = "corpus") -> tuple[Source, list[CorpusPoint]]:
+    """Pure: one parsed YAML document -> its source and points; ConfigError naming what is wrong."""
+    src = data.get("source")
+    if not isinstance(src, Mapping):
+        raise ConfigError(f"{origin}: no 'source:' mapping")
+    missing = [k for k in _SOURCE_KEYS if not src.get(k)]
+    if missing:
+        raise ConfigError(f"{origin}: source lacks {', '.join(missing)}")
+    if not str(src["url"]).startswith("https://"):
+        raise ConfigError(f"{origin}: source url must be https://, not {src['url']!r}")
+    source = Source(id=str(src["id"]), title=str(src["title"]), url=str(src["url"]),
+                    publisher=str(src["publisher"]), date=str(src["date"]), kind=str(src["kind"]),
+                    notes=str(src.get("notes") or ""))
+    rows = data.get("points")
+    if not isinstance(rows, list) or not rows:
+        raise ConfigError(f"{origin}: no points")
+    points: list[CorpusPoint] = []
+    seen: set[str] = set()
+    for i, r in enumerate(rows):
+        where = f"{origin}: point {r.get('id', i) if isinstance(r, Mapping) else i}"
+        if not isinstance(r, Mapping):
+            raise ConfigError(f"{where}: not a mapping")
+        missing = [k for k in _POINT_KEYS if k not in r]
+        if missing:
+            raise ConfigError(f"{where}: lacks {', '.join(missing)}")
+        if r["id"] in seen:
+            raise ConfigError(f"{where}: duplicate id")
+        seen.add(str(r["id"]))
+        if r["mode"] not in MODES:
+            raise ConfigError(f"{where}: mode must be one of {', '.join(MODES)}, not {r['mode']!r}")
+        measured = r["measured"]
+        if not isinstance(measured, Mapping) or not measured:
+            raise ConfigError(f"{where}: 'measured' must be a non-empty mapping")
+        unknown = set(measured) - MEASURED_KEYS
+        if unknown:
+            raise ConfigError(f"{where}: unknown measured keys {sorted(unknown)}")
+        vals = {str(k): float(v) for k, v in measured.items() if v is not None}
+        if any(v <= 0 for v in vals.values()):
+            raise ConfigError(f"{where}: measured figures must be > 0")
+        if r["mode"] == "closed" and not r.get("concurrency"):
+            raise ConfigError(f"{where}: a closed-loop point needs its concurrency")
+        if r["mode"] == "rate" and not r.get("request_rate"):
+            raise ConfigError(f"{where}: a rate point needs its request_rate")
+        try:
+            points.append(CorpusPoint(
+                source=source, id=str(r["id"]), engine=str(r["engine"]), engine_version=str(r["engine_version"] or ""),
+                gpu=str(r["gpu"]), gpus=int(r["gpus"]), model=str(r["model"]), quant=str(r["quant"] or ""),
+                kv_quant=str(r.get("kv_quant") or ""), tp=_opt_int(r.get("tp")), pp=_opt_int(r.get("pp")),
+                dp=_opt_int(r.get("dp")), ep=_opt_int(r.get("ep")), mode=str(r["mode"]),
+                concurrency=_opt_int(r.get("concurrency")), request_rate=_opt_float(r.get("request_rate")),
+                num_prompts=_opt_int(r.get("num_prompts")), input_len=_opt_float(r["input_len"]),
+                output_len=_opt_float(r["output_len"]), dataset=str(r["dataset"] or ""),
+                speculative=str(r.get("speculative") or ""), measured=vals, notes=str(r["notes"] or "")))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}: {exc}") from exc
+    return source, points
+
+
+def load_corpus(path: str | Path | None = None) -> list[CorpusPoint]:
+    """I/O edge: every point of every `*.yaml` in `path` (default: the packaged corpus), sorted by source id."""
+    import yaml
+
+    if path is None:
+        root = resources.files("servebench.plan") / "corpus"
+        files = sorted((p.name, p.read_text(encoding="utf-8")) for p in root.iterdir() if p.name.endswith(".yaml"))
+    else:
+        d = Path(path)
+        files = sorted((p.name, p.read_text(encoding="utf-8")) for p in d.glob("*.yaml"))
+    if not files:
+        raise ConfigError(f"no corpus files in {path or 'the package'}")
+    out: list[CorpusPoint] = []
+    ids: set[str] = set()
+    for name, text in files:
+        data = yaml.safe_load(text)
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{name}: not a mapping")
+        source, points = parse_source(data, origin=name)
+        if source.id in ids:
+            raise ConfigError(f"{name}: source id {source.id!r} used twice")
+        if name != f"{source.id}.yaml":
+            raise ConfigError(f"{name}: file name must be the source id ({source.id}.yaml)")
+        ids.add(source.id)
+        out.extend(points)
+    return out
