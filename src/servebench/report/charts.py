@@ -201,7 +201,7 @@ class _Svg:
                  f'fill="{fill}"{fw}{tr}>{escape(s)}</text>')
 
     def done(self) -> str:
-        return "\n".join(self.parts + ["</svg>"]) + "\n"
+        return "\n".join([*self.parts, "</svg>"]) + "\n"
 
 
 def _legend_rows(names: list[str], max_width: float) -> list[list[tuple[int, str, float]]]:
@@ -240,10 +240,12 @@ def _draw_axes(svg: _Svg, xa: _Axis, ya: _Axis, box: tuple[float, float, float, 
         svg.text(left - 6, y + 4, _tick_label(t, ya, y_fmt_step), anchor="end", size=11, fill=_MUTED)
     for t in xa.ticks:
         x = left + xa.frac(t) * (right - left)
-        svg.add(f'<line x1="{_f(x)}" y1="{_f(bottom)}" x2="{_f(x)}" y2="{_f(bottom + 4)}" stroke="{_MUTED}" stroke-width="1"/>')
+        svg.add(f'<line x1="{_f(x)}" y1="{_f(bottom)}" x2="{_f(x)}" y2="{_f(bottom + 4)}" '
+                f'stroke="{_MUTED}" stroke-width="1"/>')
         svg.text(x, bottom + 17, _tick_label(t, xa, x_fmt_step), anchor="middle", size=11, fill=_MUTED)
-    svg.add(f'<line x1="{_f(left)}" y1="{_f(bottom)}" x2="{_f(right)}" y2="{_f(bottom)}" stroke="{_MUTED}" stroke-width="1"/>')
-    svg.add(f'<line x1="{_f(left)}" y1="{_f(top)}" x2="{_f(left)}" y2="{_f(bottom)}" stroke="{_MUTED}" stroke-width="1"/>')
+    axis = f'stroke="{_MUTED}" stroke-width="1"/>'
+    svg.add(f'<line x1="{_f(left)}" y1="{_f(bottom)}" x2="{_f(right)}" y2="{_f(bottom)}" {axis}')
+    svg.add(f'<line x1="{_f(left)}" y1="{_f(top)}" x2="{_f(left)}" y2="{_f(bottom)}" {axis}')
     if x_label:
         svg.text((left + right) / 2, bottom + 38, x_label, anchor="middle", size=12, fill=_INK)
     if y_label:
@@ -327,12 +329,12 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str = "", y_lab
             d = "".join(f"M{_f(x - 1.6)},{_f(y)}a1.6,1.6 0 1,0 3.2,0a1.6,1.6 0 1,0 -3.2,0" for x, y in pts)
             svg.add(f'<path d="{d}" fill="{color}" fill-opacity="0.75" stroke="none"/>')
         elif markers:
-            r = 3.5 if s.lines else 2.5
+            radius = 3.5 if s.lines else 2.5
             for j, ((x, y), (dx, dy)) in enumerate(zip(pts, zip(s.xs, s.ys))):
                 tip = f"{s.name}: {format_number(dx)}, {format_number(dy)}"
                 if s.labels and j < len(s.labels):
                     tip = f"{s.name} [{s.labels[j]}]: x={format_number(dx)}, y={format_number(dy)}"
-                svg.add(f'<circle cx="{_f(x)}" cy="{_f(y)}" r="{r}" fill="{color}" stroke="#ffffff" '
+                svg.add(f'<circle cx="{_f(x)}" cy="{_f(y)}" r="{radius}" fill="{color}" stroke="#ffffff" '
                         f'stroke-width="1"><title>{escape(tip)}</title></circle>')
         if s.labels:
             for (x, y), lab in zip(pts, s.labels):
@@ -403,7 +405,7 @@ def histogram_chart(samples: Sequence[tuple[str, Sequence[float]]], *, title: st
         k = np.clip(((vs - lo_e) / width_bin).astype(np.int64), 0, bins - 1)
         share = [100.0 * float(c) / vs.size for c in np.bincount(k, minlength=bins)]
         xs = [lo_e + k * width_bin for k in range(bins)] + [hi_e]
-        series.append(Series(name, xs, share + [share[-1]], PALETTE[i % len(PALETTE)], step=True,
+        series.append(Series(name, xs, [*share, share[-1]], PALETTE[i % len(PALETTE)], step=True,
                              fill=True, markers=False))
     return line_chart(series, title=title, x_label=x_label, y_label="share of values (%)",
                       subtitle=subtitle, width=width, height=height, x_zero=False, refs=refs)
@@ -425,7 +427,7 @@ def cdf_chart(samples: Sequence[tuple[str, Sequence[float]]], *, title: str, x_l
             idx = sorted({min(n - 1, round(k * (n - 1) / (max_points - 1))) for k in range(max_points)})
         xs, ys = [float(v[k]) for k in idx], [100.0 * (k + 1) / n for k in idx]
         series.append(Series(name, xs, ys, PALETTE[i % len(PALETTE)], step=True, markers=False))
-    refs = list(refs) + [RefLine(50.0, "P50", "y", _MUTED), RefLine(99.0, "P99", "y", _MUTED)]
+    refs = [*refs, RefLine(50.0, "P50", "y", _MUTED), RefLine(99.0, "P99", "y", _MUTED)]
     return line_chart(series, title=title, x_label=x_label, y_label="percentile", subtitle=subtitle,
                       width=width, height=height, x_log=x_log, refs=refs)
 

@@ -130,7 +130,7 @@ def print_summary(summary: dict[str, Any], console: Console, out_dir: str | None
         if check.get("passed"):
             console.print(f"  SLO  [green]pass[/green]  {limits}")
         else:
-            from servebench.results.slo import failing  # noqa: PLC0415
+            from servebench.results.slo import failing
 
             console.print(f"  SLO  [red]fail[/red]  {limits}: {failing(check)}")
     for note in summary.get("notes") or ():
@@ -156,7 +156,8 @@ def _load_words(load: dict[str, Any]) -> str:
         cap = f", cap {load['concurrency']}" if load.get("concurrency") else ""
         return f"rate {load.get('rate_rps')} req/s, burstiness {load.get('burstiness')}{cap}"
     if mode == "ramp":
-        return f"ramp {load.get('ramp_up_strategy')} {load.get('ramp_up_start_rps')}→{load.get('ramp_up_end_rps')} req/s"
+        start, end = load.get("ramp_up_start_rps"), load.get("ramp_up_end_rps")
+        return f"ramp {load.get('ramp_up_strategy')} {start}→{end} req/s"
     return "offline (every request at once)"
 
 

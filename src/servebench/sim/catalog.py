@@ -6,10 +6,11 @@ Pure: the catalogue is code, not files. `parse_hf_config` turns an already-loade
 
 from __future__ import annotations
 
-import dataclasses
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from servebench.errors import ConfigError
 
@@ -310,7 +311,7 @@ def parse_hf_config(cfg: Mapping[str, Any], *, name: str = "custom") -> ModelSpe
         head_dim = nope + rope
         kv_heads = heads
     if cfg.get("n_routed_experts") or cfg.get("num_experts"):
-        kw.update(n_routed_experts=int(cfg.get("n_routed_experts") or cfg.get("num_experts")),
+        kw.update(n_routed_experts=int(cfg.get("n_routed_experts") or cfg.get("num_experts") or 0),
                   experts_per_token=int(cfg.get("num_experts_per_tok", 0)),
                   n_shared_experts=int(cfg.get("n_shared_experts") or 0),
                   moe_intermediate=int(cfg.get("moe_intermediate_size", 0)),

@@ -41,6 +41,6 @@ async def prepare_workload(
     exact token lengths come from `cfg.tokenizer` (a local Hugging Face tokenizer) or the server's own
     /tokenize, else lengths are approximate; `info` says which, for the manifest and the summary.
     """
-    from servebench.workload.prepare import prepare  # noqa: PLC0415
+    from servebench.workload.prepare import prepare
 
     return await prepare(cfg, n_total, base_url=base_url, model=model, headers=headers, caps=caps)

@@ -140,7 +140,7 @@ class PromptBuilder:
         if self._empty is None:
             try:
                 (self._empty,) = await self.counter.count([""])
-            except Exception:  # noqa: BLE001 - some endpoints reject an empty text; BOS then unknown
+            except Exception:
                 self._empty = 0
         uniq = list(dict.fromkeys(texts))
         counts = dict(zip(uniq, await self.counter.count(uniq)))

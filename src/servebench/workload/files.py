@@ -149,7 +149,8 @@ def resolve_hf_path(path: str) -> Path:
                 if cands:
                     return cands[0]
     raise ConfigError(f"--dataset hf:{path}: no such file or folder, and no hub-cache copy of that dataset "
-                      "(this tool never downloads; fetch it first, e.g. `huggingface-cli download --repo-type dataset`)")
+                      "(this tool never downloads; fetch it first, "
+                      "e.g. `huggingface-cli download --repo-type dataset`)")
 
 
 _TABLE_EXT = (".parquet", ".jsonl", ".json", ".arrow")
@@ -172,10 +173,10 @@ def _table_files(root: Path, split: str | None) -> list[Path]:
 
 
 def _read_table(f: Path) -> list[dict[str, Any]]:
-    import pyarrow as pa  # noqa: PLC0415
+    import pyarrow as pa
 
     if f.suffix == ".parquet":
-        import pyarrow.parquet as pq  # noqa: PLC0415
+        import pyarrow.parquet as pq
 
         return pq.read_table(f).to_pylist()
     if f.suffix == ".arrow":  # datasets' save_to_disk writes the IPC stream format
@@ -216,7 +217,7 @@ def load_hf(path: str, options: dict[str, str]) -> list[Record]:
         o = int(o) if isinstance(o, (int, float)) and o > 0 else None
         if chat_col is not None:
             out.append(Record(_messages(row.get(chat_col), f"{root} row {i}"), o))
-        else:
+        elif col is not None:
             v = row.get(col)
             if isinstance(v, str) and v:
                 out.append(Record([{"role": "user", "content": v}], o, {"plain": True}))

@@ -37,22 +37,22 @@ async def prepare(cfg: Any, n_total: int, *, base_url: str, model: str, headers:
     builder = await PromptBuilder.create(target, getattr(cfg, "tokenizer", None))
     try:
         if spec.kind == "random":
-            from servebench.workload.synthetic import random_items  # noqa: PLC0415
+            from servebench.workload.synthetic import random_items
 
             items, extra = await random_items(spec, cfg, n_total, builder)
         elif spec.kind == "shared-prefix":
-            from servebench.workload.synthetic import shared_prefix_items  # noqa: PLC0415
+            from servebench.workload.synthetic import shared_prefix_items
 
             items, extra = await shared_prefix_items(spec, cfg, n_total, builder)
         elif spec.kind == "trace":
-            from servebench.workload.trace import trace_items  # noqa: PLC0415
+            from servebench.workload.trace import trace_items
 
             items, extra = await trace_items(spec.path or "", cfg, n_total, builder,
                                              spec.opt_float("speedup", 1.0) or 1.0,
                                              block_tokens=spec.opt_int("block", 512) or 512)
         else:
-            from servebench.workload import files  # noqa: PLC0415
-            from servebench.workload.sessions import records_to_items  # noqa: PLC0415
+            from servebench.workload import files
+            from servebench.workload.sessions import records_to_items
 
             if spec.kind == "jsonl":
                 records = files.load_jsonl(spec.path or "")
@@ -88,7 +88,7 @@ async def prepare(cfg: Any, n_total: int, *, base_url: str, model: str, headers:
         **extra,
     }
     if builder.counter is not None and hasattr(builder.counter, "calls"):
-        info["tokenize_calls"] = builder.counter.calls  # type: ignore[union-attr]
+        info["tokenize_calls"] = builder.counter.calls
     if builder.probe_requests:  # they show in the server's counters, before the measured window
         info["probe_requests"] = builder.probe_requests
         info["probe_output_tokens"] = builder.probe_output_tokens

@@ -89,7 +89,8 @@ def _mix(text: str) -> list[LengthMix]:
             if weight is not None and weight < 0:
                 raise ValueError
         except ValueError:
-            raise ConfigError(f"--dataset random:{text}: expected IN:OUT@W%, e.g. random:128:64@25%,512:128@75%") from None
+            raise ConfigError(f"--dataset random:{text}: expected IN:OUT@W%, "
+                              "e.g. random:128:64@25%,512:128@75%") from None
         if len(fields) > 2 or i_len < 1 or (o_len is not None and o_len < 1):
             raise ConfigError(f"--dataset random: {p!r}: lengths must be IN[:OUT], both >= 1")
         out.append(LengthMix(i_len, o_len, -1.0 if weight is None else weight))

@@ -14,7 +14,8 @@ from servebench.workload.spec import SHARED_PREFIX_PRESET, DatasetSpec
 __all__ = ["random_items", "shared_prefix_items", "intended_hit_rate"]
 
 
-async def random_items(spec: DatasetSpec, cfg: Any, n: int, builder: PromptBuilder) -> tuple[list[WorkItem], dict[str, Any]]:
+async def random_items(spec: DatasetSpec, cfg: Any, n: int,
+                       builder: PromptBuilder) -> tuple[list[WorkItem], dict[str, Any]]:
     rng = np.random.default_rng(cfg.seed)
     mix = [(m.input_len, m.output_len, m.weight) for m in spec.mix] or [(cfg.input_len, cfg.output_len, 1.0)]
     ins, outs = mixture_lengths(n, mix, cfg.range_ratio, rng)

@@ -11,7 +11,7 @@ the runner sends at those absolute offsets.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -19,7 +19,7 @@ from servebench.errors import ConfigError
 from servebench.workload import WorkItem
 from servebench.workload.builder import PromptBuilder
 from servebench.workload.exact import ANCHOR
-from servebench.workload.files import _messages, _read_json_any, _file
+from servebench.workload.files import _file, _messages, _read_json_any
 from servebench.workload.sessions import flatten
 
 __all__ = ["trace_items", "read_trace"]
@@ -70,7 +70,7 @@ def read_trace(path: str) -> list[dict[str, Any]]:
                      "output_len": _first_int(obj, ("output_length", "output_len", "output_tokens", "max_tokens"))})
     if not rows:
         raise ConfigError(f"{p}: an empty trace")
-    rows.sort(key=lambda r: r["t_s"])
+    rows.sort(key=lambda r: cast(float, r["t_s"]))  # _time_s always sets a float
     return rows
 
 
@@ -147,7 +147,8 @@ async def trace_items(path: str, cfg: Any, n: int, builder: PromptBuilder,
     for i, r in enumerate(rows):
         msgs = r["messages"]
         prompt: Any = texts[i] if msgs is None else ([dict(m) for m in msgs] if chat else flatten(msgs))
-        items.append(WorkItem(prompt=prompt, input_len=int(r["input_len"]), output_len=r["output_len"] or cfg.output_len,
+        items.append(WorkItem(prompt=prompt, input_len=int(r["input_len"]),
+                              output_len=r["output_len"] or cfg.output_len,
                               meta={"t_s": (r["t_s"] - t0) / speedup}))
     span = items[-1].meta["t_s"] if items else 0.0
     info: dict[str, Any] = {"trace": {"requests": len(items), "speedup": speedup, "span_s": round(span, 3),

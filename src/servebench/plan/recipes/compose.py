@@ -9,8 +9,8 @@ from typing import Any
 
 from servebench.plan.recipes.launch import commands_for_node, node_script
 from servebench.plan.recipes.spec import RecipeSpec
-from servebench.plan.recipes.yamlout import dump_yaml
 from servebench.plan.recipes.trtllm import EXTRA_OPTIONS_FILE
+from servebench.plan.recipes.yamlout import dump_yaml
 
 __all__ = ["compose_doc", "compose_yaml"]
 

@@ -35,7 +35,8 @@ def launch_script(spec: RecipeSpec) -> str:
     online = lay.quant == "fp8" and spec.engine in ("vllm", "sglang")
     if spec.needs_online_quant and not online:
         lines += [f"# NOTE: {spec.engine} serves the precision stored in the checkpoint: point it at a "
-                  f"{lay.quant} checkpoint of {spec.model.name} (the model id below is the {spec.model.default_quant} one).", ""]
+                  f"{lay.quant} checkpoint of {spec.model.name} "
+                  f"(the model id below is the {spec.model.default_quant} one).", ""]
     if lay.nodes > 1 and spec.engine == "trtllm":
         lines += [f"# Node 0 address: {spec.leader_address} (edit to yours). Every node runs sshd with the same",
                   "# image and paths; node 0 starts all ranks with mpirun.", ""]
@@ -45,7 +46,7 @@ def launch_script(spec: RecipeSpec) -> str:
     for rank in range(lay.nodes):
         cmds = commands_for_node(spec, rank=rank, leader=spec.leader_address)
         if lay.nodes > 1:
-            lines.append(f"# --- node {rank}" + (" (serves the API on port %d)" % spec.port if rank == 0 else ""))
+            lines.append(f"# --- node {rank}" + (f" (serves the API on port {spec.port})" if rank == 0 else ""))
         if not cmds:
             lines.append("# nothing to start here: node 0 launches this node's ranks over ssh (sshd must run)")
         for c in cmds:

@@ -40,5 +40,6 @@ def sglang_argv(spec: RecipeSpec, *, node_rank: str = "0", leader: str | None = 
     return argv
 
 
-def sglang_commands_for_node(spec: RecipeSpec, *, rank: int, leader: str, rank_expr: str | None = None) -> list[list[str]]:
+def sglang_commands_for_node(spec: RecipeSpec, *, rank: int, leader: str,
+                             rank_expr: str | None = None) -> list[list[str]]:
     return [sglang_argv(spec, node_rank=rank_expr if rank_expr and rank > 0 else str(rank), leader=leader)]

@@ -66,7 +66,8 @@ def ray_wait_argv(spec: RecipeSpec) -> list[str]:
     return ["python3", "-c", code]
 
 
-def vllm_commands_for_node(spec: RecipeSpec, *, rank: int, leader: str, rank_expr: str | None = None) -> list[list[str]]:
+def vllm_commands_for_node(spec: RecipeSpec, *, rank: int, leader: str,
+                           rank_expr: str | None = None) -> list[list[str]]:
     """The commands node `rank` runs (0 = leader, serves the API). `rank_expr` replaces the literal
     rank in flags (e.g. "$LWS_WORKER_INDEX" in Kubernetes)."""
     lay = spec.layout
