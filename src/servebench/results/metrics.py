@@ -8,12 +8,22 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
 
 import numpy as np
 
 from servebench.results.records import RequestRecord
+from servebench.results.schema import (
+    SUMMARY_VERSION,
+    Client,
+    ClientMeasures,
+    Distribution,
+    ErrorAdjusted,
+    Goodput,
+    RunInfo,
+    Summary,
+)
 
 __all__ = [
     "PERCENTILES",
@@ -29,14 +39,17 @@ __all__ = [
     "window_ns",
 ]
 
-SCHEMA = "servebench.summary/1"
+SCHEMA = SUMMARY_VERSION
 PERCENTILES = (50, 90, 95, 99)
 # Failures that say nothing about the server: requests cut short by the user or by --duration.
 _NOT_A_SERVER_FAILURE = frozenset({"cancelled"})
 
 
-def dig(doc: dict[str, Any] | None, *path: str) -> Any:
-    """doc[a][b]... of a summary-like document, or None when any step is missing."""
+def dig(doc: Mapping[str, Any] | None, *path: str) -> Any:
+    """doc[a][b]... of a summary-like document, or None when any step is missing.
+
+    For paths held as data (tables of metrics: repeats.SPREAD_METRICS, the report's axes); code
+    that names a key reads the typed `Summary` instead, so mypy checks it."""
     cur: Any = doc
     for key in path:
         if not isinstance(cur, dict):
@@ -45,7 +58,7 @@ def dig(doc: dict[str, Any] | None, *path: str) -> Any:
     return cur
 
 
-def distribution(values: Sequence[float] | np.ndarray) -> dict[str, float | int | None]:
+def distribution(values: Sequence[float] | np.ndarray) -> Distribution:
     """mean, median, p90, p95, p99, min, max, std (population) and count of finite values.
 
     Percentiles use linear interpolation between order statistics (numpy's default, the same
@@ -69,7 +82,7 @@ def distribution(values: Sequence[float] | np.ndarray) -> dict[str, float | int 
     }
 
 
-def error_adjusted(values: Sequence[float], n_failed: int) -> dict[str, float | None]:
+def error_adjusted(values: Sequence[float], n_failed: int) -> ErrorAdjusted:
     """Percentiles where each failed request counts as +inf; `None` in JSON means infinite.
 
     With 2% failures the P99 is infinite: the tail is made of requests that never finished, and a
@@ -79,9 +92,9 @@ def error_adjusted(values: Sequence[float], n_failed: int) -> dict[str, float | 
     if arr.size == 0:
         return {"median": None, "p90": None, "p95": None, "p99": None}
     # "lower" picks an order statistic, so inf never mixes into an interpolation (inf - x = nan).
-    qs = np.percentile(arr, PERCENTILES, method="lower")
-    return {name: (float(q) if math.isfinite(q) else None)
-            for name, q in zip(("median", "p90", "p95", "p99"), qs)}
+    median, p90, p95, p99 = (float(q) if math.isfinite(q) else None
+                             for q in np.percentile(arr, PERCENTILES, method="lower"))
+    return {"median": median, "p90": p90, "p95": p95, "p99": p99}
 
 
 def itl_gaps_ms(record: RequestRecord) -> np.ndarray:
@@ -114,7 +127,7 @@ def request_latencies_ms(r: RequestRecord) -> dict[str, float | None]:
     return {"ttft": ttft, "ttfat": ttfat, "e2e": e2e, "tpot": tpot}
 
 
-def meets_slo(lat: dict[str, float | None], slo: dict[str, float]) -> bool:
+def meets_slo(lat: Mapping[str, float | None], slo: Mapping[str, float]) -> bool:
     """Per-request SLO check for goodput: every `<metric>_ms` limit in `slo` holds.
 
     A limit on a metric the request does not have (TPOT of a 1-token answer) is not violated.
@@ -138,11 +151,11 @@ def window_ns(measured: Iterable[RequestRecord]) -> tuple[int, int] | None:
 def summarize(
     records: Sequence[RequestRecord],
     *,
-    run: dict[str, Any] | None = None,
-    slo: dict[str, float] | None = None,
-    client: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The `summary.json` document (schema servebench.summary/1) of a run's records.
+    run: RunInfo | None = None,
+    slo: Mapping[str, float] | None = None,
+    client: ClientMeasures | None = None,
+) -> Summary:
+    """The `summary.json` document (schema servebench.summary/1, results.schema.Summary) of a run's records.
 
     `run` carries what the records cannot know (run_id, started_at, target, load, workload); it is
     merged in as given. `slo` holds per-request limits (`ttft_ms`, `tpot_ms`, `e2e_ms`, `ttfat_ms`)
@@ -158,18 +171,18 @@ def summarize(
     window_s = (win[1] - win[0]) / 1e9 if win and win[1] > win[0] else 0.0
 
     lats = [request_latencies_ms(r) for r in completed]
-    col = {k: [x[k] for x in lats if x[k] is not None] for k in ("ttft", "ttfat", "e2e", "tpot")}
+    col = {k: [v for x in lats if (v := x[k]) is not None] for k in ("ttft", "ttfat", "e2e", "tpot")}
     itl = np.concatenate([itl_gaps_ms(r) for r in completed]) if completed else np.empty(0)
 
     out_tokens = sum(r.output_tokens or 0 for r in completed)
     in_tokens = sum((r.input_tokens if r.input_tokens is not None else r.input_len) for r in completed)
     reasoning = sum(r.reasoning_tokens for r in completed)
     per_user = [
-        (r.output_tokens or 0) / (x["e2e"] / 1e3)
+        (r.output_tokens or 0) / (e2e / 1e3)
         for r, x in zip(completed, lats)
-        if x["e2e"] and (r.output_tokens or 0) > 0
+        if (e2e := x["e2e"]) and (r.output_tokens or 0) > 0
     ]
-    lag_ms = [(r.t_send_ns - r.t_sched_ns) / 1e6 for r in measured]
+    lag_ms = [(r.t_send_ns - r.t_sched_ns) / 1e6 for r in measured if r.t_send_ns is not None]
 
     def rate(n: float) -> float:
         return n / window_s if window_s > 0 else 0.0
@@ -178,7 +191,7 @@ def summarize(
     offered_span_s = (sched[-1] - sched[0]) / 1e9 if len(sched) > 1 else 0.0
     offered = (len(sched) - 1) / offered_span_s if offered_span_s > 0 else rate(len(measured))
 
-    goodput = None
+    goodput: Goodput | None = None
     if slo:
         good = sum(1 for x in lats if meets_slo(x, slo))
         goodput = {
@@ -188,9 +201,10 @@ def summarize(
             "requests_per_s": rate(good),
         }
 
-    summary: dict[str, Any] = {"schema": SCHEMA}
-    summary.update(run or {})
-    summary.update({
+    client_doc: Client = {**(client or ClientMeasures()), "schedule_lag_ms": distribution(lag_ms)}
+    return {
+        "schema": SCHEMA,
+        **(run or RunInfo()),
         "duration_s": window_s,
         "requests": {
             "total": len(measured),
@@ -222,8 +236,8 @@ def summarize(
             "output_total": out_tokens,
             "reasoning_total": reasoning,
             "answer_total": out_tokens - reasoning,
-            "input_source": _source(completed, "input"),
-            "output_source": _source(completed, "output"),
+            "input_source": _input_source(completed),
+            "output_source": _output_source(completed),
         },
         "per_user_output_tokens_per_s": {
             "median": float(np.median(per_user)) if per_user else None,
@@ -231,25 +245,24 @@ def summarize(
             "mean": float(np.mean(per_user)) if per_user else None,
         },
         "goodput": goodput,
-    })
-    client_doc = dict(client or {})
-    client_doc["schedule_lag_ms"] = distribution(lag_ms)
-    summary["client"] = client_doc
-    return summary
+        "client": client_doc,
+    }
 
 
-def _source(completed: Sequence[RequestRecord], which: str) -> str:
+def _input_source(completed: Sequence[RequestRecord]) -> Literal["usage", "requested", "mixed", "none"]:
+    """usage: every completed request's input count came from usage; requested: none did."""
+    n_usage = sum(1 for r in completed if r.input_tokens is not None)
     if not completed:
         return "none"
-    if which == "input":
-        n_usage = sum(1 for r in completed if r.input_tokens is not None)
-        label = "usage", "requested"
-    else:
-        n_usage = sum(1 for r in completed if r.output_tokens_source == "usage")
-        label = "usage", "counted"
-    if n_usage == len(completed):
-        return label[0]
-    return label[1] if n_usage == 0 else "mixed"
+    return "usage" if n_usage == len(completed) else "requested" if n_usage == 0 else "mixed"
+
+
+def _output_source(completed: Sequence[RequestRecord]) -> Literal["usage", "counted", "mixed", "none"]:
+    """usage: every completed request's output count came from usage; counted: none did."""
+    n_usage = sum(1 for r in completed if r.output_tokens_source == "usage")
+    if not completed:
+        return "none"
+    return "usage" if n_usage == len(completed) else "counted" if n_usage == 0 else "mixed"
 
 
 # Client self-check thresholds (docs/metrics.md, "Client self-check").
@@ -258,19 +271,19 @@ SCHEDULE_LAG_P99_MS = 10.0
 CPU_BUSY_PEAK = 0.95
 
 
-def assess_client(summary: dict[str, Any], *, open_loop: bool) -> tuple[bool, list[str], str]:
+def assess_client(summary: Summary, *, open_loop: bool) -> tuple[bool, list[str], str]:
     """Is the client the bottleneck? (saturated, reasons, advice) from the summary's client block.
 
     Saturated when the event loop oversleeps (p99 > 5 ms: chunks wait to be timestamped), when an
     open-loop schedule falls behind (schedule lag p99 > 10 ms), or when the client process used
     ≥ 95% of a core in some second of the run.
     """
-    client = summary.get("client", {})
+    client = summary["client"]
     reasons = []
     loop_lag = client.get("loop_lag_ms_p99") or 0.0
     if loop_lag > LOOP_LAG_P99_MS:
         reasons.append(f"event-loop lag p99 {loop_lag:.1f} ms > {LOOP_LAG_P99_MS:g} ms")
-    lag = (client.get("schedule_lag_ms") or {}).get("p99") or 0.0
+    lag = client["schedule_lag_ms"]["p99"] or 0.0
     if open_loop and lag > SCHEDULE_LAG_P99_MS:
         reasons.append(f"schedule lag p99 {lag:.1f} ms > {SCHEDULE_LAG_P99_MS:g} ms")
     cpu = client.get("cpu_busy_peak") or 0.0

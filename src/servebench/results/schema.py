@@ -1,0 +1,364 @@
+"""The shape of `summary.json`, written down once: `Summary` and its blocks, as TypedDicts.
+
+`metrics.summarize` builds a `Summary`, `run.bench` and `sweep` add their blocks to it, and the
+store, report, repeats and sweep read it through these types, so mypy checks every key. At run time
+a TypedDict is a plain dict: nothing here validates or costs anything, and nothing here imports
+pydantic. The JSON Schema kept in the repository (docs/summary.schema.json) is generated from these
+types (pydantic's TypeAdapter, a test-time dependency):
+
+    python -m servebench.results.schema --write     # regenerate docs/summary.schema.json
+    python -m servebench.results.schema --check     # exit 1 when the committed file is stale
+
+Blocks the metrics own are closed (PEP 728 `closed=True`, `additionalProperties: false` in the JSON
+Schema): a key added without changing its type here fails the schema tests. Blocks whose keys depend
+on the target or the workload stay open: `workload` (workload.info adds per-kind keys) and `server`
+(the metrics a server exposes).
+
+Keys that `metrics.summarize` alone cannot know (the run's identity, target, load, workload, the
+server's metrics, notes) are `NotRequired`: a summary recomputed from records (`servebench report` on
+a killed run) has them only as far as the manifest tells, and summaries written before a key existed
+still load. Version history: docs/results.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Literal, NotRequired
+
+from typing_extensions import TypedDict  # closed= (PEP 728); pydantic needs this TypedDict before 3.12
+
+__all__ = [
+    "SUMMARY_VERSION",
+    "SUMMARY_VERSIONS",
+    "AggregateCheck",
+    "Client",
+    "ClientMeasures",
+    "Cost",
+    "Distribution",
+    "ErrorAdjusted",
+    "ErrorAdjustedLatency",
+    "Goodput",
+    "GoodputCheck",
+    "Latency",
+    "Load",
+    "PerUserRate",
+    "Requests",
+    "RunInfo",
+    "ServerMetrics",
+    "SloCheck",
+    "Summary",
+    "Target",
+    "Throughput",
+    "Tokens",
+    "Workload",
+    "json_schema",
+]
+
+#: The version string in `summary["schema"]` that this code writes.
+SUMMARY_VERSION: Literal["servebench.summary/1"] = "servebench.summary/1"
+#: Every version the loaders accept (the shape each had is in docs/results.md).
+SUMMARY_VERSIONS = (SUMMARY_VERSION,)
+SCHEMA_FILE = Path(__file__).resolve().parents[3] / "docs" / "summary.schema.json"
+
+
+class Distribution(TypedDict, closed=True):
+    """A latency distribution in ms (metrics.distribution): `count` finite values; the rest null
+    when there are none. Percentiles interpolate linearly between order statistics."""
+
+    count: int
+    mean: float | None
+    median: float | None
+    p90: float | None
+    p95: float | None
+    p99: float | None
+    min: float | None
+    max: float | None
+    std: float | None
+
+
+class ErrorAdjusted(TypedDict, closed=True):
+    """Percentiles in ms where each failed request counts as +inf; null means infinite (or no request)."""
+
+    median: float | None
+    p90: float | None
+    p95: float | None
+    p99: float | None
+
+
+class Latency(TypedDict, closed=True):
+    """Per-request latency distributions of completed requests (ITL is per token)."""
+
+    ttft: Distribution
+    tpot: Distribution
+    itl: Distribution
+    e2e: Distribution
+    ttfat: Distribution
+
+
+class ErrorAdjustedLatency(TypedDict, closed=True):
+    ttft: ErrorAdjusted
+    e2e: ErrorAdjusted
+
+
+class Requests(TypedDict, closed=True):
+    """Measured requests (warm-up excluded, counted apart); `errors` counts failures by kind."""
+
+    total: int
+    completed: int
+    failed: int
+    errors: dict[str, int]
+    warmup: int
+
+
+class Throughput(TypedDict, closed=True):
+    """Rates over the measured window (first send to last end); offered: the schedule's send rate."""
+
+    requests_per_s: float
+    offered_requests_per_s: float
+    input_tokens_per_s: float
+    output_tokens_per_s: float
+    total_tokens_per_s: float
+
+
+class Tokens(TypedDict, closed=True):
+    """Token totals of completed requests and where the counts came from."""
+
+    input_total: int
+    output_total: int
+    reasoning_total: int
+    answer_total: int
+    input_source: Literal["usage", "requested", "mixed", "none"]
+    output_source: Literal["usage", "counted", "mixed", "none"]
+
+
+class PerUserRate(TypedDict, closed=True):
+    """Per request output tokens / E2E seconds: median, 10th percentile, mean (null: no request)."""
+
+    median: float | None
+    p10: float | None
+    mean: float | None
+
+
+class Goodput(TypedDict, closed=True):
+    """Requests meeting every per-request limit in `slo` (`ttft_ms`, `tpot_ms`, ...)."""
+
+    slo: dict[str, float]
+    requests_meeting_slo: int
+    fraction: float
+    requests_per_s: float
+
+
+class ClientMeasures(TypedDict, total=False, closed=True):
+    """What the client measured about itself during the run (run.bench, from the shard)."""
+
+    cpu_s: float
+    cpu_us_per_token: float | None
+    cpu_busy_peak: float
+    loop_lag_ms_p99: float
+    read_pauses: int
+    read_pause_ms: float
+    elapsed_s: float
+
+
+class Client(TypedDict, closed=True):
+    """The client's self-measurements and its verdict: is the client the bottleneck?
+
+    `schedule_lag_ms` (send time - scheduled time) comes from the records; the rest from the run
+    (`read_pauses`, `read_pause_ms` since read coalescing; absent in summaries written before it)."""
+
+    cpu_s: NotRequired[float]
+    cpu_us_per_token: NotRequired[float | None]
+    cpu_busy_peak: NotRequired[float]
+    loop_lag_ms_p99: NotRequired[float]
+    read_pauses: NotRequired[int]
+    read_pause_ms: NotRequired[float]
+    elapsed_s: NotRequired[float]
+    schedule_lag_ms: Distribution
+    saturated: NotRequired[bool]
+    reasons: NotRequired[list[str]]
+    advice: NotRequired[str]
+
+
+class Target(TypedDict, closed=True):
+    """What was measured; `profile` only for the built-in emulator."""
+
+    url: str
+    model: str
+    api: Literal["chat", "completions"]
+    emulated: bool
+    profile: NotRequired[str]
+
+
+class Load(TypedDict, closed=True):
+    """How load was applied; `rate_rps` is "inf" for an offline (all at once) run."""
+
+    mode: NotRequired[Literal["concurrency", "rate", "offline", "ramp"]]  # absent: recomputed from a manifest
+    concurrency: int | None
+    rate_rps: float | Literal["inf"] | None
+    burstiness: float | None
+    ramp_up_strategy: NotRequired[str | None]
+    ramp_up_start_rps: NotRequired[float | None]
+    ramp_up_end_rps: NotRequired[float | None]
+    warmup: NotRequired[int]
+
+
+class Workload(TypedDict):
+    """The workload as asked for, then workload.info (docs/workloads.md): open, since each kind of
+    workload adds its own keys (mix, shared_prefix, sessions, trace, ...)."""
+
+    dataset: str | None
+    input_len: int | None
+    output_len: int | None
+    range_ratio: NotRequired[float]
+    ignore_eos: NotRequired[bool]
+    stream: NotRequired[bool]
+    seed: NotRequired[int]
+    output_len_enforced: NotRequired[bool | None]
+    kind: NotRequired[str]
+    lengths: NotRequired[str]
+    overhead_source: NotRequired[str]
+    overhead_tokens: NotRequired[int]
+    prepare_s: NotRequired[float]
+    tokenize_calls: NotRequired[int]
+    notes: NotRequired[list[str]]
+    intended_prefix_hit_rate: NotRequired[float]
+
+
+class ServerMetrics(TypedDict):
+    """The server's Prometheus metrics over the window (target.servermetrics.server_summary), in
+    common keys; open, since engines expose different metrics. `metrics_used`: common key -> the
+    engine's metric name."""
+
+    metrics_used: dict[str, str]
+    prefix_cache_hit_rate: float | None
+    running: NotRequired[float]
+    waiting: NotRequired[float]
+    kv_usage: NotRequired[float]
+    prompt_tokens: NotRequired[float]
+    generation_tokens: NotRequired[float]
+    prefix_queries: NotRequired[float]
+    prefix_hits: NotRequired[float]
+    preemptions: NotRequired[float]
+    latency_ms: NotRequired[dict[str, float]]
+
+
+class AggregateCheck(TypedDict, closed=True):
+    """One `<metric>_<stat>_ms` limit: `value_ms` null when missing or infinite (`infinite`)."""
+
+    name: str
+    metric: Literal["ttft", "tpot", "itl", "e2e", "ttfat"]
+    stat: str
+    limit_ms: float
+    value_ms: float | None
+    infinite: bool
+    passed: bool
+    source: NotRequired[str]
+
+
+class GoodputCheck(TypedDict, closed=True):
+    """`goodput_fraction=LIMIT`: at least that fraction of measured requests met the per-request SLO."""
+
+    name: str
+    metric: Literal["goodput"]
+    stat: Literal["fraction"]
+    limit: float
+    value: float | None
+    passed: bool
+
+
+class SloCheck(TypedDict, closed=True):
+    """Pass/fail against the run-level limits of `--slo` (results.slo.evaluate); `passed` null
+    when there was no limit to check."""
+
+    passed: bool | None
+    checks: list[AggregateCheck | GoodputCheck]
+    goodput_requests_per_s: float | None
+    goodput_fraction: float | None
+
+
+class Cost(TypedDict, closed=True):
+    """Dollars per million tokens at the measured throughput (results.cost.cost_block)."""
+
+    usd_per_gpu_hour: float
+    gpus: int
+    usd_per_hour: float
+    source: str
+    usd_per_1m_input_tokens: float | None
+    usd_per_1m_output_tokens: float | None
+    usd_per_1m_total_tokens: float | None
+
+
+class RunInfo(TypedDict, total=False, closed=True):
+    """What the records cannot know, given to metrics.summarize by the run (or from a manifest)."""
+
+    run_id: str
+    started_at: str
+    target: Target
+    load: Load
+    workload: Workload
+    interrupted: bool
+
+
+class Summary(TypedDict, closed=True):
+    """summary.json: one run's figures (servebench.summary/1). Key order as written: schema, the
+    run's identity, the metrics, then client, server, slo_check, notes (and cost in a sweep)."""
+
+    schema: Literal["servebench.summary/1"]
+    run_id: NotRequired[str]
+    started_at: NotRequired[str]
+    target: NotRequired[Target]
+    load: NotRequired[Load]
+    workload: NotRequired[Workload]
+    interrupted: NotRequired[bool]
+    duration_s: float
+    requests: Requests
+    throughput: Throughput
+    latency_ms: Latency
+    latency_ms_error_adjusted: ErrorAdjustedLatency
+    tokens: Tokens
+    per_user_output_tokens_per_s: PerUserRate
+    goodput: Goodput | None
+    client: Client
+    server: NotRequired[ServerMetrics | None]
+    slo_check: NotRequired[SloCheck]
+    notes: NotRequired[list[str]]
+    cost: NotRequired[Cost]
+
+
+def json_schema() -> dict[str, object]:
+    """The JSON Schema (draft 2020-12) of summary.json, from `Summary`. Needs pydantic (test extra)."""
+    from pydantic import TypeAdapter  # noqa: PLC0415 - only the generator needs pydantic
+
+    doc: dict[str, object] = {"$schema": "https://json-schema.org/draft/2020-12/schema"}
+    doc.update(TypeAdapter(Summary).json_schema(mode="serialization"))
+    return doc
+
+
+def render() -> str:
+    """The schema file's text: stable key order, two-space indent, trailing newline."""
+    import json  # noqa: PLC0415
+
+    return json.dumps(json_schema(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`--write` regenerates docs/summary.schema.json; `--check` exits 1 when it is stale; else print."""
+    args = sys.argv[1:] if argv is None else argv
+    text = render()
+    if "--write" in args:
+        SCHEMA_FILE.write_text(text, encoding="utf-8")
+        print(f"wrote {SCHEMA_FILE}")
+        return 0
+    if "--check" in args:
+        current = SCHEMA_FILE.read_text(encoding="utf-8") if SCHEMA_FILE.is_file() else ""
+        if current != text:
+            print(f"{SCHEMA_FILE} is stale: run python -m servebench.results.schema --write", file=sys.stderr)
+            return 1
+        return 0
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
