@@ -15,9 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from servebench.results import metrics
 from servebench.errors import ConfigError
+from servebench.results import metrics
+from servebench.results.metrics import dig
 from servebench.results.records import RequestRecord
+from servebench.results.schema import Summary
 from servebench.results.store import RunResult, load_run, read_json
 
 __all__ = [
@@ -82,26 +84,7 @@ def load_repeats(path: Path) -> RepeatsResult:
 
 
 def _load_run(path: Path) -> RunResult:
-    run = load_run(path)
-    if not run.summary and run.records:  # interrupted before the summary: recompute from records
-        run.summary = metrics.summarize(run.records, run=_run_doc_from_manifest(run.manifest))
-    return run
-
-
-def _run_doc_from_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
-    cfg = manifest.get("config") or {}
-    tgt = manifest.get("target") or {}
-    return {
-        "run_id": manifest.get("run_id"),
-        "started_at": manifest.get("started_at"),
-        "target": {"url": tgt.get("base_url") or cfg.get("url"), "model": tgt.get("model") or cfg.get("model"),
-                   "api": cfg.get("api"), "emulated": tgt.get("emulated")},
-        "load": {"concurrency": cfg.get("concurrency"), "rate_rps": cfg.get("rate"),
-                 "burstiness": cfg.get("burstiness")},
-        "workload": {"dataset": cfg.get("dataset"), "input_len": cfg.get("input_len"),
-                     "output_len": cfg.get("output_len")},
-        "interrupted": True,
-    }
+    return load_run(path)  # without summary.json, the store recomputes it from the records
 
 
 def _sweep_entries(doc: Any) -> list[dict[str, Any]]:
@@ -114,19 +97,19 @@ def _sweep_entries(doc: Any) -> list[dict[str, Any]]:
     return []
 
 
-def _x_of(entry: dict[str, Any], summary: dict[str, Any], key: str) -> float | None:
+def _x_of(entry: dict[str, Any], summary: Summary, key: str) -> float | None:
     v = entry.get(key)
     if v is None:
-        v = (summary.get("load") or {}).get(key)
+        v = dig(summary, "load", key)
     if v is None:
-        v = (summary.get("workload") or {}).get(key)
+        v = dig(summary, "workload", key)
     try:
         return float(v) if v is not None else None
     except (TypeError, ValueError):
         return None
 
 
-def _pick_x_key(doc: Any, entries: list[dict[str, Any]], summaries: list[dict[str, Any]]) -> str:
+def _pick_x_key(doc: Any, entries: list[dict[str, Any]], summaries: list[Summary]) -> str:
     if isinstance(doc, dict):
         for key in ("x_key", "axis", "vary", "variable"):
             if doc.get(key) in _X_KEYS:
@@ -293,26 +276,26 @@ def tokens_per_s_series(records: Sequence[RequestRecord], bins: int = 100) -> tu
     return xs, [float(c) / width_s for c in counts]
 
 
-def run_title(summary: dict[str, Any], *, with_load: bool = True, with_workload: bool = True) -> str:
+def run_title(summary: Summary, *, with_load: bool = True, with_workload: bool = True) -> str:
     """'model on url (emulated) · chat · concurrency 16 · 1024→256 tokens'."""
-    tgt = summary.get("target") or {}
-    load = summary.get("load") or {}
-    wl = summary.get("workload") or {}
-    parts = [f"{tgt.get('model') or 'unknown model'} on {tgt.get('url') or 'unknown target'}"
-             + (" (emulated)" if tgt.get("emulated") else "")]
-    if tgt.get("api"):
+    tgt = summary.get("target")
+    load = summary.get("load") if with_load else None
+    wl = summary.get("workload")
+    model, url = (tgt.get("model"), tgt.get("url")) if tgt else (None, None)
+    parts = [f"{model or 'unknown model'} on {url or 'unknown target'}"
+             + (" (emulated)" if tgt and tgt.get("emulated") else "")]
+    if tgt and tgt.get("api"):
         parts.append(str(tgt["api"]))
-    mode = load.get("mode")
-    if not with_load:
-        load, mode = {}, None
-    if load.get("rate_rps") is not None:
-        parts.append(f"rate {_g(load['rate_rps'])} req/s" + (f", burstiness {_g(load['burstiness'])}"
-                                                              if load.get("burstiness") not in (None, 1, 1.0) else ""))
-    if load.get("concurrency") is not None:
-        parts.append(f"{'max ' if load.get('rate_rps') is not None else ''}concurrency {load['concurrency']}")
-    elif mode and load.get("rate_rps") is None:
-        parts.append(str(mode))
-    if with_workload and (wl.get("input_len") is not None or wl.get("output_len") is not None):
+    if load:
+        rate, conc, mode = load.get("rate_rps"), load.get("concurrency"), load.get("mode")
+        if rate is not None:
+            burst = load.get("burstiness")
+            parts.append(f"rate {_g(rate)} req/s" + (f", burstiness {_g(burst)}" if burst not in (None, 1, 1.0) else ""))
+        if conc is not None:
+            parts.append(f"{'max ' if rate is not None else ''}concurrency {conc}")
+        elif mode and rate is None:
+            parts.append(str(mode))
+    if with_workload and wl and (wl.get("input_len") is not None or wl.get("output_len") is not None):
         parts.append(f"{wl.get('dataset') or 'random'} {wl.get('input_len', '?')}→{wl.get('output_len', '?')} tokens")
     return " · ".join(parts)
 

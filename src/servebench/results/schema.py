@@ -332,7 +332,21 @@ def json_schema() -> dict[str, object]:
 
     doc: dict[str, object] = {"$schema": "https://json-schema.org/draft/2020-12/schema"}
     doc.update(TypeAdapter(Summary).json_schema(mode="serialization"))
+    _drop_field_titles(doc)
     return doc
+
+
+def _drop_field_titles(node: object) -> None:
+    """pydantic titles every field after its name ("Limit Ms"): noise; the blocks keep theirs."""
+    if isinstance(node, dict):
+        for sub in (node.get("properties") or {}).values():
+            if isinstance(sub, dict):
+                sub.pop("title", None)
+        for value in node.values():
+            _drop_field_titles(value)
+    elif isinstance(node, list):
+        for value in node:
+            _drop_field_titles(value)
 
 
 def render() -> str:

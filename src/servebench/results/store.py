@@ -1,6 +1,6 @@
 """The result directory: the source of truth every report and comparison is computed from.
 
-    DIR/summary.json     servebench.summary/1 (metrics.summarize)
+    DIR/summary.json     servebench.summary/1 (metrics.summarize; shape: results.schema.Summary)
     DIR/requests.jsonl   one RequestRecord per line, appended as each request ends
     DIR/manifest.json    config as run, versions, host, target info (never a secret)
 
@@ -16,12 +16,14 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 from servebench.errors import ConfigError
+from servebench.results.metrics import summarize
 from servebench.results.records import RequestRecord, record_from_dict
+from servebench.results.schema import SUMMARY_VERSIONS, RunInfo, Summary
 
 __all__ = [
     "MANIFEST",
@@ -34,6 +36,8 @@ __all__ = [
     "prepare_out_dir",
     "read_json",
     "read_records",
+    "read_summary",
+    "run_info_from_manifest",
     "write_json",
 ]
 
@@ -116,19 +120,60 @@ def read_records(path: str | Path) -> list[RequestRecord]:
     return out
 
 
+def read_summary(path: str | Path) -> Summary:
+    """A summary.json, of any version this code reads (SUMMARY_VERSIONS; one without `schema`
+    predates versioning and reads as the first). Not validated: a TypedDict is a plain dict."""
+    doc = read_json(path)
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: not a servebench summary (a JSON object was expected)")
+    version = doc.get("schema", SUMMARY_VERSIONS[0])
+    if version not in SUMMARY_VERSIONS:
+        raise ConfigError(f"{path}: summary version {version!r} is not one this servebench reads "
+                          f"({', '.join(SUMMARY_VERSIONS)}); a newer servebench wrote it")
+    return cast(Summary, doc)  # JSON in: the one place a summary becomes typed
+
+
+def run_info_from_manifest(manifest: dict[str, Any]) -> RunInfo:
+    """What a summary recomputed from records knows of its run: the manifest's config as given
+    (the load as configured, not as derived: no `mode`), marked interrupted. A manifest without
+    the target's URL and model (none written yet) gives no `target`."""
+    cfg: dict[str, Any] = manifest.get("config") or {}
+    tgt: dict[str, Any] = manifest.get("target") or {}
+    info: RunInfo = {}
+    if manifest.get("run_id") is not None:
+        info["run_id"] = str(manifest["run_id"])
+    if manifest.get("started_at") is not None:
+        info["started_at"] = str(manifest["started_at"])
+    url, model = tgt.get("base_url") or cfg.get("url"), tgt.get("model") or cfg.get("model")
+    if url and model:
+        info["target"] = {"url": str(url), "model": str(model), "api": cfg.get("api") or "chat",
+                          "emulated": bool(tgt.get("emulated"))}
+    info["load"] = {"concurrency": cfg.get("concurrency"), "rate_rps": cfg.get("rate"),
+                    "burstiness": cfg.get("burstiness")}
+    info["workload"] = {"dataset": cfg.get("dataset"), "input_len": cfg.get("input_len"),
+                        "output_len": cfg.get("output_len")}
+    info["interrupted"] = True
+    return info
+
+
 @dataclass(slots=True)
 class RunResult:
     path: Path
-    summary: dict[str, Any]
+    summary: Summary
     manifest: dict[str, Any]
     records: list[RequestRecord] = field(default_factory=list)
 
 
 def load_run(path: str | Path, *, with_records: bool = True) -> RunResult:
+    """A result directory. Without summary.json (the run was killed) the summary is recomputed from
+    the records on disk and the manifest (`interrupted: true`)."""
     p = Path(path)
     if not (p / SUMMARY).is_file() and not (p / RECORDS).is_file():
         raise ConfigError(f"{p} is not a servebench result directory (no {SUMMARY} or {RECORDS})")
-    summary = read_json(p / SUMMARY) if (p / SUMMARY).is_file() else {}
     manifest = read_json(p / MANIFEST) if (p / MANIFEST).is_file() else {}
-    records = read_records(p / RECORDS) if with_records and (p / RECORDS).is_file() else []
+    records = read_records(p / RECORDS) if (with_records or not (p / SUMMARY).is_file()) and (p / RECORDS).is_file() else []
+    if (p / SUMMARY).is_file():
+        summary = read_summary(p / SUMMARY)
+    else:
+        summary = summarize(records, run=run_info_from_manifest(manifest))
     return RunResult(path=p, summary=summary, manifest=manifest, records=records)
