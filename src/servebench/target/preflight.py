@@ -21,6 +21,7 @@ import aiohttp
 import orjson
 
 from servebench.errors import TargetUnavailable
+from servebench.urls import server_root
 
 __all__ = ["EmulatorProcess", "TargetInfo", "preflight", "DEFAULT_PROFILE"]
 
@@ -50,7 +51,7 @@ async def preflight(
                 body = await r.read()
                 status = r.status
             version = None
-            root = base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
+            root = server_root(base_url)
             try:
                 async with s.get(f"{root}/version", timeout=aiohttp.ClientTimeout(total=2)) as r:
                     if r.status == 200:

@@ -26,8 +26,9 @@ import aiohttp
 import orjson
 
 from servebench.errors import ConfigError
+from servebench.urls import server_root
 
-__all__ = ["LocalCounter", "ServerCounter", "TokenCounter", "detect_server_counter", "probe_usage", "root_of"]
+__all__ = ["LocalCounter", "ServerCounter", "TokenCounter", "detect_server_counter", "probe_usage"]
 
 _DIALECTS: tuple[tuple[str, str], ...] = (
     ("/tokenize", "prompt"),
@@ -43,12 +44,6 @@ class TokenCounter(Protocol):
     async def count(self, texts: list[str]) -> list[int]: ...
 
     async def close(self) -> None: ...
-
-
-def root_of(base_url: str) -> str:
-    """`http://h:p/v1` -> `http://h:p` (where /tokenize and /metrics live)."""
-    u = base_url.rstrip("/")
-    return u[: -len("/v1")] if u.endswith("/v1") else u
 
 
 def _count_from(doc: Any) -> int | None:
@@ -165,7 +160,7 @@ class ServerCounter:
 async def detect_server_counter(base_url: str, model: str, headers: dict[str, str],
                                 caps: Any = None) -> ServerCounter | None:
     """The /tokenize dialect that answers with a plausible count, or None (no exact lengths from the server)."""
-    root = root_of(base_url)
+    root = server_root(base_url)
     tried: list[tuple[str, str]] = []
     known = getattr(caps, "tokenize", None)
     if isinstance(known, dict) and known.get("path") and known.get("body"):
