@@ -30,6 +30,7 @@ from typing import Any
 import orjson
 
 from servebench.client.fastpath import RunTemplate, plain_text_chars
+from servebench.urls import api_base
 
 __all__ = [
     "API_PATHS",
@@ -46,11 +47,8 @@ API_PATHS = {"chat": "/chat/completions", "completions": "/completions"}
 
 
 def normalize_base_url(url: str) -> str:
-    """`http://h:p`, `http://h:p/` and `http://h:p/v1/` all become `http://h:p/v1`."""
-    url = url.strip().rstrip("/")
-    if not url.endswith("/v1"):
-        url += "/v1"
-    return url
+    """`http://h:p`, `http://h:p/` and `http://h:p/v1/` all become `http://h:p/v1` (servebench.urls)."""
+    return api_base(url)
 
 
 def build_body(
