@@ -4,7 +4,7 @@
 
 Starts the scripted server (tests/support/scripted_server.py) with no delays in its own process,
 then, in this process and one after the other on the same event-loop implementation, drives it
-with (a) servebench's runner (`servebench.client.runner.Shard`; as run by default, then without read
+with (a) servebench's shard (`servebench.client.shard.Shard`; as run by default, then without read
 coalescing, then with read-time stamps) and (b) a minimal asyncio + aiohttp
 streaming client of the kind the issue describes (~60 lines: iter_any, split lines, json.loads
 per data line, perf_counter_ns per read). CPU is this process's user+system time over the load
@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from servebench.client.openai import build_body, encode_body  # noqa: E402
-from servebench.client.runner import Prepared, Shard, ShardSpec  # noqa: E402
+from servebench.client.shard import Shard  # noqa: E402
+from servebench.client.spec import Prepared, ShardSpec  # noqa: E402
 from tests.support.procs import scripted  # noqa: E402
 
 

@@ -19,10 +19,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from servebench.client import runner
+from servebench.client import shard
+from servebench.emulator.server import EmulatorThread
 from servebench.run.bench import plan_requests, run_against
 from servebench.run.config import RunConfig
-from servebench.emulator.server import EmulatorThread
 from servebench.workload import prepare_workload
 
 TARGET_S = 10.0
@@ -91,7 +91,7 @@ def main() -> int:
         assert app is not None
         in_window = [False]
         calls = {"before": 0, "during": 0}
-        orig_tok, orig_run = app._tokenize, runner.Shard.run  # noqa: SLF001
+        orig_tok, orig_run = app._tokenize, shard.Shard.run  # noqa: SLF001
 
         def counting_tokenize(conn, body):  # type: ignore[no-untyped-def]
             calls["during" if in_window[0] else "before"] += 1
@@ -105,13 +105,13 @@ def main() -> int:
                 in_window[0] = False
 
         app._tokenize = counting_tokenize  # noqa: SLF001
-        runner.Shard.run = windowed_run  # type: ignore[method-assign]
+        shard.Shard.run = windowed_run  # type: ignore[method-assign]
         cfg = RunConfig(url=emu.url, input_len=1024, output_len=16, num_requests=2000, concurrency=64, quiet=True,
                         out=str(tmp / "run"))
         t0 = time.perf_counter()
         outcome = asyncio.run(run_against(cfg.validate(), emu.url, Console(quiet=True), emulated=False))
         wall = time.perf_counter() - t0
-        runner.Shard.run = orig_run  # type: ignore[method-assign]
+        shard.Shard.run = orig_run  # type: ignore[method-assign]
         s = outcome.summary
         exact = s["tokens"]["input_total"] == 2000 * 1024
         ok &= calls["during"] == 0 and exact

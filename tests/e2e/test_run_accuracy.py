@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from servebench.client.http import KERNEL_RX_TIMESTAMPS
+from servebench.client.transport import KERNEL_RX_TIMESTAMPS
 from servebench.results.metrics import summarize
 from servebench.results.store import load_run
 from tests.support.procs import servebench

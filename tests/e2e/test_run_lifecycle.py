@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 from servebench.client.openai import build_body, encode_body
-from servebench.client.runner import Prepared, Shard, ShardSpec
+from servebench.client.shard import Shard
+from servebench.client.spec import Prepared, ShardSpec
 from servebench.results.store import read_records
 
 

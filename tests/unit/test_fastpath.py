@@ -1,4 +1,4 @@
-"""The fast paths (`protocol.fastpath` in bulk, `StreamAccumulator`'s template per event) against
+"""The fast paths (`client.fastpath` in bulk, `StreamAccumulator`'s template per event) against
 parsing every payload: for any stream and any split of it into reads, the client records the same."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servebench.client.http import _Conn
+from servebench.client.conn import Connection
 from servebench.client.fastpath import (
     RunTemplate,
     _bulk_run,
@@ -22,7 +22,7 @@ from servebench.client.fastpath import (
     token_run,
 )
 from servebench.client.openai import StreamAccumulator
-from servebench.client.runner import _StreamSink
+from servebench.client.sinks import StreamSink
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 
@@ -38,14 +38,14 @@ class _NullTransport:
 class _GeneralOnly:
     """The same sink without its bulk path: every chunk goes through SSE + orjson."""
 
-    def __init__(self, sink: _StreamSink) -> None:
+    def __init__(self, sink: StreamSink) -> None:
         self.on_body = sink.on_body
 
 
 class _Counting(_GeneralOnly):
     """The sink with its bulk path, counting the tokens that path took."""
 
-    def __init__(self, sink: _StreamSink) -> None:
+    def __init__(self, sink: StreamSink) -> None:
         super().__init__(sink)
         self.sink = sink
         self.taken = 0
@@ -64,9 +64,9 @@ def _drive(wire: bytes, cuts: list[int], api: str, bulk: bool) -> tuple[Any, ...
         acc = StreamAccumulator(api)
         if not bulk:
             acc._tries = 0  # the reference: never learns a template, so every payload is parsed
-        sink = _StreamSink(acc, 0)
+        sink = StreamSink(acc, 0)
         wrapper = _Counting(sink) if bulk else _GeneralOnly(sink)
-        conn = _Conn(None)  # type: ignore[arg-type]
+        conn = Connection(None)  # type: ignore[arg-type]
         conn.transport = _NullTransport()  # type: ignore[assignment]
         done = conn.start(b"", b"", wrapper)  # type: ignore[arg-type]
         for i, (a, b) in enumerate(zip(bounds, bounds[1:])):

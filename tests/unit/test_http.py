@@ -11,14 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servebench.client.http import (
-    KERNEL_RX_TIMESTAMPS,
-    ConnectionPool,
-    Endpoint,
-    ReadCoalescer,
-    _Conn,
-    request_head,
-)
+from servebench.client.coalesce import ReadCoalescer
+from servebench.client.conn import Connection
+from servebench.client.pool import ConnectionPool, Endpoint, request_head
+from servebench.client.transport import KERNEL_RX_TIMESTAMPS
 
 
 class _Collect:
@@ -155,7 +151,7 @@ def test_chunked_body_decodes_the_same_however_the_reads_fall(chunks: list[bytes
     bounds = sorted({min(c, len(wire)) for c in cuts} | {0, len(wire)})
 
     async def go() -> bytes:
-        conn = _Conn(None)  # type: ignore[arg-type]
+        conn = Connection(None)  # type: ignore[arg-type]
         conn.transport = _NullTransport()  # type: ignore[assignment]
         sink = _Collect()
         done = conn.start(b"", b"", sink)

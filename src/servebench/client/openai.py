@@ -1,8 +1,8 @@
 """The OpenAI-compatible wire: request bodies (built before the clock) and stream interpretation.
 
-`StreamAccumulator.on_event` is the per-event hot path: one `orjson.loads`, a few dict lookups and
-list appends. Everything else (token allocation over chunks, usage fallbacks) happens once per
-request in `finish`.
+`StreamAccumulator.on_event` is the per-event path: a template check (below) or one `orjson.loads`,
+a few dict lookups and list appends. Everything else (token allocation over chunks, usage
+fallbacks) happens once per request in `finish`.
 
 Template fast path: within one stream, token chunks are byte-identical but for their text (same
 id, created, model, nulls). After one such chunk is parsed, the accumulator keeps the bytes before
@@ -34,6 +34,7 @@ from servebench.urls import api_base
 
 __all__ = [
     "API_PATHS",
+    "MalformedResponse",
     "StreamAccumulator",
     "StreamResult",
     "allocate_tokens",
@@ -44,6 +45,12 @@ __all__ = [
 ]
 
 API_PATHS = {"chat": "/chat/completions", "completions": "/completions"}
+
+
+class MalformedResponse(ValueError):
+    """The server's bytes are not the JSON the OpenAI wire promises (a payload that is not an
+    object, or an object of the wrong shape). With `orjson.JSONDecodeError`, the only errors a
+    request records as `malformed_sse`: any other exception is the client's own."""
 
 
 def normalize_base_url(url: str) -> str:
@@ -144,7 +151,8 @@ class StreamAccumulator:
         self._run: RunTemplate | None = None
 
     def on_event(self, data: bytes, t_ns: int) -> None:
-        """One SSE data payload. Raises `ValueError` (orjson.JSONDecodeError) on malformed JSON."""
+        """One SSE data payload. Raises `orjson.JSONDecodeError` on malformed JSON and
+        `MalformedResponse` on JSON that is not a chunk object."""
         if data.startswith(self._pre) and data.endswith(self._post):
             lp, ls, both = self._lens
             n = len(data)
@@ -161,48 +169,56 @@ class StreamAccumulator:
             return
         obj = orjson.loads(data)
         if type(obj) is not dict:
-            raise ValueError("SSE data is not a JSON object")
-        usage = obj.get("usage")
-        if usage:
-            self.usage = usage
-        choices = obj.get("choices")
-        if not choices:
-            err = obj.get("error")
-            if err is not None:
-                self.error = _error_text(err)
-            return
-        choice = choices[0]
-        if self.chat:
-            delta = choice.get("delta")
-            if delta:
-                answer = delta.get("content")
-                reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-                tools = delta.get("tool_calls")
-                if answer or reasoning or tools:
+            raise MalformedResponse("SSE data is not a JSON object")
+        # A field of the wrong type is the server's malformed data (the try costs nothing unless
+        # raised); the template is learnt after it, so an error of ours is never put on the server.
+        learn: str | None = None
+        try:
+            usage = obj.get("usage")
+            if usage:
+                self.usage = usage
+            choices = obj.get("choices")
+            if not choices:
+                err = obj.get("error")
+                if err is not None:
+                    self.error = _error_text(err)
+                return
+            choice = choices[0]
+            if self.chat:
+                delta = choice.get("delta")
+                if delta:
+                    answer = delta.get("content")
+                    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                    tools = delta.get("tool_calls")
+                    if answer or reasoning or tools:
+                        self.chunk_ns.append(t_ns)
+                        if answer:
+                            if self.t_first_answer_ns is None:
+                                self.t_first_answer_ns = t_ns
+                            self.chunk_chars.append(len(answer) + (len(reasoning) if reasoning else 0))
+                        elif reasoning:
+                            self.chunk_chars.append(-len(reasoning))
+                        else:
+                            self.chunk_chars.append(_tool_chars(tools))
+                        if self._tries and not tools and not usage and not choice.get("finish_reason") \
+                                and (not answer or not reasoning):
+                            learn = "content" if answer else _reasoning_key(delta)
+            else:
+                text = choice.get("text")
+                if text:
                     self.chunk_ns.append(t_ns)
-                    if answer:
-                        if self.t_first_answer_ns is None:
-                            self.t_first_answer_ns = t_ns
-                        self.chunk_chars.append(len(answer) + (len(reasoning) if reasoning else 0))
-                    elif reasoning:
-                        self.chunk_chars.append(-len(reasoning))
-                    else:
-                        self.chunk_chars.append(_tool_chars(tools))
-                    if self._tries and not tools and not usage and not choice.get("finish_reason") \
-                            and (not answer or not reasoning):
-                        self._learn(data, obj, "content" if answer else _reasoning_key(delta))
-        else:
-            text = choice.get("text")
-            if text:
-                self.chunk_ns.append(t_ns)
-                if self.t_first_answer_ns is None:
-                    self.t_first_answer_ns = t_ns
-                self.chunk_chars.append(len(text))
-                if self._tries and not usage and not choice.get("finish_reason"):
-                    self._learn(data, obj, "text")
-        reason = choice.get("finish_reason")
-        if reason:
-            self.finish_reason = reason
+                    if self.t_first_answer_ns is None:
+                        self.t_first_answer_ns = t_ns
+                    self.chunk_chars.append(len(text))
+                    if self._tries and not usage and not choice.get("finish_reason"):
+                        learn = "text"
+            reason = choice.get("finish_reason")
+            if reason:
+                self.finish_reason = reason
+        except (AttributeError, TypeError, KeyError, IndexError) as e:
+            raise MalformedResponse(f"SSE data of an unexpected shape ({type(e).__name__}: {e})") from e
+        if learn is not None:
+            self._learn(data, obj, learn)
 
     @property
     def template(self) -> RunTemplate | None:
@@ -259,31 +275,34 @@ def interpret_response(body: bytes, api: str) -> tuple[StreamResult, bool, bool]
     """A non-streamed response: (result, has_any_text, has_answer_text)."""
     obj = orjson.loads(body)
     if type(obj) is not dict:
-        raise ValueError("response is not a JSON object")
-    if "error" in obj and not obj.get("choices"):
-        return _result(None, [], _error_text(obj["error"])), False, False
-    chars: list[int] = []
-    answer_seen = False
-    for choice in obj.get("choices") or ():
-        if api == "chat":
-            msg = choice.get("message") or {}
-            answer = msg.get("content") or ""
-            reasoning = msg.get("reasoning_content") or msg.get("reasoning") or ""
-            tools = msg.get("tool_calls")
-            if reasoning:
-                chars.append(-len(reasoning))
-            if answer:
-                chars.append(len(answer))
-                answer_seen = True
-            elif tools:
-                chars.append(_tool_chars(tools))
-                answer_seen = True
-        else:
-            text = choice.get("text") or ""
-            if text:
-                chars.append(len(text))
-                answer_seen = True
-    return _result(obj.get("usage"), chars, None), bool(chars), answer_seen
+        raise MalformedResponse("response is not a JSON object")
+    try:
+        if "error" in obj and not obj.get("choices"):
+            return _result(None, [], _error_text(obj["error"])), False, False
+        chars: list[int] = []
+        answer_seen = False
+        for choice in obj.get("choices") or ():
+            if api == "chat":
+                msg = choice.get("message") or {}
+                answer = msg.get("content") or ""
+                reasoning = msg.get("reasoning_content") or msg.get("reasoning") or ""
+                tools = msg.get("tool_calls")
+                if reasoning:
+                    chars.append(-len(reasoning))
+                if answer:
+                    chars.append(len(answer))
+                    answer_seen = True
+                elif tools:
+                    chars.append(_tool_chars(tools))
+                    answer_seen = True
+            else:
+                text = choice.get("text") or ""
+                if text:
+                    chars.append(len(text))
+                    answer_seen = True
+        return _result(obj.get("usage"), chars, None), bool(chars), answer_seen
+    except (AttributeError, TypeError, KeyError, IndexError) as e:
+        raise MalformedResponse(f"a response of an unexpected shape ({type(e).__name__}: {e})") from e
 
 
 def allocate_tokens(chars: list[int], total: int) -> list[int]:
@@ -314,6 +333,8 @@ def allocate_tokens(chars: list[int], total: int) -> list[int]:
 
 
 def _result(usage: dict[str, Any] | None, chars: list[int], error: str | None) -> StreamResult:
+    if not isinstance(usage, dict):
+        usage = None  # (a server's `usage` of another type is no usage)
     completion = usage.get("completion_tokens") if usage else None
     prompt = usage.get("prompt_tokens") if usage else None
     counted = len(chars)
@@ -324,8 +345,8 @@ def _result(usage: dict[str, Any] | None, chars: list[int], error: str | None) -
     alloc = allocate_tokens(chars, total)
     reasoning = None
     if usage:
-        details = usage.get("completion_tokens_details") or {}
-        reasoning = details.get("reasoning_tokens")
+        details = usage.get("completion_tokens_details")
+        reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
     if not isinstance(reasoning, int):
         reasoning = sum(k for k, c in zip(alloc, chars) if c < 0)
     return StreamResult(

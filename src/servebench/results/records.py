@@ -20,11 +20,12 @@ ERROR_KINDS = (
     "connect",  # could not connect / connection refused
     "reset",  # connection closed or reset mid-stream
     "timeout",  # no completion within --timeout
-    "malformed_sse",  # a data line that is not JSON, or an SSE error event
+    "malformed_sse",  # the server's bytes do not parse: a data line that is not JSON, or JSON of the wrong shape
     "no_done",  # stream ended without `data: [DONE]` on a target that sends it
     "empty",  # the stream ended with no generated token at all
     "stream_error",  # the server sent an error object or `event: error` inside a 200 response
     "cancelled",  # still in flight when the run stopped (SIGINT, --duration)
+    "client_error",  # an unexpected exception in the client's own code (a bug): error_detail names it
 )
 
 

@@ -26,20 +26,29 @@ import numpy as np
 from rich.console import Console
 
 from servebench import __version__
-from servebench.run.config import RunConfig
-from servebench.results.metrics import assess_client, summarize
 from servebench.client.openai import API_PATHS, build_body, encode_body, normalize_base_url
-from servebench.results.repeats import spread
+from servebench.client.shard import Shard
+from servebench.client.spec import Prepared, ShardSpec
 from servebench.report.console import LiveProgress, print_spread, print_summary
 from servebench.report.html import write_report
-from servebench.client.runner import Prepared, Shard, ShardSpec
+from servebench.results.metrics import assess_client, summarize
+from servebench.results.repeats import spread
 from servebench.results.slo import evaluate as evaluate_slo
 from servebench.results.slo import parse_slo_spec
-from servebench.workload.schedule import open_loop_offsets_ns, ramp_rates
-from servebench.results.store import MANIFEST, RECORDS, SUMMARY, RecordWriter, default_out_dir, prepare_out_dir, write_json
-from servebench.target.preflight import DEFAULT_PROFILE, EmulatorProcess, TargetInfo, preflight
+from servebench.results.store import (
+    MANIFEST,
+    RECORDS,
+    SUMMARY,
+    RecordWriter,
+    default_out_dir,
+    prepare_out_dir,
+    write_json,
+)
+from servebench.run.config import RunConfig
 from servebench.target import servermetrics
+from servebench.target.preflight import DEFAULT_PROFILE, EmulatorProcess, TargetInfo, preflight
 from servebench.workload import WorkItem, prepare_workload
+from servebench.workload.schedule import open_loop_offsets_ns, ramp_rates
 
 __all__ = ["RunOutcome", "plan_requests", "run_against", "run_benchmark", "run_benchmark_sync"]
 

@@ -1,16 +1,24 @@
 """The asyncio hot loop: send on schedule, timestamp chunks where the bytes arrive, record.
 
-One `Shard` is the unit of work: a slice of a precomputed schedule in, records out. Everything a
-request needs (its encoded body, its scheduled offset, a keep-alive connection) is ready before the
-clock starts. Per socket read the hot path (`servebench.client.http`, then `_StreamSink.on_body`) does only
-what timing and token counting need: one `perf_counter_ns()`, the chunked-framing and SSE splits,
-one JSON parse per event and list appends — inside the transport's `data_received`, with no
-coroutine switch per chunk. Token allocation, metrics and file formats happen after each request
-(records) or after the run (summary).
+One `Shard` is the unit of work: a slice of a precomputed schedule in (`spec.ShardSpec`), records
+out (`spec.ShardResult`). Everything a request needs (its encoded body, its scheduled offset, a
+keep-alive connection) is ready before the clock starts. Per socket read the hot path
+(`conn.Connection.on_data`, then `sinks.StreamSink`) does only what timing and token counting
+need: one timestamp, the chunked-framing split, and either a run of template chunks read in bulk
+(`fastpath.token_run`) or the SSE split with a template check or one JSON parse per event
+(`openai.StreamAccumulator`) — inside the transport's read callback, with no coroutine switch per
+chunk. Token allocation, metrics and file formats happen after each request (records,
+`outcome`) or after the run (summary).
 
 Schedules: a *unit* is one request, or the turns of one multi-turn session (sent in order, each
 after the previous answer and its think time). Closed loop: N workers each take the next unit when
 the previous one ends. Open loop: units start at their absolute offsets from t0, optionally capped.
+
+Nothing is lost silently: a request that fails on an unexpected exception of the client's own is
+recorded (`client_error`) and its worker goes on with the next unit, so concurrency holds. If
+`CLIENT_ERROR_STREAK` requests in a row fail so (the same bug hits every request), or an exception
+escapes a worker outside any request, the shard stops sending, lets what is in flight finish, and
+says why in `ShardResult.failure`.
 
 Clocks: every timestamp is `time.perf_counter_ns() - t0_ns` of the process that measured it.
 """
@@ -24,33 +32,20 @@ import itertools
 import resource
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
-from servebench.client.http import ConnectionPool, Endpoint, HttpError, request_head
-from servebench.client.fastpath import token_run
-from servebench.client.openai import StreamAccumulator, interpret_response
-from servebench.client.sse import SSEDecoder
+from servebench.client.openai import StreamAccumulator
+from servebench.client.outcome import classify_status, exception_kind, fail, finish_stream, finish_unary
+from servebench.client.pool import ConnectionPool, Endpoint, request_head
+from servebench.client.sinks import BufferSink, StreamSink
+from servebench.client.spec import Prepared, ShardResult, ShardSpec
 from servebench.results.records import RequestRecord
 
-__all__ = ["Prepared", "Shard", "ShardResult", "ShardSpec", "classify_status"]
+__all__ = ["CLIENT_ERROR_STREAK", "Shard"]
 
 _perf_ns = time.perf_counter_ns
-_ERROR_BODY_BYTES = 2048
 
-
-@dataclass(slots=True)
-class Prepared:
-    """A request ready to go: encoded body and, for open loops, its send offset from t0."""
-
-    id: int
-    body: bytes
-    input_len: int
-    output_len: int
-    warmup: bool = False
-    offset_ns: int | None = None  # None: closed loop (sent when a slot frees)
-    session: int | None = None
-    turn: int | None = None
-    think_ns: int = 0  # multi-turn: pause after the previous turn's answer, before this one
+#: Requests in a row (any worker) that may fail with `client_error` before the shard stops sending.
+CLIENT_ERROR_STREAK = 32
 
 
 def _units(items: list[Prepared]) -> list[list[Prepared]]:
@@ -69,108 +64,6 @@ def _units(items: list[Prepared]) -> list[list[Prepared]]:
     for unit in by_session.values():
         unit.sort(key=lambda p: p.turn or 0)
     return units
-
-
-@dataclass(slots=True)
-class ShardSpec:
-    url: str  # the full endpoint URL (…/v1/chat/completions)
-    api: str  # "chat" | "completions"
-    headers: dict[str, str]
-    items: list[Prepared]
-    stream: bool = True
-    concurrency: int | None = None  # closed loop: N workers; open loop: a cap (None = no cap)
-    open_loop: bool = False
-    duration_s: float | None = None  # stop sending after this long (items are reused cyclically)
-    num_requests: int | None = None  # total to send (default: len(items))
-    timeout_s: float = 600.0
-    connect_timeout_s: float = 10.0
-    preconnect: int = 0  # connections to open (and keep alive) before the clock starts
-    reuse_connections: bool = True  # False: the server closes after each stream (probe finding)
-    kernel_timestamps: bool = True  # stamp reads with the kernel's receive time where possible
-    coalesce_reads: bool = True  # with kernel stamps: pause briefly when reads come very fast (http.ReadCoalescer)
-
-
-@dataclass(slots=True)
-class ShardResult:
-    records: list[RequestRecord]
-    t0_ns: int  # the run origin, in this process's perf_counter_ns
-    elapsed_s: float
-    rx_timestamps: str  # "kernel" (receive timestamps) or "read" (taken when the read ran)
-    cpu_s: float  # this process's user+system CPU over the run
-    cpu_busy_peak: float  # highest 1-second CPU share (1.0 = one core fully busy)
-    loop_lag_ms: list[float] = field(default_factory=list)  # event-loop oversleep samples
-    read_pauses: int = 0  # read coalescing: pauses taken (http.ReadCoalescer)
-    read_pause_ms: float = 0.0  # and their total length
-    interrupted: bool = False
-
-
-def classify_status(status: int) -> str:
-    if status == 429:
-        return "http_429"
-    if 400 <= status < 500:
-        return "http_4xx"
-    return "http_5xx"
-
-
-_BULK_MISSES = 32  # offers of a response's chunks the bulk path may decline before it stops trying
-
-
-class _StreamSink:
-    """Body bytes of one streamed response -> SSE events -> the accumulator, timestamped."""
-
-    __slots__ = ("dec", "acc", "t0", "feed", "on_event", "misses")
-
-    def __init__(self, acc: StreamAccumulator, t0_ns: int) -> None:
-        self.dec = SSEDecoder()
-        self.acc = acc
-        self.t0 = t0_ns
-        self.feed = self.dec.feed
-        self.on_event = acc.on_event
-        self.misses = 0
-
-    def on_chunks(self, data: bytes, pos: int, t_ns: int) -> int:
-        """Whole HTTP chunks of the stream's plain token template, read in bulk (`fastpath`)."""
-        tpl = self.acc.template
-        if tpl is None:
-            return pos if self.acc.learning else -1
-        if not self.dec.idle:
-            return pos
-        end, chars = token_run(data, pos, tpl)
-        if chars:
-            self.acc.add_run(chars, t_ns - self.t0)
-        elif self.misses < _BULK_MISSES:
-            self.misses += 1  # a finishing chunk, an escaped text: a few per stream
-        else:
-            return -1  # most chunks are not plain ones: stop trying
-        return end
-
-    def on_body(self, data: bytes, t_ns: int) -> None:
-        t = t_ns - self.t0
-        for event, payload in self.feed(data):
-            if event is None or event == b"message":
-                self.on_event(payload, t)
-            elif event == b"error":
-                self.acc.error = payload.decode("utf-8", "replace")[:500]
-
-    def close(self) -> None:
-        for event, payload in self.dec.close():
-            if event is None or event == b"message":
-                self.on_event(payload, self.acc.chunk_ns[-1] if self.acc.chunk_ns else 0)
-
-
-class _BufferSink:
-    """A non-streamed body: kept whole; the arrival of its last byte is the token time."""
-
-    __slots__ = ("parts", "t0", "t_last_ns")
-
-    def __init__(self, t0_ns: int) -> None:
-        self.parts: list[bytes] = []
-        self.t0 = t0_ns
-        self.t_last_ns = 0
-
-    def on_body(self, data: bytes, t_ns: int) -> None:
-        self.parts.append(data)
-        self.t_last_ns = t_ns - self.t0
 
 
 class Shard:
@@ -197,6 +90,8 @@ class Shard:
         self._pool: ConnectionPool | None = None
         self._head_prefix = b""
         self._deadline_ns: int | None = None
+        self.failure: str | None = None  # set: send nothing more (module docstring)
+        self._client_errors = 0  # requests in a row that failed with client_error
 
     # ------------------------------------------------------------------ public
     async def run(self) -> ShardResult:
@@ -210,9 +105,10 @@ class Shard:
                               coalesce_reads=spec.coalesce_reads)
         self._pool = pool
         self._head_prefix = pool.head_prefix("POST", spec.headers)
+        preconnected = 0
         try:
             if spec.preconnect:
-                await pool.preconnect(spec.preconnect)
+                preconnected = await pool.preconnect(spec.preconnect)
             lag: list[float] = []
             cpu_peak = [0.0]
             self.t0_ns = _perf_ns()
@@ -250,6 +146,8 @@ class Shard:
             interrupted=interrupted,
             read_pauses=pool.coalescer.pauses if pool.coalescer else 0,
             read_pause_ms=pool.coalescer.pause_ns / 1e6 if pool.coalescer else 0.0,
+            preconnected=preconnected,
+            failure=self.failure,
         )
 
     # --------------------------------------------------------------- schedules
@@ -273,7 +171,7 @@ class Shard:
         return self._deadline_ns is not None and now_rel_ns >= self._deadline_ns
 
     def _may_send(self) -> bool:
-        return not self.stop.is_set() and self._started < self._total()
+        return self.failure is None and not self.stop.is_set() and self._started < self._total()
 
     async def _run_unit(self, unit: list[Prepared], first_sched_ns: int) -> None:
         """Send a unit's requests in order: a multi-turn session waits for each answer, then its
@@ -317,6 +215,8 @@ class Shard:
     async def _run_capped(self, unit: list[Prepared], sched: int, sem: asyncio.Semaphore | None) -> None:
         try:
             await self._run_unit(unit, sched)
+        except Exception as e:  # outside any request (each request records its own)
+            self._give_up(f"an open-loop task stopped on {exception_kind(e, got_tokens=False)[1]}")
         finally:
             if sem is not None:
                 sem.release()
@@ -327,14 +227,17 @@ class Shard:
         t0 = self.t0_ns
 
         async def worker() -> None:
-            while self._may_send():
-                unit = self._unit(next(counter))
-                if unit is None:
-                    return
-                sched = _perf_ns() - t0  # the slot just became free
-                if self._past_deadline(sched):
-                    return
-                await self._run_unit(unit, sched)
+            try:
+                while self._may_send():
+                    unit = self._unit(next(counter))
+                    if unit is None:
+                        return
+                    sched = _perf_ns() - t0  # the slot just became free
+                    if self._past_deadline(sched):
+                        return
+                    await self._run_unit(unit, sched)
+            except Exception as e:  # outside any request (each request records its own)
+                self._give_up(f"a closed-loop worker stopped on {exception_kind(e, got_tokens=False)[1]}")
 
         workers = [asyncio.ensure_future(worker()) for _ in range(n)]
         for w in workers:
@@ -365,6 +268,7 @@ class Shard:
 
     # ------------------------------------------------------------- one request
     async def _request(self, item: Prepared, seq: int, sched_ns: int) -> None:
+        """One request, start to end; always leaves one record, whatever happens."""
         spec = self.spec
         rec = RequestRecord(
             id=seq,
@@ -377,41 +281,44 @@ class Shard:
         )
         t0 = self.t0_ns
         acc = StreamAccumulator(spec.api)
-        sink: _StreamSink | _BufferSink = _StreamSink(acc, t0) if spec.stream else _BufferSink(t0)
+        stream_sink = StreamSink(acc, t0) if spec.stream else None
+        buffer_sink = None if spec.stream else BufferSink(t0)
+        sink = stream_sink or buffer_sink
+        assert sink is not None and self._pool is not None
         head = request_head(self._head_prefix, len(item.body))
         resp = None
+
         def on_send() -> None:
             rec.t_send_ns = _perf_ns() - t0
 
         try:
             rec.t_send_ns = _perf_ns() - t0
             async with asyncio.timeout(spec.timeout_s):
-                resp = await self._pool.request(head, item.body, sink, on_send)  # type: ignore[union-attr]
+                resp = await self._pool.request(head, item.body, sink, on_send)
             rec.t_end_ns = _perf_ns() - t0
             rec.http_status = resp.status
             rec.response_id = resp.headers.get("x-request-id")
             if not 200 <= resp.status < 300:
-                _fail(rec, classify_status(resp.status), resp.error_body.decode("utf-8", "replace"))
-            elif spec.stream:
-                sink.close()  # type: ignore[union-attr]
-            else:
-                _finish_unary(rec, b"".join(sink.parts), sink.t_last_ns, spec.api)  # type: ignore[union-attr]
+                fail(rec, classify_status(resp.status), resp.error_body.decode("utf-8", "replace"))
+            elif stream_sink is not None:
+                stream_sink.close()
+            elif buffer_sink is not None:
+                finish_unary(rec, b"".join(buffer_sink.parts), buffer_sink.t_last_ns, spec.api)
         except TimeoutError:
-            _fail(rec, "timeout", f"no complete response within --timeout {spec.timeout_s:g} s")
+            fail(rec, "timeout", f"no complete response within --timeout {spec.timeout_s:g} s")
         except asyncio.CancelledError:
-            _fail(rec, "cancelled", "still in flight when the run stopped")
+            fail(rec, "cancelled", "still in flight when the run stopped")
             raise
-        except HttpError as e:
-            _fail(rec, "reset", str(e))
-        except ValueError as e:  # orjson.JSONDecodeError is a ValueError
-            _fail(rec, "malformed_sse", f"{type(e).__name__}: {e}")
-        except OSError as e:
-            _fail(rec, "connect" if rec.chunks == 0 and not acc.chunk_ns else "reset", f"{type(e).__name__}: {e}")
+        except Exception as e:  # the network's, the server's bytes', or our own (outcome.exception_kind)
+            fail(rec, *exception_kind(e, got_tokens=bool(acc.chunk_ns)))
         finally:
             if rec.t_end_ns is None:
                 rec.t_end_ns = _perf_ns() - t0
             if spec.stream and (resp is None or 200 <= resp.status < 300):
-                _finish_stream(rec, acc)  # partial streams keep their timestamps too
+                try:
+                    finish_stream(rec, acc)  # partial streams keep their timestamps too
+                except Exception as e:
+                    fail(rec, *exception_kind(e, got_tokens=True))
             self._record(rec)
 
     def _record(self, rec: RequestRecord) -> None:
@@ -421,8 +328,20 @@ class Shard:
             self.failed += 1
         elif rec.output_tokens:
             self.output_tokens += rec.output_tokens
+        if rec.error_kind == "client_error":
+            self._client_errors += 1
+            if self._client_errors >= CLIENT_ERROR_STREAK:
+                self._give_up(f"{self._client_errors} requests in a row failed inside the client, the "
+                              f"last on {rec.error_detail}")
+        else:
+            self._client_errors = 0
         if self.on_record is not None:
             self.on_record(rec)
+
+    def _give_up(self, why: str) -> None:
+        """Send nothing more (what is in flight finishes and is recorded); the first reason stays."""
+        if self.failure is None:
+            self.failure = why
 
     # ------------------------------------------------------------------ support
     async def _watch(self, lag: list[float], cpu_peak: list[float]) -> None:
@@ -467,59 +386,3 @@ async def _sleep_until(due_ns: int) -> None:
 def _cpu_s() -> float:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
-
-
-def _fail(rec: RequestRecord, kind: str, detail: str) -> None:
-    if rec.status == "error":
-        return
-    rec.status = "error"
-    rec.error_kind = kind
-    rec.error_detail = detail[:_ERROR_BODY_BYTES]
-
-
-def _finish_stream(rec: RequestRecord, acc: StreamAccumulator) -> None:
-    """After the stream ended without an exception: decide ok or failed, fill token counts."""
-    res = acc.finish()
-    rec.chunk_ns = acc.chunk_ns
-    rec.chunks = len(acc.chunk_ns)
-    rec.chunk_tokens = res.chunk_tokens
-    rec.output_tokens = res.output_tokens
-    rec.output_tokens_source = res.output_tokens_source
-    rec.reasoning_tokens = res.reasoning_tokens
-    rec.input_tokens = res.input_tokens
-    if acc.chunk_ns:
-        rec.t_first_ns = acc.chunk_ns[0]
-        rec.t_last_ns = acc.chunk_ns[-1]
-        rec.t_first_answer_ns = acc.t_first_answer_ns
-    if rec.status != "pending":
-        return
-    if res.error is not None:
-        _fail(rec, "stream_error", res.error)
-    elif not acc.done and acc.finish_reason is None:
-        _fail(rec, "no_done", "the stream ended without data: [DONE] or a finish_reason")
-    elif not acc.chunk_ns:
-        _fail(rec, "empty", "the response carried no generated token")
-    else:
-        rec.status = "ok"
-
-
-def _finish_unary(rec: RequestRecord, body: bytes, t_ns: int, api: str) -> None:
-    res, has_text, has_answer = interpret_response(body, api)
-    rec.t_end_ns = t_ns
-    rec.output_tokens = res.output_tokens
-    rec.output_tokens_source = res.output_tokens_source
-    rec.reasoning_tokens = res.reasoning_tokens
-    rec.input_tokens = res.input_tokens
-    if res.error is not None:
-        _fail(rec, "stream_error", res.error)
-        return
-    if not has_text:
-        _fail(rec, "empty", "the response carried no generated token")
-        return
-    # Without streaming, every token arrives with the body: TTFT = E2E, ITL undefined.
-    rec.t_first_ns = rec.t_last_ns = t_ns
-    rec.t_first_answer_ns = t_ns if has_answer else None
-    rec.chunk_ns = [t_ns]
-    rec.chunk_tokens = [res.output_tokens]
-    rec.chunks = 1
-    rec.status = "ok"
