@@ -11,6 +11,9 @@ prints `READY http://127.0.0.1:PORT` when listening. Minimal HTTP/1.1 with keep-
 transfer encoding, on raw asyncio transports (uvloop when present) so it can pace tens of
 thousands of chunks per second.
 
+--trtllm-metrics 404|json serves a TensorRT-LLM-shaped Prometheus page (`trtllm_` names, live counts of
+what it served) at GET /prometheus/metrics, and at GET /metrics a 404 or, as trtllm-serve does, JSON.
+
 --faults takes KIND:FRACTION pairs, assigned to requests by a seeded shuffle:
   500, 429        HTTP error with a JSON body
   reset           connection aborted after 3 chunks
@@ -57,6 +60,8 @@ class Config:
         # GET /truth: per request (the x-request-id header), arrival and the perf_counter_ns of each
         # token chunk's write (CLOCK_MONOTONIC: the client's perf_counter_ns on the same host)
         self.truth: dict[str, dict] = {}
+        self.trtllm_metrics: str | None = getattr(args, "trtllm_metrics", None)
+        self.served = {"running": 0, "prompt": 0, "generated": 0, "ttft_sum": 0.0, "ttft_n": 0}
 
     def next_fault(self) -> str:
         kind = self.faults[self.count % len(self.faults)]
@@ -133,6 +138,12 @@ class Handler(asyncio.Protocol):
             % (status.encode(), len(payload), payload)
         )
 
+    def _send_text(self, text: str) -> None:
+        payload = text.encode()
+        assert self.transport is not None
+        self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload))
+
     async def _serve(self, method: str, path: str, body: bytes, t0: float) -> None:
         try:
             if method == "GET" or not path.endswith("completions"):
@@ -143,13 +154,21 @@ class Handler(asyncio.Protocol):
                                                  "lateness_ms_p99": pick(0.99), "lateness_ms_max": late[-1]})
                 elif method == "GET" and path.endswith("/truth"):
                     self._send_simple("200 OK", {"clock": "perf_counter_ns", "requests": self.cfg.truth})
+                elif method == "GET" and self.cfg.trtllm_metrics and path == "/prometheus/metrics":
+                    self._send_text(_trtllm_page(self.cfg))
+                elif method == "GET" and self.cfg.trtllm_metrics == "json" and path == "/metrics":
+                    self._send_simple("200 OK", [])  # trtllm-serve: JSON iteration stats, drained by each read
                 elif method == "GET" and path.endswith("/models"):
                     self._send_simple("200 OK", {"object": "list", "data": [{"id": self.cfg.model, "object": "model"}]})
                 else:
                     self._send_simple("404 Not Found", {"error": "not found"})
                 return
             req = json.loads(body or b"{}")
-            await self._completion(path, req, t0)
+            self.cfg.served["running"] += 1
+            try:
+                await self._completion(path, req, t0)
+            finally:
+                self.cfg.served["running"] -= 1
         finally:
             self.busy = False
             if not self.closed:
@@ -230,6 +249,12 @@ class Handler(asyncio.Protocol):
             token_ns.append(time.perf_counter_ns())
             tr.write(_chunk(_sse(_chunk_obj(chat, is_reasoning, text))))
         usage = {"prompt_tokens": 7, "completion_tokens": n_out, "total_tokens": n_out + 7}
+        served = cfg.served
+        served["prompt"] += 7
+        served["generated"] += n_out
+        if token_ns:
+            served["ttft_sum"] += token_ns[0] / 1e9 - t0
+            served["ttft_n"] += 1
         if cfg.reasoning_tokens:
             usage["completion_tokens_details"] = {"reasoning_tokens": min(cfg.reasoning_tokens, n_out)}
         final = {"id": "x", "choices": [{"index": 0, "delta": {}, "text": "", "finish_reason": "length"}]}
@@ -242,6 +267,34 @@ class Handler(asyncio.Protocol):
         if fault != "nodone":
             tr.write(_chunk(b"data: [DONE]\n\n"))
         tr.write(b"0\r\n\r\n")
+
+
+def _trtllm_page(cfg: Config) -> str:
+    """What trtllm-serve's /prometheus/metrics says (prometheus_client text), from what this server served."""
+    s = cfg.served
+    lab = 'engine_type="trtllm",model_name="%s"' % cfg.model
+    return "".join([
+        "# HELP trtllm_num_requests_running Number of requests currently running.\n",
+        "# TYPE trtllm_num_requests_running gauge\n",
+        f"trtllm_num_requests_running{{{lab}}} {float(s['running'])}\n",
+        "# HELP trtllm_num_requests_waiting Number of requests waiting in the queue.\n",
+        "# TYPE trtllm_num_requests_waiting gauge\n",
+        f"trtllm_num_requests_waiting{{{lab}}} 0.0\n",
+        "# HELP trtllm_kv_cache_utilization KV cache utilization (0-1).\n",
+        "# TYPE trtllm_kv_cache_utilization gauge\n",
+        f"trtllm_kv_cache_utilization{{{lab}}} 0.125\n",
+        "# HELP trtllm_prompt_tokens_total Number of prefill tokens processed.\n",
+        "# TYPE trtllm_prompt_tokens_total counter\n",
+        f"trtllm_prompt_tokens_total{{{lab}}} {float(s['prompt'])}\n",
+        "# HELP trtllm_generation_tokens_total Number of generation tokens processed.\n",
+        "# TYPE trtllm_generation_tokens_total counter\n",
+        f"trtllm_generation_tokens_total{{{lab}}} {float(s['generated'])}\n",
+        "# HELP trtllm_time_to_first_token_seconds Histogram of time to first token in seconds.\n",
+        "# TYPE trtllm_time_to_first_token_seconds histogram\n",
+        f'trtllm_time_to_first_token_seconds_bucket{{{lab},le="+Inf"}} {float(s["ttft_n"])}\n',
+        f"trtllm_time_to_first_token_seconds_count{{{lab}}} {float(s['ttft_n'])}\n",
+        f"trtllm_time_to_first_token_seconds_sum{{{lab}}} {s['ttft_sum']!r}\n",
+    ])
 
 
 def main() -> None:
@@ -257,6 +310,7 @@ def main() -> None:
     ap.add_argument("--faults", default="")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model", default="m")
+    ap.add_argument("--trtllm-metrics", choices=("404", "json"), help="serve TensorRT-LLM's /prometheus/metrics")
     args = ap.parse_args()
     cfg = Config(args)
     try:

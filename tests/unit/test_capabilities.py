@@ -16,11 +16,11 @@ import pytest
 from aiohttp import web
 
 from servebench.errors import ProtocolError
+from servebench.target.prometheus import family_names
 from servebench.target.capabilities import (
     KNOWN_ENGINES,
     ROLES,
     Capabilities,
-    _metric_names,
     detect_engine,
     probe,
 )
@@ -199,7 +199,7 @@ def test_vllm_style_target_detected_with_metrics_and_tokenize() -> None:
     assert caps.metrics_path == "/metrics"
     assert caps.metrics["running"] == "vllm:num_requests_running"
     assert caps.metrics["generation_tokens"] == "vllm:generation_tokens"
-    assert "prefix_cache_hits" not in caps.metrics  # not on this page
+    assert "prefix_hits" not in caps.metrics  # not on this page
     assert caps.tokenize == {"path": "/tokenize", "body": "prompt"}
     assert caps.keeps_alive_after_stream is True  # aiohttp.web keeps the connection open
     body = app.bodies[0]
@@ -251,7 +251,7 @@ def test_unreachable_target_raises_protocol_error() -> None:
 
 def test_metric_names_strip_suffixes() -> None:
     page = 'a_total 1\nb_bucket{le="1"} 2\nb_sum 3\nb_count 4\n# TYPE c gauge\nc{x="y"} 5\n'
-    assert _metric_names(page) == {"a", "b", "c"}
+    assert family_names(page) == {"a", "b", "c"}
 
 
 def test_detect_engine_evidence() -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
+import asyncio
 
-from servebench.target.servermetrics import parse_prometheus, prefix_cache_note, server_summary
+import pytest
+from aiohttp import web
+
+from servebench.target.servermetrics import parse_prometheus, prefix_cache_note, scrape, server_summary
 
 VLLM_BEFORE = """
 # HELP vllm:prefix_cache_queries Prefix cache queries, in tokens.
@@ -74,3 +77,32 @@ def test_prefix_cache_note() -> None:
     assert prefix_cache_note(None, server) is None
     assert prefix_cache_note(0.5, {"prefix_cache_hit_rate": None}) is None
     assert prefix_cache_note(0.5, None) is None
+
+
+async def _scrape_from(routes: dict[str, tuple[int, str]], path: str | None) -> dict[str, float] | None:
+    """`scrape` against a real aiohttp server on loopback that answers `routes` (path -> status, body)."""
+    app = web.Application()
+    for route, (status, body) in routes.items():
+        async def handler(request: web.Request, status: int = status, body: str = body) -> web.Response:
+            return web.Response(status=status, text=body)
+        app.router.add_get(route, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        return await scrape(f"http://127.0.0.1:{port}/v1/", path=path)
+    finally:
+        await runner.cleanup()
+
+
+def test_scrape_reads_the_page_where_the_probe_found_it() -> None:
+    routes = {"/metrics": (200, "vllm:num_requests_running 1\n"),
+              "/prometheus/metrics": (200, "trtllm_num_requests_running 2\n")}
+    assert asyncio.run(_scrape_from(routes, "/prometheus/metrics")) == {"trtllm_num_requests_running": 2.0}
+    assert asyncio.run(_scrape_from(routes, "/metrics")) == {"vllm:num_requests_running": 1.0}
+    # no probe: each engine's path in turn; TensorRT-LLM's JSON /metrics is not a page
+    trt = {"/metrics": (200, '[{"iter": 1}]'), "/prometheus/metrics": (200, "trtllm_num_requests_running 2\n")}
+    assert asyncio.run(_scrape_from(trt, None)) == {"trtllm_num_requests_running": 2.0}
+    assert asyncio.run(_scrape_from({"/metrics": (404, "")}, None)) is None

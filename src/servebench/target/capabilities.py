@@ -6,7 +6,8 @@ the stream, where `usage` arrives, which `/tokenize` and `/metrics` they expose.
 what each engine's documentation and source say (docs/compatibility.md is the human-readable form);
 `probe` checks the live target in a few requests and returns `Capabilities`, which the runner uses to
 drop rejected request fields, write what was detected into the manifest and flag
-`output_len_enforced: false` in the summary.
+`output_len_enforced: false` in the summary. The engine facts live in the one table, engines.py;
+metric pages are read by the one Prometheus reader, prometheus.py.
 
 The probe never runs while the clock runs, and never raises for a missing optional endpoint; it raises
 `ProtocolError` only when even the adapted streaming request is refused, so that a run stops before
@@ -16,7 +17,6 @@ the clock with a clear message instead of recording a benchmark of HTTP errors.
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -25,76 +25,25 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
-from servebench.errors import ProtocolError
 from servebench.client.openai import API_PATHS, StreamAccumulator, build_body
 from servebench.client.sse import SSEDecoder
+from servebench.errors import ProtocolError
+from servebench.target.engines import (
+    KNOWN_ENGINES,
+    METRIC_PREFIXES,
+    METRICS_PATHS,
+    ROLES,
+    VERSION_PATHS,
+    EngineProfile,
+)
+from servebench.target.prometheus import family_names
+from servebench.urls import server_root
 
 __all__ = ["KNOWN_ENGINES", "LENGTH_FIELDS", "ROLES", "Capabilities", "EngineProfile", "detect_engine", "probe"]
 
 LENGTH_FIELDS = ("ignore_eos", "min_tokens")  # the fields a server may reject, in build_body's names
 _PROBE_MAX_TOKENS = 3
 _PROBE_PROMPT = "Say hello."
-ROLES = ("running", "waiting", "prompt_tokens", "generation_tokens", "prefix_cache_hits",
-          "prefix_cache_queries", "kv_cache_usage", "preemptions")
-
-
-@dataclass(frozen=True, slots=True)
-class EngineProfile:
-    """What an engine is documented to do (facts; `probe` checks the ones that matter live)."""
-
-    name: str
-    accepts_ignore_eos: bool  # honoured, not merely tolerated
-    accepts_min_tokens: bool
-    rejects_unknown_fields: bool  # HTTP 4xx on ignore_eos/min_tokens instead of ignoring them
-    sends_done: bool
-    stream_usage: str  # "always" | "include_usage" | "never"
-    tokenize: tuple[str, str] | None  # (path, body shape: "prompt" | "content" | "inputs")
-    metrics_path: str | None
-    metrics: dict[str, str] = field(default_factory=dict)  # role -> counter/gauge name (no _total)
-    version_path: str | None = None
-
-
-KNOWN_ENGINES: dict[str, EngineProfile] = {
-    "vllm": EngineProfile(
-        "vllm", True, True, False, True, "include_usage", ("/tokenize", "prompt"), "/metrics",
-        {"running": "vllm:num_requests_running", "waiting": "vllm:num_requests_waiting",
-         "prompt_tokens": "vllm:prompt_tokens", "generation_tokens": "vllm:generation_tokens",
-         "prefix_cache_hits": "vllm:prefix_cache_hits", "prefix_cache_queries": "vllm:prefix_cache_queries",
-         "kv_cache_usage": "vllm:kv_cache_usage_perc", "preemptions": "vllm:num_preemptions"},
-        "/version"),
-    "sglang": EngineProfile(
-        "sglang", True, True, False, True, "include_usage", ("/v1/tokenize", "prompt"), "/metrics",
-        {"running": "sglang:num_running_reqs", "waiting": "sglang:num_queue_reqs",
-         "prompt_tokens": "sglang:prompt_tokens", "generation_tokens": "sglang:generation_tokens",
-         "prefix_cache_hits": "sglang:cached_tokens", "prefix_cache_queries": "sglang:prompt_tokens",
-         "kv_cache_usage": "sglang:token_usage", "preemptions": "sglang:num_retracted_reqs"},
-        "/version"),
-    "trtllm": EngineProfile(
-        "trtllm", True, True, False, True, "include_usage", None, "/prometheus/metrics",
-        {"running": "trtllm_num_requests_running", "waiting": "trtllm_num_requests_waiting",
-         "prompt_tokens": "trtllm_prompt_tokens", "generation_tokens": "trtllm_generation_tokens",
-         "kv_cache_usage": "trtllm_kv_cache_utilization"},
-        "/version"),
-    "tgi": EngineProfile(
-        "tgi", False, False, False, True, "include_usage", ("/tokenize", "inputs"), "/metrics",
-        {"running": "tgi_batch_current_size", "waiting": "tgi_queue_size"},
-        "/info"),
-    "llamacpp": EngineProfile(
-        "llamacpp", True, False, False, True, "include_usage", ("/tokenize", "content"), "/metrics",
-        {"running": "llamacpp:requests_processing", "waiting": "llamacpp:requests_deferred",
-         "prompt_tokens": "llamacpp:prompt_tokens", "generation_tokens": "llamacpp:tokens_predicted",
-         "prefix_cache_hits": "llamacpp:prompt_tokens_cached"},
-        "/props"),
-    "transformers": EngineProfile(
-        "transformers", False, False, True, False, "always", None, None, {}, None),
-    "ollama": EngineProfile(
-        "ollama", False, False, False, True, "include_usage", None, None, {}, "/api/version"),
-    "llama-cpp-python": EngineProfile(
-        "llama-cpp-python", False, False, False, True, "never", ("/extras/tokenize", "input"), None, {}, None),
-}
-# Prometheus family prefixes that identify an engine from its /metrics page.
-_METRIC_PREFIXES = (("vllm:", "vllm"), ("sglang:", "sglang"), ("llamacpp:", "llamacpp"),
-                    ("tgi_", "tgi"), ("trtllm_", "trtllm"))
 
 
 @dataclass(slots=True)
@@ -122,7 +71,7 @@ class Capabilities:
     probe_status: list[int] = field(default_factory=list)  # HTTP status of each probe request
     probe_error: str | None = None
     metrics_path: str | None = None
-    metrics: dict[str, str] = field(default_factory=dict)  # role -> name present on the live page
+    metrics: dict[str, str] = field(default_factory=dict)  # role (engines.ROLES) -> name on the live page
     tokenize: dict[str, str] | None = None  # {"path": ..., "body": ...} that answered
     notes: list[str] = field(default_factory=list)
     probe_ms: float = 0.0
@@ -136,7 +85,7 @@ def detect_engine(*, version: Any = None, metric_names: set[str] | None = None,
                   rejected_body: str | None = None) -> tuple[str | None, list[str]]:
     """Best guess of the engine from what the probe saw, with the evidence for it."""
     ev: list[str] = []
-    for prefix, name in _METRIC_PREFIXES:
+    for prefix, name in METRIC_PREFIXES:
         if metric_names and any(n.startswith(prefix) for n in metric_names):
             return name, [f"/metrics has {prefix}* families"]
     if chunk is not None:
@@ -158,21 +107,6 @@ def detect_engine(*, version: Any = None, metric_names: set[str] | None = None,
         # transformers serve (5.x): {"detail": "Unexpected fields in the request: {'ignore_eos', ...}"}
         return "transformers", ["HTTP 422 'Unexpected fields in the request'"]
     return None, ev
-
-
-def _metric_names(text: str) -> set[str]:
-    """Family names on a Prometheus text page, with `_total`, `_bucket`, `_sum`, `_count` stripped."""
-    names: set[str] = set()
-    for line in text.splitlines():
-        if not line or line[0] == "#":
-            continue
-        name = re.split(r"[{\s]", line, maxsplit=1)[0]
-        for suffix in ("_total", "_bucket", "_sum", "_count", "_created"):
-            if name.endswith(suffix):
-                name = name[: -len(suffix)]
-                break
-        names.add(name)
-    return names
 
 
 def _mentioned(body: str, fields: tuple[str, ...]) -> list[str]:
@@ -201,9 +135,8 @@ async def _post_json(session: aiohttp.ClientSession, url: str, body: dict[str, A
 
 
 async def _probe_version(session: aiohttp.ClientSession, root: str) -> tuple[Any, str | None]:
-    paths = ("/version", "/info", "/props", "/api/version")
-    results = await asyncio.gather(*(_get(session, root + p, 3.0) for p in paths))
-    for path, (status, body, ctype) in zip(paths, results):
+    results = await asyncio.gather(*(_get(session, root + p, 3.0) for p in VERSION_PATHS))
+    for path, (status, body, _ctype) in zip(VERSION_PATHS, results):
         if status == 200 and body[:1] == b"{":
             try:
                 return orjson.loads(body), path
@@ -213,10 +146,10 @@ async def _probe_version(session: aiohttp.ClientSession, root: str) -> tuple[Any
 
 
 async def _probe_metrics(session: aiohttp.ClientSession, root: str) -> tuple[str | None, set[str]]:
-    for path in ("/metrics", "/prometheus/metrics"):
+    for path in METRICS_PATHS:  # TensorRT-LLM's /metrics is JSON: its Prometheus page is the next path
         status, body, _ctype = await _get(session, root + path, 3.0)
         if status == 200 and body and body[:1] not in (b"{", b"["):
-            names = _metric_names(body.decode("utf-8", "replace"))
+            names = family_names(body.decode("utf-8", "replace"))
             if names:
                 return path, names
     return None, set()
@@ -339,7 +272,7 @@ async def probe(session: aiohttp.ClientSession, base_url: str, model: str, api: 
     """
     t0 = time.perf_counter()
     base = base_url.rstrip("/")
-    root = base.removesuffix("/v1")
+    root = server_root(base_url)
     caps = Capabilities(api=api)
 
     (version, version_path), (metrics_path, names) = await asyncio.gather(
@@ -404,7 +337,8 @@ async def probe(session: aiohttp.ClientSession, base_url: str, model: str, api: 
         elif prof.accepts_ignore_eos and not prof.accepts_min_tokens and "ignore_eos" not in rejected:
             caps.length_enforcement = "ignore_eos"
         caps.stream_usage = prof.stream_usage
-        caps.metrics = {r: n for r, n in prof.metrics.items() if n in names}
+        caps.metrics = {role: found[0] for role, tried in prof.metrics.items()
+                        if (found := [n for n in tried if n in names])}
     elif rejected == list(LENGTH_FIELDS):
         caps.output_len_enforced = False
     elif acc.finish_reason == "stop" and res.output_tokens < _PROBE_MAX_TOKENS:
