@@ -180,7 +180,8 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     manifest = _manifest(cfg, info, caps, run_id, started, emulated)
     manifest["workload"] = workload.info
     write_json(out_dir / MANIFEST, manifest)
-    metrics_before = await servermetrics.scrape(info.base_url, headers)
+    metrics_path = getattr(caps, "metrics_path", None)  # where the probe found the page (TRT-LLM: elsewhere)
+    metrics_before = await servermetrics.scrape(info.base_url, headers, path=metrics_path)
 
     spec = ShardSpec(
         url=base + API_PATHS[cfg.api],
@@ -225,7 +226,8 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
         writer.close()
         loop.remove_signal_handler(signal.SIGINT)
     interrupted = result.interrupted or interrupts[0] > 0
-    metrics_after = await servermetrics.scrape(info.base_url, headers) if metrics_before else None
+    metrics_after = (await servermetrics.scrape(info.base_url, headers, path=metrics_path)
+                     if metrics_before else None)
 
     out_tokens = sum(r.output_tokens or 0 for r in result.records if r.status == "ok")
     client = {
