@@ -7,13 +7,18 @@ built (their latency ratios are that factor, their throughput ratio its inverse)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from servebench.results import metrics
+from servebench.results.cost import Price, cost_block
 from servebench.results.records import RequestRecord
+from servebench.results.schema import ClientMeasures, Cost, RunInfo, ServerMetrics, SloCheck, Summary
+from servebench.results.slo import evaluate as evaluate_slo
+from servebench.results.slo import parse_slo_spec
 from servebench.results.store import (
     MANIFEST,
     RECORDS,
@@ -23,7 +28,7 @@ from servebench.results.store import (
     write_json,
 )
 
-__all__ = ["synth_records", "write_synth_run", "write_synth_sweep"]
+__all__ = ["synth_records", "synth_run_info", "synth_summary", "write_synth_run", "write_synth_sweep"]
 
 
 def synth_records(n: int = 200, *, seed: int = 0, concurrency: int = 8, ttft_ms: float = 120.0,
@@ -69,27 +74,66 @@ def synth_records(n: int = 200, *, seed: int = 0, concurrency: int = 8, ttft_ms:
     return out
 
 
+def synth_run_info(name: str, records: list[RequestRecord], *, model: str = "synthetic-8b", concurrency: int = 8,
+                   rate_rps: float | None = None) -> RunInfo:
+    """What `servebench run` gives metrics.summarize about the run (run.bench's run_doc), for a synthetic one."""
+    first = next((r for r in records if not r.warmup), records[0])
+    return {
+        "run_id": name,
+        "started_at": "2026-01-01T00:00:00+00:00",
+        "target": {"url": "http://127.0.0.1:8000/v1", "model": model, "api": "chat", "emulated": True},
+        "load": {"mode": "rate" if rate_rps else "concurrency", "concurrency": concurrency, "rate_rps": rate_rps,
+                 "burstiness": 1.0, "ramp_up_strategy": None, "ramp_up_start_rps": None, "ramp_up_end_rps": None,
+                 "warmup": sum(1 for r in records if r.warmup)},
+        "workload": {"dataset": "random", "input_len": first.input_len, "output_len": first.output_len,
+                     "range_ratio": 0.0, "ignore_eos": True, "stream": True, "seed": 0, "output_len_enforced": True,
+                     "kind": "random", "lengths": "exact (synthetic)"},
+        "interrupted": False,
+    }
+
+
+def synth_summary(records: list[RequestRecord], run: RunInfo, *, slo: dict[str, float] | None = None,
+                  server: ServerMetrics | None = None) -> Summary:
+    """The summary `servebench run` writes, through the same code: metrics.summarize, the client
+    verdict, server metrics (None: a target without /metrics) and notes."""
+    out_tokens = sum(r.output_tokens or 0 for r in records if r.status == "ok" and not r.warmup)
+    cpu_s = 0.0005 * len(records)
+    client: ClientMeasures = {
+        "cpu_s": cpu_s, "cpu_us_per_token": cpu_s * 1e6 / out_tokens if out_tokens else None,
+        "cpu_busy_peak": 0.25, "loop_lag_ms_p99": 0.5, "read_pauses": 0, "read_pause_ms": 0.0,
+        "elapsed_s": 0.0,
+    }
+    summary = metrics.summarize(records, run=run, slo=slo, client=client)
+    summary["client"]["elapsed_s"] = summary["duration_s"]
+    load = run.get("load")
+    saturated, reasons, advice = metrics.assess_client(summary, open_loop=bool(load and load.get("mode") == "rate"))
+    summary["client"].update({"saturated": saturated, "reasons": reasons, "advice": advice})
+    summary["server"] = server
+    summary["notes"] = []
+    return summary
+
+
 def write_synth_run(path: str | Path, records: list[RequestRecord], *, model: str = "synthetic-8b",
                     concurrency: int = 8, rate_rps: float | None = None, slo: dict[str, float] | None = None,
-                    extra_summary: dict[str, Any] | None = None) -> Path:
-    """Write a result directory (summary.json, requests.jsonl, manifest.json) through the store."""
+                    server: ServerMetrics | None = None, slo_check: SloCheck | None = None, cost: Cost | None = None,
+                    extra_summary: Mapping[str, object] | None = None) -> Path:
+    """Write a result directory (summary.json, requests.jsonl, manifest.json) through the store.
+
+    The summary has the shape a real run writes (synth_summary); `slo_check` and `cost` are what a
+    sweep adds to a point. `extra_summary` is merged as given: for a test that wants a summary no run
+    writes (tests/unit/test_schema.py checks the helper's own output without it)."""
     p = prepare_out_dir(path)
-    first = next((r for r in records if not r.warmup), records[0])
-    run = {
-        "run_id": p.name,
-        "started_at": "2026-01-01T00:00:00Z",
-        "target": {"url": "http://127.0.0.1:8000/v1", "model": model, "api": "chat", "emulated": True},
-        "load": {"mode": "rate" if rate_rps else "concurrency", "concurrency": concurrency,
-                 "rate_rps": rate_rps, "burstiness": 1.0},
-        "workload": {"dataset": "random", "input_len": first.input_len, "output_len": first.output_len},
-    }
-    summary = metrics.summarize(records, run=run, slo=slo,
-                                client={"saturated": False, "cpu_percent": {"mean": 12.5, "max": 31.0}})
-    summary.update(extra_summary or {})
+    summary = synth_summary(records, synth_run_info(p.name, records, model=model, concurrency=concurrency,
+                                                    rate_rps=rate_rps), slo=slo, server=server)
+    if slo_check is not None:
+        summary["slo_check"] = slo_check
+    if cost is not None:
+        summary["cost"] = cost
+    doc: dict[str, object] = {**summary, **(extra_summary or {})}
     with RecordWriter(p / RECORDS) as w:
         for r in records:
             w.write(r)
-    write_json(p / SUMMARY, summary)
+    write_json(p / SUMMARY, doc)
     write_json(p / MANIFEST, {"config": {"concurrency": concurrency, "rate_rps": rate_rps, "model": model},
                               "versions": {"servebench": "0.1.0"}, "host": {"hostname": "synthetic"}})
     return p
@@ -101,8 +145,11 @@ def write_synth_sweep(path: str | Path, concurrencies: list[int], *, seed: int =
                       usd_per_hour: float | None = None) -> Path:
     """A sweep directory shaped like `servebench sweep`'s: one run per (concurrency, lengths) point
     and sweep.json (schema servebench.sweep.command/1) with x_key, points, and optionally an aggregate SLO
-    (`slo_check` in each summary, `slo_capacity` in sweep.json) and a price (`cost` per summary)."""
+    (`slo_check` in each summary, `slo_capacity` in sweep.json) and a price (`cost` per summary), both
+    computed by the code the sweep uses (results.slo.evaluate, results.cost.cost_block)."""
     p = prepare_out_dir(path)
+    spec = parse_slo_spec(f"itl_p99_ms={itl_p99_limit_ms:g}") if itl_p99_limit_ms is not None else None
+    price = Price(usd_per_hour, 1) if usd_per_hour is not None else None
     points = []
     capacity = []
     for li, (input_len, output_len) in enumerate(lengths or [(256, 64)]):
@@ -113,30 +160,20 @@ def write_synth_sweep(path: str | Path, concurrencies: list[int], *, seed: int =
                                  ttft_ms=(80 + 15 * c) * (input_len / 256) ** 0.5, itl_ms=12 + 0.9 * c,
                                  time_scale=time_scale, input_len=input_len, output_len=output_len)
             sub = f"c{c:04d}" if not lengths else f"c{c:04d}-in{input_len}-out{output_len}"
-            extra: dict[str, Any] = {}
             summary = metrics.summarize(recs)
-            if itl_p99_limit_ms is not None:
-                p99 = summary["latency_ms"]["itl"]["p99"]
-                passed = p99 is not None and p99 <= itl_p99_limit_ms
-                extra["slo_check"] = {"passed": passed, "checks": [{"name": "ITL P99", "metric": "itl", "stat": "p99",
-                                                                   "limit_ms": itl_p99_limit_ms, "value_ms": p99,
-                                                                   "passed": passed}]}
-                best = c if passed else best
-            if usd_per_hour is not None:
-                tput = summary["throughput"]
-                extra["cost"] = {"usd_per_hour": usd_per_hour,
-                                 "usd_per_1m_output_tokens": usd_per_hour / 3600 / tput["output_tokens_per_s"] * 1e6,
-                                 "usd_per_1m_total_tokens": usd_per_hour / 3600 / tput["total_tokens_per_s"] * 1e6}
-            write_synth_run(p / sub, recs, model=model, concurrency=c, extra_summary=extra)
+            check = evaluate_slo(summary, spec) if spec is not None else None
+            if check is not None:
+                best = c if check["passed"] else best
+            cost = cost_block(summary["throughput"], price) if price is not None else None
+            write_synth_run(p / sub, recs, model=model, concurrency=c, slo_check=check, cost=cost)
             points.append({"dir": sub, "concurrency": c, "rate_rps": None, "input_len": input_len,
                            "output_len": output_len, "kind": "grid", "load_label": f"c={c}", "status": "complete"})
-        if itl_p99_limit_ms is not None:
+        if spec is not None:
             capacity.append({"input_len": input_len, "output_len": output_len, "load": best})
     doc: dict[str, Any] = {"schema": "servebench.sweep.command/1", "status": "complete", "mode": "grid",
                            "x_key": "concurrency", "points": points}
-    if itl_p99_limit_ms is not None:
-        doc["slo"] = {"per_request": {}, "aggregate": [{"metric": "itl", "stat": "p99", "limit_ms": itl_p99_limit_ms}],
-                      "goodput_fraction": None, "text": f"ITL P99 ≤ {itl_p99_limit_ms:g} ms"}
+    if spec is not None:
+        doc["slo"] = spec.to_dict()
         doc["slo_capacity"] = capacity
     write_json(p / "sweep.json", doc)
     return p

@@ -9,10 +9,12 @@ hourly price by total tokens/s); they are alternatives, not parts that add up. P
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from servebench.errors import ConfigError
+from servebench.results.schema import Cost, Throughput
 
 __all__ = ["GPU_PRICES", "GpuPrice", "Price", "cost_block", "resolve_price", "usd_per_million"]
 
@@ -90,11 +92,14 @@ def usd_per_million(usd_per_hour: float, tokens_per_s: float | None) -> float | 
     return usd_per_hour / (tokens_per_s * 3600.0) * 1e6
 
 
-def cost_block(throughput: dict[str, Any], price: Price) -> dict[str, Any]:
-    """The `cost` block of a summary from its `throughput` block."""
+def cost_block(throughput: Throughput | Mapping[str, float], price: Price) -> Cost:
+    """The `cost` block of a summary from its `throughput` block (a rate it lacks costs nothing: null)."""
     hourly = price.usd_per_hour
     return {
-        **price.to_dict(),
+        "usd_per_gpu_hour": price.usd_per_gpu_hour,
+        "gpus": price.gpus,
+        "usd_per_hour": price.usd_per_hour,
+        "source": price.source,
         "usd_per_1m_input_tokens": usd_per_million(hourly, throughput.get("input_tokens_per_s")),
         "usd_per_1m_output_tokens": usd_per_million(hourly, throughput.get("output_tokens_per_s")),
         "usd_per_1m_total_tokens": usd_per_million(hourly, throughput.get("total_tokens_per_s")),

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from servebench.results.metrics import dig
+from servebench.results.schema import Summary
 
 __all__ = ["SPREAD_METRICS", "spread", "metric_value"]
 
@@ -30,12 +31,13 @@ SPREAD_METRICS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
-def metric_value(summary: dict[str, Any], path: Sequence[str]) -> float | None:
+def metric_value(summary: Summary, path: Sequence[str]) -> float | None:
+    """The number at `path` (a SPREAD_METRICS path, held as data: hence dig), or None."""
     node = dig(summary, *path)
     return float(node) if isinstance(node, (int, float)) and not isinstance(node, bool) else None
 
 
-def spread(summaries: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def spread(summaries: Sequence[Summary]) -> dict[str, dict[str, Any]]:
     """Per metric: values of each repeat, mean, sample std, min, max and CV (std / mean)."""
     out: dict[str, dict[str, Any]] = {}
     for label, path in SPREAD_METRICS:

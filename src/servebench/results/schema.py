@@ -41,6 +41,7 @@ __all__ = [
     "Goodput",
     "GoodputCheck",
     "Latency",
+    "LatencyMetric",
     "Load",
     "PerUserRate",
     "Requests",
@@ -60,6 +61,10 @@ SUMMARY_VERSION: Literal["servebench.summary/1"] = "servebench.summary/1"
 #: Every version the loaders accept (the shape each had is in docs/results.md).
 SUMMARY_VERSIONS = (SUMMARY_VERSION,)
 SCHEMA_FILE = Path(__file__).resolve().parents[3] / "docs" / "summary.schema.json"
+
+
+#: The per-request latency metrics (keys of `latency_ms`).
+LatencyMetric = Literal["ttft", "tpot", "itl", "e2e", "ttfat"]
 
 
 class Distribution(TypedDict, closed=True):
@@ -247,7 +252,7 @@ class AggregateCheck(TypedDict, closed=True):
     """One `<metric>_<stat>_ms` limit: `value_ms` null when missing or infinite (`infinite`)."""
 
     name: str
-    metric: Literal["ttft", "tpot", "itl", "e2e", "ttfat"]
+    metric: LatencyMetric
     stat: str
     limit_ms: float
     value_ms: float | None

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servebench.errors import ConfigError
+from servebench.results.metrics import dig
+from servebench.results.schema import AggregateCheck, GoodputCheck, LatencyMetric, SloCheck, Summary
 
 __all__ = [
     "MLPERF_PRESETS",
@@ -31,7 +33,7 @@ __all__ = [
     "parse_slo_spec",
 ]
 
-METRICS = ("ttft", "tpot", "itl", "e2e", "ttfat")
+METRICS: tuple[LatencyMetric, ...] = ("ttft", "tpot", "itl", "e2e", "ttfat")
 _STATS = {"mean": "mean", "median": "median", "p50": "median", "p90": "p90", "p95": "p95",
           "p99": "p99", "min": "min", "max": "max"}
 _LABEL = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E", "ttfat": "TTFAT"}
@@ -57,7 +59,7 @@ MLPERF_PRESETS: dict[str, tuple[float, float]] = {
 class AggregateLimit:
     """`stat` of the run's `metric` distribution must be <= `limit_ms`."""
 
-    metric: str
+    metric: LatencyMetric
     stat: str  # key of summary latency_ms.<metric>: mean, median, p90, p95, p99, min, max
     limit_ms: float
     source: str = ""  # "mlperf:llama2-70b" for a preset
@@ -151,7 +153,8 @@ def parse_slo_spec(text: str | None) -> SloSpec:
         if len(words) == 1 and words[0] in METRICS:
             spec.per_request[key] = limit
         elif len(words) == 2 and words[0] in METRICS and words[1] in _STATS:
-            spec.aggregate.append(AggregateLimit(words[0], _STATS[words[1]], limit))
+            metric = METRICS[METRICS.index(words[0])]  # the Literal equal to words[0]
+            spec.aggregate.append(AggregateLimit(metric, _STATS[words[1]], limit))
         else:
             raise ConfigError(
                 f"--slo {part!r}: unknown limit; use <metric>_ms (per request) or <metric>_<stat>_ms, "
@@ -162,53 +165,55 @@ def parse_slo_spec(text: str | None) -> SloSpec:
     return spec
 
 
-def _value(summary: dict[str, Any], metric: str, stat: str) -> float | None:
+def _value(summary: Summary, metric: str, stat: str) -> float | None:
     """The statistic, error-adjusted (failures as +inf) where the summary has that figure."""
-    failed = (summary.get("requests") or {}).get("failed") or 0
-    adjusted = ((summary.get("latency_ms_error_adjusted") or {}).get(metric) or {})
+    failed = dig(summary, "requests", "failed") or 0
+    adjusted = dig(summary, "latency_ms_error_adjusted", metric) or {}
     if failed and stat in adjusted:
         v = adjusted[stat]
         return math.inf if v is None else float(v)
-    v = ((summary.get("latency_ms") or {}).get(metric) or {}).get(stat)
+    v = dig(summary, "latency_ms", metric, stat)
     return None if v is None else float(v)
 
 
-def evaluate(summary: dict[str, Any], spec: SloSpec) -> dict[str, Any]:
+def evaluate(summary: Summary, spec: SloSpec) -> SloCheck:
     """Pass/fail of a run's summary against the aggregate limits (and the goodput fraction).
 
     A statistic the run does not have (no completed request) fails its limit; with failed requests
     the error-adjusted TTFT/E2E percentiles are used (a failure counts as +inf).
     """
-    checks = []
+    checks: list[AggregateCheck | GoodputCheck] = []
     for a in spec.aggregate:
         v = _value(summary, a.metric, a.stat)
         ok = v is not None and v <= a.limit_ms
-        checks.append({"name": a.label, "metric": a.metric, "stat": a.stat, "limit_ms": a.limit_ms,
-                       "value_ms": None if v is None or math.isinf(v) else v,
-                       "infinite": v is not None and math.isinf(v), "passed": ok,
-                       **({"source": a.source} if a.source else {})})
+        check: AggregateCheck = {"name": a.label, "metric": a.metric, "stat": a.stat, "limit_ms": a.limit_ms,
+                                 "value_ms": None if v is None or math.isinf(v) else v,
+                                 "infinite": v is not None and math.isinf(v), "passed": ok}
+        if a.source:
+            check["source"] = a.source
+        checks.append(check)
+    goodput = summary.get("goodput")
     if spec.goodput_fraction is not None:
-        frac = (summary.get("goodput") or {}).get("fraction")
+        frac = goodput["fraction"] if goodput else None
         ok = frac is not None and frac >= spec.goodput_fraction
         checks.append({"name": "goodput fraction", "metric": "goodput", "stat": "fraction",
                        "limit": spec.goodput_fraction, "value": frac, "passed": ok})
-    goodput = summary.get("goodput") or None
     return {
         "passed": all(c["passed"] for c in checks) if checks else None,
         "checks": checks,
-        "goodput_requests_per_s": goodput.get("requests_per_s") if goodput else None,
-        "goodput_fraction": goodput.get("fraction") if goodput else None,
+        "goodput_requests_per_s": goodput["requests_per_s"] if goodput else None,
+        "goodput_fraction": goodput["fraction"] if goodput else None,
     }
 
 
-def failing(result: dict[str, Any]) -> str:
+def failing(result: SloCheck) -> str:
     """`ITL P99 53.1 ms` for the checks that failed (for one-line answers)."""
     out = []
     for c in result.get("checks", []):
         if c["passed"]:
             continue
         if c["metric"] == "goodput":
-            v = c.get("value")
+            v = c["value"]
             out.append(f"goodput fraction {v:.3f}" if v is not None else "goodput fraction n/a")
         elif c.get("infinite"):
             out.append(f"{c['name']} ∞ (failed requests)")
