@@ -12,6 +12,22 @@ deployment (all ranks run in lock step)::
            + step_overhead_s + layers * layer_overhead_s + seq_overhead_s * sequences
            + token_overhead_s * tokens
 
+Communication (tensor parallelism, expert parallelism), added after the roofline (not overlapped)::
+
+    comm_s = tokens * comm_bytes_per_token / comm_bytes_per_s + collectives * collective_s
+
+`comm_bytes_per_token` is what one GPU sends per token per step: a ring all-reduce of an M-byte
+message moves 2 (n - 1) / n * M bytes per rank (Patarasuk & Yuan 2009; NCCL's "bus bandwidth"
+definition in nccl-tests PERFORMANCE.md), two all-reduces of `hidden` BF16 values per layer under
+Megatron-style TP (Shoeybi et al. 2019, section 3); an EP all-to-all dispatch + combine moves
+(n - 1) / n of each token's top-k hidden vectors (FP8 dispatch, BF16 combine in DeepEP). `collectives`
+is the number of collective calls per step, each costing a fixed latency `collective_s`.
+
+With attention data parallel and expert parallel (SGLang DP-attention, TRT-LLM ADP), the experts on a
+GPU see the tokens of every DP rank: `moe_token_multiplier` = dp. Speculative decoding (MTP) verifies
+`decode_tokens_per_seq` tokens per decoding sequence per step (1 + draft length): FLOPs and experts
+grow with it, weight bytes do not.
+
 `distinct_experts(T) = n_experts * (1 - (1 - experts_per_token / n_experts) ** T)` is the expected
 number of routed experts (per MoE layer) that T tokens hit when each picks `experts_per_token` of
 `n_experts` uniformly: 1 decode token reads 8 of 256 DeepSeek experts, 100 tokens read ~245. Hence
@@ -49,6 +65,12 @@ class StepCost:
     layer_overhead_s: float = 0.0
     seq_overhead_s: float = 0.0
     token_overhead_s: float = 0.0
+    comm_bytes_per_token: float = 0.0  # bytes this GPU sends per token per step (all collectives)
+    comm_bytes_per_s: float = 0.0  # achieved collective bandwidth per GPU (0: no communication)
+    collectives: int = 0  # collective calls per step
+    collective_s: float = 0.0  # fixed latency of one collective call
+    moe_token_multiplier: float = 1.0  # EP across DP-attention ranks: expert-side tokens per local token
+    decode_tokens_per_seq: float = 1.0  # speculative decoding: tokens verified per decoding sequence
 
 
 @dataclass(slots=True)
@@ -73,12 +95,12 @@ def distinct_experts(cost: StepCost, tokens: int) -> float:
 
 def step_time_s(cost: StepCost, shape: StepShape) -> float:
     """Duration of one step in seconds (see the module docstring for the formula)."""
-    tokens = shape.decode_seqs + shape.prefill_tokens
-    if tokens <= 0:
+    if shape.decode_seqs + shape.prefill_tokens <= 0:
         return 0.0
+    tokens = shape.decode_seqs * cost.decode_tokens_per_seq + shape.prefill_tokens
     weight_bytes = cost.dense_weight_bytes
     if cost.n_experts > 0:
-        weight_bytes += cost.routed_expert_bytes * distinct_experts(cost, tokens)
+        weight_bytes += cost.routed_expert_bytes * distinct_experts(cost, round(tokens * cost.moe_token_multiplier))
     kv_bytes = cost.kv_bytes_per_token * (shape.decode_ctx_tokens + shape.prefill_ctx_reads)
     mem_s = (weight_bytes + kv_bytes) / (cost.hbm_bytes_per_s * cost.mem_efficiency)
     flops = cost.flops_per_token * tokens + cost.attn_flops_per_token_ctx * (
@@ -86,8 +108,13 @@ def step_time_s(cost: StepCost, shape: StepShape) -> float:
     )
     compute_s = flops / (cost.flops_per_s * cost.compute_efficiency)
     seqs = shape.decode_seqs + shape.prefill_seqs
+    comm_s = 0.0
+    if cost.comm_bytes_per_s > 0:
+        comm_s = tokens * cost.comm_bytes_per_token / cost.comm_bytes_per_s
     return (
         (mem_s if mem_s > compute_s else compute_s)
+        + comm_s
+        + cost.collectives * cost.collective_s
         + cost.step_overhead_s
         + cost.layers * cost.layer_overhead_s
         + cost.seq_overhead_s * seqs

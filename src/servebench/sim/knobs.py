@@ -1,0 +1,163 @@
+"""Calibration knobs of the step-time model, and engine scheduler defaults by family and version. Pure.
+
+A deployment resolves to a handful of step-time knobs (`StepKnobs`) from a small table of fitted
+factors (`KnobTable`, one flat name -> value mapping, fitted by `plan/validate.py` and stored in
+`deploy/calibration.yaml`). Each knob is a product of a base and factors per group, so a group the
+fit has not seen falls back to the base (factor 1)::
+
+    mem_efficiency     = mem.base  * mem.gpu.<gen>  * mem.eng.<family>          (clipped to 0.05..0.95)
+    compute_efficiency = comp.base * comp.gpu.<gen> * comp.eng.<family>         (clipped to 0.02..0.95)
+    step_overhead_s    = step.eng.<family>
+    layer_overhead_s   = layer.eng.<family> * layer.arch.<class>
+    comm_efficiency    = comm.eff             (share of the scale-up link bandwidth a collective reaches)
+    collective_s       = comm.latency_s       (fixed cost of one collective, per call)
+    mtp_accept         = spec.accept          (chance a draft token is accepted; DeepSeek-V3 report: 0.85-0.9)
+
+Groups: engine family (`engine_family`: vllm-v0 = vLLM before V1, vllm-v1, sglang, trtllm, tgi),
+GPU generation (`gpu_generation`: ampere, hopper, blackwell, cdna3) and architecture class
+(`arch_class`: dense, moe = GQA MoE, mla-moe = DeepSeek-V3/R1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+__all__ = ["StepKnobs", "EngineDefaults", "DEFAULT_KNOBS", "engine_family", "gpu_generation", "arch_class",
+           "resolve_knobs", "engine_defaults", "knob_names_for", "FAMILIES", "GENERATIONS", "ARCH_CLASSES"]
+
+FAMILIES = ("vllm-v0", "vllm-v1", "sglang", "trtllm", "tgi")
+GENERATIONS = ("ampere", "hopper", "blackwell", "cdna3")
+ARCH_CLASSES = ("dense", "moe", "mla-moe")
+
+# Uncalibrated starting point (and the prior the fit shrinks towards): HBM ~75% of datasheet bandwidth
+# in decode GEMVs, tensor cores ~50% of dense peak in prefill GEMMs, ~3 ms of scheduling and sampling
+# per step, 20 us per layer of kernel launches (plan's defaults before calibration), 70% of NVLink
+# bandwidth in NCCL ring all-reduce (NCCL's nccl-tests report bus bandwidth ~ 70-80% of link peak on
+# H100 NVLink at large messages), 10 us per collective call (NCCL small-message latency on NVLink).
+DEFAULT_KNOBS: Mapping[str, float] = {
+    "mem.base": 0.75,
+    "comp.base": 0.5,
+    **{f"step.eng.{f}": 0.003 for f in FAMILIES},
+    **{f"layer.eng.{f}": 20e-6 for f in FAMILIES},
+    "layer.arch.dense": 1.0,
+    "layer.arch.moe": 2.0,
+    "layer.arch.mla-moe": 4.0,
+    "comm.eff": 0.7,
+    "comm.latency_s": 10e-6,
+    "spec.accept": 0.85,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class StepKnobs:
+    """The knobs one deployment's step cost takes (see sim/steptime.py for where each enters)."""
+
+    mem_efficiency: float
+    compute_efficiency: float
+    step_overhead_s: float
+    layer_overhead_s: float
+    comm_efficiency: float
+    collective_s: float
+    mtp_accept: float
+
+
+def engine_family(engine: str, version: str = "") -> str:
+    """vllm before 0.8 is V0 (vLLM 0.8.0 made the V1 engine the default); 'other' (NVIDIA NIM) runs a
+    TensorRT-LLM engine for the Llama profiles in the corpus; tgi and sglang as named."""
+    e = engine.lower()
+    if e.startswith("vllm"):
+        v = version.strip().lstrip("v")
+        parts = v.split(".")
+        try:
+            major, minor = int(parts[0]), int(parts[1][:2].rstrip("abcdefghijklmnopqrstuvwxyz") or 0)
+        except (ValueError, IndexError):
+            return "vllm-v1" if e == "vllm" and not v else ("vllm-v0" if e == "vllm-0.7" else "vllm-v1")
+        return "vllm-v0" if (major, minor) < (0, 8) else "vllm-v1"
+    if e in ("trtllm", "tensorrt-llm", "other", "nim"):
+        return "trtllm"
+    if e in ("sglang", "tgi"):
+        return e
+    return "vllm-v1"
+
+
+def gpu_generation(gpu: str) -> str:
+    g = gpu.lower()
+    if g.startswith(("b200", "gb200", "b300")):
+        return "blackwell"
+    if g.startswith("mi3"):
+        return "cdna3"
+    if g.startswith("a100"):
+        return "ampere"
+    return "hopper"
+
+
+def arch_class(is_moe: bool, attention: str) -> str:
+    if not is_moe:
+        return "dense"
+    return "mla-moe" if attention == "mla" else "moe"
+
+
+def knob_names_for(family: str, generation: str, arch: str) -> tuple[str, ...]:
+    """The table entries a deployment of this kind reads (a fit moves only these for its points)."""
+    return ("mem.base", f"mem.gpu.{generation}", f"mem.eng.{family}", "comp.base", f"comp.gpu.{generation}",
+            f"comp.eng.{family}", f"step.eng.{family}", f"layer.eng.{family}", f"layer.arch.{arch}",
+            "comm.eff", "comm.latency_s", "spec.accept")
+
+
+def _clip(x: float, lo: float, hi: float) -> float:
+    return lo if x < lo else hi if x > hi else x
+
+
+def resolve_knobs(table: Mapping[str, float], family: str, generation: str, arch: str) -> StepKnobs:
+    """Knobs of one deployment from a fitted table (missing entries: `DEFAULT_KNOBS`, factors 1)."""
+    def get(name: str, default: float = 1.0) -> float:
+        return float(table.get(name, DEFAULT_KNOBS.get(name, default)))
+
+    return StepKnobs(
+        mem_efficiency=_clip(get("mem.base") * get(f"mem.gpu.{generation}") * get(f"mem.eng.{family}"), 0.05, 0.95),
+        compute_efficiency=_clip(get("comp.base") * get(f"comp.gpu.{generation}") * get(f"comp.eng.{family}"),
+                                 0.02, 0.95),
+        step_overhead_s=get(f"step.eng.{family}", 0.003),
+        layer_overhead_s=get(f"layer.eng.{family}", 20e-6) * get(f"layer.arch.{arch}"),
+        comm_efficiency=_clip(get("comm.eff"), 0.05, 1.0),
+        collective_s=get("comm.latency_s"),
+        mtp_accept=_clip(get("spec.accept"), 0.0, 0.99),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class EngineDefaults:
+    """Scheduler limits an engine runs with when the user sets none."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    chunked_prefill: bool
+    memory_engine: str  # sim.memory ENGINES key for KV accounting
+    gpu_memory_utilization: float
+
+
+def engine_defaults(family: str, *, max_model_len: int) -> EngineDefaults:
+    """Default limits by engine family and version, as each engine's documentation states them.
+
+    - vLLM V0 (0.5-0.7): max_num_seqs 256; chunked prefill switched on automatically for contexts over
+      32K with a 512-token budget (vLLM 0.6 EngineArgs), else off with the budget raised to
+      max(max_model_len, 2048) (the 'max_num_batched_tokens must be >= max_model_len' rule).
+    - vLLM V1 (>= 0.8): chunked prefill always on, 8192 tokens for the OpenAI server, max_num_seqs 256.
+    - SGLang: chunked_prefill_size 8192, max_running_requests bounded by the KV pool (1024 here),
+      mem_fraction_static ~0.88 on 80-192 GB GPUs (server_args.py).
+    - TensorRT-LLM (trtllm-serve / trtllm-bench PyTorch): max_batch_size 2048, max_num_tokens 8192,
+      KV = 0.9 of the free memory (kv_cache_free_gpu_memory_fraction).
+    - TGI: max_batch_prefill_tokens 4096 (raised to the longest prompt), prompts prefilled whole.
+    """
+    if family == "vllm-v0":
+        if max_model_len > 32768:
+            return EngineDefaults(256, 512, True, "vllm", 0.9)
+        return EngineDefaults(256, max(max_model_len, 2048), False, "vllm", 0.9)
+    if family == "sglang":
+        return EngineDefaults(1024, 8192, True, "sglang", 0.88)
+    if family == "trtllm":
+        return EngineDefaults(2048, 8192, True, "trtllm", 0.9)
+    if family == "tgi":
+        return EngineDefaults(256, max(4096, max_model_len), False, "vllm", 0.9)
+    return EngineDefaults(256, 8192, True, "vllm", 0.9)
