@@ -70,10 +70,11 @@ import sys
 import threading
 from typing import Any
 
-from servebench.emulator.app import Emulator, Faults, chat_prompt
+from servebench.emulator.app import Emulator, chat_prompt
+from servebench.emulator.faults import Faults
 from servebench.emulator.http import HttpConn
-from servebench.errors import ConfigError
 from servebench.deploy.loader import load_profile
+from servebench.errors import ConfigError
 from servebench.sim.profile import Profile
 
 __all__ = ["Faults", "Emulator", "EmulatorThread", "start_server", "serve", "main", "chat_prompt"]
@@ -111,7 +112,7 @@ def serve(profile: Profile | str, host: str = "127.0.0.1", port: int = 0, *, fau
     async def main_() -> None:
         server, app, real_port = await start_server(profile, host, port, faults=faults, seed=seed,
                                                     served_model_name=served_model_name)
-        app.scheduling = scheduling
+        app.pacer.scheduling = scheduling
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

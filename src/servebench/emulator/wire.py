@@ -1,6 +1,6 @@
 """Wire pieces of the emulator: OpenAI bodies, pre-encoded SSE chunk templates, Prometheus text.
 
-Pure (no sockets, no clocks): `emulator.py` owns the I/O and calls these. Shapes follow vLLM's
+Pure (no sockets, no clocks): `emulator.app` and `emulator.pacing` own the I/O and call these. Shapes follow vLLM's
 OpenAI-compatible server (chat.completion(.chunk), text_completion, /tokenize, /detokenize, /metrics).
 """
 
@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 __all__ = [
+    "BadRequest",
     "Histogram",
     "ChunkTemplates",
     "chunked",
@@ -125,6 +126,15 @@ def completion_body(*, rid: str, created: int, model: str, text: str, finish_rea
 
 def error_body(message: str, kind: str, code: int) -> bytes:
     return _j({"object": "error", "message": message, "type": kind, "param": None, "code": code})
+
+
+class BadRequest(Exception):
+    """A request the emulator refuses: answered with `status` and an `error_body` of type `kind`."""
+
+    def __init__(self, message: str, status: int = 400, kind: str = "BadRequestError") -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
 
 
 def _fmt(v: float) -> str:
