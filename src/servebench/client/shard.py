@@ -284,17 +284,18 @@ class Shard:
         stream_sink = StreamSink(acc, t0) if spec.stream else None
         buffer_sink = None if spec.stream else BufferSink(t0)
         sink = stream_sink or buffer_sink
-        assert sink is not None and self._pool is not None
-        head = request_head(self._head_prefix, len(item.body))
+        pool = self._pool
+        assert sink is not None and pool is not None
         resp = None
 
         def on_send() -> None:
             rec.t_send_ns = _perf_ns() - t0
 
         try:
-            rec.t_send_ns = _perf_ns() - t0
+            rec.t_send_ns = _perf_ns() - t0  # (set first: a record without it would not count as sent)
+            head = request_head(self._head_prefix, len(item.body))
             async with asyncio.timeout(spec.timeout_s):
-                resp = await self._pool.request(head, item.body, sink, on_send)
+                resp = await pool.request(head, item.body, sink, on_send)
             rec.t_end_ns = _perf_ns() - t0
             rec.http_status = resp.status
             rec.response_id = resp.headers.get("x-request-id")

@@ -19,7 +19,7 @@ import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import numpy as np
@@ -50,10 +50,14 @@ from servebench.target.preflight import DEFAULT_PROFILE, EmulatorProcess, Target
 from servebench.workload import WorkItem, prepare_workload
 from servebench.workload.schedule import open_loop_offsets_ns, ramp_rates
 
+if TYPE_CHECKING:
+    from servebench.target.capabilities import Capabilities
+
 __all__ = ["RunOutcome", "plan_requests", "run_against", "run_benchmark", "run_benchmark_sync"]
 
 _POOL_FOR_DURATION = 10_000  # closed loop with --duration: prompts are reused cyclically past this
 _MAX_SCHEDULED = 2_000_000
+_CONNECT_TIMEOUT_S = 10.0  # one connect of the hot path (before the clock, or inside it)
 
 
 @dataclass
@@ -61,12 +65,16 @@ class RunOutcome:
     out_dir: Path
     summary: dict[str, Any]
     interrupted: bool
+    failure: str | None = None  # the client stopped sending early on an error of its own (client.shard)
 
     @property
     def exit_code(self) -> int:
-        """130 interrupted; 1 when requests were sent and none completed (the numbers say nothing)."""
+        """130 interrupted; 1 when the client stopped on an error of its own, or when requests were
+        sent and none completed (the numbers say nothing)."""
         if self.interrupted:
             return 130
+        if self.failure:
+            return 1
         req = self.summary.get("requests", {})
         return 1 if req.get("total") and not req.get("completed") else 0
 
@@ -115,7 +123,7 @@ async def _run_or_repeat(cfg: RunConfig, url: str, console: Console, *, emulated
     if not cfg.quiet:
         print_spread(doc["spread"], console, str(root))
     last = outcomes[-1]
-    return RunOutcome(out_dir=root, summary=last.summary, interrupted=last.interrupted)
+    return RunOutcome(out_dir=root, summary=last.summary, interrupted=last.interrupted, failure=last.failure)
 
 
 def plan_requests(cfg: RunConfig, items: list[WorkItem], model: str, ignore_rejected: set[str]) -> list[Prepared]:
@@ -164,7 +172,7 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     headers = cfg.request_headers()
     info = await preflight(base, cfg.model, headers)
     caps = await _probe(cfg, info, headers)
-    rejected = set(getattr(caps, "rejected_fields", ()) or ())
+    rejected = set(caps.rejected_fields) if caps is not None else set()
 
     n_total = _n_total(cfg)
     workload = await prepare_workload(cfg, n_total, base_url=info.base_url, model=info.model,
@@ -196,8 +204,9 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
         num_requests=(len(prepared) if trace else
                       (cfg.effective_num_requests + cfg.warmup) if cfg.effective_num_requests else None),
         timeout_s=cfg.timeout,
+        connect_timeout_s=_CONNECT_TIMEOUT_S,
         preconnect=min(cfg.effective_concurrency or min(n_total, 64), 512),
-        reuse_connections=getattr(caps, "keeps_alive_after_stream", None) is not False or not cfg.stream,
+        reuse_connections=caps is None or caps.keeps_alive_after_stream is not False or not cfg.stream,
         kernel_timestamps=cfg.rx_timestamps == "kernel",
         coalesce_reads=cfg.read_coalescing,
     )
@@ -239,6 +248,7 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
         "read_pause_ms": result.read_pause_ms,
         "elapsed_s": result.elapsed_s,
     }
+    shortfall = spec.preconnect - result.preconnected
     run_doc = {
         "run_id": run_id,
         "started_at": started.isoformat(timespec="seconds"),
@@ -268,16 +278,29 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     summary = summarize(result.records, run=run_doc, slo=cfg.slo or None, client=client)
     saturated, reasons, advice = assess_client(summary, open_loop=cfg.load_mode in ("rate", "ramp"))
     summary["client"].update({"saturated": saturated, "reasons": reasons, "advice": advice})
+    # connections asked for before the clock but not opened (so opened inside it), and why the
+    # client stopped sending early, if it did (client.shard)
+    summary["client"]["preconnect_shortfall"] = shortfall
+    summary["client"]["failure"] = result.failure
     summary["server"] = servermetrics.server_summary(metrics_before, metrics_after)
     if cfg.slo_text:
-        spec = parse_slo_spec(cfg.slo_text)
-        if spec.has_run_limits:
-            summary["slo_check"] = evaluate_slo(summary, spec)
+        slo_spec = parse_slo_spec(cfg.slo_text)
+        if slo_spec.has_run_limits:
+            summary["slo_check"] = evaluate_slo(summary, slo_spec)
     summary["notes"] = _notes(cfg, summary, caps, len(prepared))
+    if shortfall:
+        summary["notes"].append(
+            f"{result.preconnected} of {spec.preconnect} connections opened before the clock: the other "
+            f"{shortfall} were opened inside the measured window (their connect time counts in the first "
+            "requests' TTFT); the server may limit connections or its accept backlog")
+    if result.failure:
+        summary["notes"].append(f"the client stopped sending early on an error of its own: {result.failure}; "
+                                "records of kind client_error hold each one")
     write_json(out_dir / SUMMARY, summary)
     manifest["ended_at"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     # records hold ns from this origin; with it, they line up with a server's own
     # perf_counter_ns/CLOCK_MONOTONIC timestamps on the same host (ground-truth tests)
+    manifest["connections"] = {"requested": spec.preconnect, "preconnected": result.preconnected}
     manifest["clock"] = {"kind": "perf_counter_ns", "origin_ns": result.t0_ns,
                          "rx_timestamps": result.rx_timestamps,
                          "read_coalescing": result.rx_timestamps == "kernel" and cfg.read_coalescing}
@@ -288,10 +311,13 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
         print_summary(summary, console, str(out_dir))
         if interrupted:
             console.print("  [yellow]interrupted[/yellow]: the summary covers what completed before the stop")
-    return RunOutcome(out_dir=out_dir, summary=summary, interrupted=interrupted)
+    if result.failure:  # even with --quiet: the run did not do what was asked
+        Console(stderr=True).print(f"[bold red]servebench: error:[/bold red] {result.failure}; the run stopped "
+                                   f"early (results so far in {out_dir})", highlight=False)
+    return RunOutcome(out_dir=out_dir, summary=summary, interrupted=interrupted, failure=result.failure)
 
 
-async def _probe(cfg: RunConfig, info: TargetInfo, headers: dict[str, str]) -> Any:
+async def _probe(cfg: RunConfig, info: TargetInfo, headers: dict[str, str]) -> Capabilities | None:
     """The capability probe (target/capabilities.py), before the clock; None when --no-probe."""
     if not cfg.probe:
         return None
@@ -301,15 +327,15 @@ async def _probe(cfg: RunConfig, info: TargetInfo, headers: dict[str, str]) -> A
         return await capabilities.probe(session, info.base_url, info.model, cfg.api, extra_body=cfg.extra_body)
 
 
-def _enforced(cfg: RunConfig, caps: Any) -> bool | None:
+def _enforced(cfg: RunConfig, caps: Capabilities | None) -> bool | None:
     if cfg.output_len is None or not cfg.ignore_eos:
         return False
     if caps is None:
         return None  # not probed: unknown
-    return getattr(caps, "output_len_enforced", None)
+    return caps.output_len_enforced
 
 
-def _notes(cfg: RunConfig, summary: dict[str, Any], caps: Any, n_items: int = 0) -> list[str]:
+def _notes(cfg: RunConfig, summary: dict[str, Any], caps: Capabilities | None, n_items: int = 0) -> list[str]:
     notes = []
     sent = summary["requests"]["total"] + summary["requests"].get("warmup", 0)
     if n_items and sent > n_items:
@@ -337,11 +363,11 @@ def _notes(cfg: RunConfig, summary: dict[str, Any], caps: Any, n_items: int = 0)
     return notes
 
 
-def _manifest(cfg: RunConfig, info: TargetInfo, caps: Any, run_id: str,
+def _manifest(cfg: RunConfig, info: TargetInfo, caps: Capabilities | None, run_id: str,
               started: _dt.datetime, emulated: bool) -> dict[str, Any]:
     import aiohttp as _aiohttp  # noqa: PLC0415
 
-    caps_doc = caps.to_dict() if caps is not None and hasattr(caps, "to_dict") else None
+    caps_doc = caps.to_dict() if caps is not None else None
     return {
         "run_id": run_id,
         "tool": {"name": "servebench", "version": __version__},
