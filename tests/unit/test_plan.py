@@ -12,8 +12,9 @@ from rich.console import Console
 from servebench.errors import ConfigError
 from servebench.plan.calibrate import MeasuredPoint, calibrate, load_measurements
 from servebench.plan.command import plan_command, plan_main
-from servebench.plan.fit import PlanArgs, deployment_dict, resolve_layout
-from servebench.plan.whatif import default_calibration, whatif
+from servebench.deploy.deployment import Deployment
+from servebench.plan.fit import PlanArgs, resolve_layout, to_deployment
+from servebench.plan.whatif import knobs_yaml, whatif
 from servebench.sim.catalog import get_gpu, get_model
 
 
@@ -71,16 +72,15 @@ def test_plan_command_via_click(tmp_path) -> None:
     assert res.exit_code == 2
 
 
-def _awq_deployment() -> tuple[dict, object]:
+def _awq_deployment() -> tuple[Deployment, object]:
     args = PlanArgs(model="DeepSeek-V3-AWQ", gpu="h100", engine="vllm-0.7", max_model_len=8000,
                     gpu_memory_utilization=0.95, max_num_seqs=128)
-    m = get_model(args.model)
-    return deployment_dict(args, m, resolve_layout(args, m, get_gpu("h100"))), m
+    return to_deployment(args), get_model(args.model)
 
 
 def test_whatif_throughput_rises_and_saturates_while_itl_grows() -> None:
     dep, m = _awq_deployment()
-    pts = whatif(dep, default_calibration(m, "awq"), input_len=1024, output_len=256, concurrencies=(1, 16, 128),
+    pts = whatif(dep, None, input_len=1024, output_len=256, concurrencies=(1, 16, 128),
                  num_requests=64)
     tput = [p.output_tokens_per_s for p in pts]
     itl = [p.itl_ms_p50 for p in pts]
@@ -88,7 +88,7 @@ def test_whatif_throughput_rises_and_saturates_while_itl_grows() -> None:
     assert tput[2] / tput[1] < 128 / 16  # sub-linear: the batch costs more per step
     assert itl[0] < itl[2]
     with pytest.raises(ConfigError):
-        whatif(dep, default_calibration(m, "awq"), input_len=8000, output_len=256, concurrencies=(1,))
+        whatif(dep, None, input_len=8000, output_len=256, concurrencies=(1,))
 
 
 def test_calibration_on_seed_low_concurrency_predicts_c100_within_20pct() -> None:
@@ -97,12 +97,12 @@ def test_calibration_on_seed_low_concurrency_predicts_c100_within_20pct() -> Non
     dep, m = _awq_deployment()
     points = [MeasuredPoint(1, 1024, 256, 33, 30), MeasuredPoint(5, 1024, 256, 103, 46),
               MeasuredPoint(15, 1024, 256, 245, 50)]
-    cal, report = calibrate(dep, points, start=default_calibration(m, "awq"))
+    cal, report = calibrate(dep, points)
     assert "calibrated on 3 points" in report
     (c1, c100) = whatif(dep, cal, input_len=1024, output_len=256, concurrencies=(1, 100))
     assert c1.output_tokens_per_s == pytest.approx(33, rel=0.15)
     assert c100.output_tokens_per_s == pytest.approx(620, rel=0.20)
-    assert yaml.safe_load(cal.to_yaml())["efficiency"]["memory"] == pytest.approx(cal.mem_efficiency, rel=1e-3)
+    assert yaml.safe_load(knobs_yaml(cal))["knobs"]["mem_efficiency"] == pytest.approx(cal.mem_efficiency, rel=1e-3)
 
 
 def test_load_measurements_from_results_and_yaml(tmp_path) -> None:
@@ -133,7 +133,7 @@ def test_median_itl_equals_brute_force_token_gaps(kv_blocks, concurrency) -> Non
     from servebench.sim.simulate import simulate
 
     dep, m = _awq_deployment()
-    cfg = engine_config(dep, default_calibration(m, "awq"))
+    cfg = engine_config(dep)
     if kv_blocks:
         cfg = dataclasses.replace(cfg, kv_blocks=kv_blocks)  # a tiny cache forces preemptions
     reqs = [SimRequest(id=i, prompt_len=1024, max_tokens=256) for i in range(3 * concurrency + 5)]
@@ -148,13 +148,9 @@ def test_median_itl_equals_brute_force_token_gaps(kv_blocks, concurrency) -> Non
 
 
 def test_whatif_with_data_parallel_scales_replicas() -> None:
-    args = PlanArgs(model="Llama-3.1-8B", gpu="h100", gpus=2, tp=1, dp=2)
-    m = get_model(args.model)
-    lay = resolve_layout(args, m, get_gpu("h100"))
-    dep2 = deployment_dict(args, m, lay)
-    one = PlanArgs(model="Llama-3.1-8B", gpu="h100", gpus=1)
-    dep1 = deployment_dict(one, m, resolve_layout(one, m, get_gpu("h100")))
-    cal = default_calibration(m, "bf16")
+    dep2 = to_deployment(PlanArgs(model="Llama-3.1-8B", gpu="h100", gpus=2, tp=1, dp=2))
+    dep1 = to_deployment(PlanArgs(model="Llama-3.1-8B", gpu="h100", gpus=1))
+    cal = dep1.knobs()
     (p2,) = whatif(dep2, cal, input_len=512, output_len=64, concurrencies=(16,), num_requests=64)
     (p1,) = whatif(dep1, cal, input_len=512, output_len=64, concurrencies=(8,), num_requests=32)
     assert p2.concurrency == 16

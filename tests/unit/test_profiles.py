@@ -1,4 +1,4 @@
-"""Packaged profiles load, and the calibrated one reproduces its published figures."""
+"""Packaged profiles load, and each is the deployment plan simulates for the same flags."""
 
 from __future__ import annotations
 
@@ -58,17 +58,41 @@ def _closed(profile: str, c: int, inp: int, out: int) -> tuple[float, float]:
     return toks / (b - a), statistics.median(gaps) * 1e3
 
 
-def test_deepseek_v3_awq_matches_the_seed_benchmark() -> None:
-    # Seed: 8xH100, vLLM 0.7.3, input 1024 / output 256.
-    tps1, _ = _closed("deepseek-v3-awq", 1, 1024, 256)
-    assert 28 <= tps1 <= 38  # ~33 tok/s at concurrency 1
-    _, itl15 = _closed("deepseek-v3-awq", 15, 1024, 256)
-    assert 42 <= itl15 <= 58  # median ITL close to 50 ms at concurrency 15
-    tps100, _ = _closed("deepseek-v3-awq", 100, 1024, 256)
-    assert 540 <= tps100 <= 700  # ~620 tok/s around concurrency 100
-    tps50, _ = _closed("deepseek-v3-awq", 50, 1024, 256)
-    assert tps50 < tps100
-    assert load_profile("deepseek-v3-awq").engine.kv_tokens == 151072
+@pytest.mark.parametrize(("profile", "flags"), [
+    ("llama-3.1-8b", {"model": "Llama-3.1-8B", "gpu": "h100", "gpus": 1, "max_num_seqs": 1024}),
+    ("llama-3.1-70b", {"model": "Llama-3.1-70B", "gpu": "h100", "gpus": 4, "tp": 4}),
+    ("deepseek-r1", {"model": "DeepSeek-R1", "gpu": "h200", "gpus": 8, "max_model_len": 32768}),
+    ("deepseek-v3-awq", {"model": "DeepSeek-V3-AWQ", "gpu": "h100", "gpus": 8, "engine": "vllm-0.7",
+                         "max_model_len": 8000, "gpu_memory_utilization": 0.95, "max_num_seqs": 128}),
+])
+def test_a_profile_is_the_engine_plan_simulates_for_the_same_flags(profile: str, flags: dict) -> None:
+    # One model, one answer: the emulator's profile and plan's deployment resolve to one engine
+    # configuration (step costs, knobs, KV capacity, limits); no profile carries knobs of its own.
+    from servebench.plan.fit import PlanArgs, to_deployment
+
+    dep = to_deployment(PlanArgs(**flags))
+    assert load_profile(profile).engine == dep.engine_config()
+    assert load_profile(profile).engine.kv_tokens == dep.fit().kv_tokens
+
+
+def test_deepseek_v3_awq_kv_capacity_within_5pct_of_the_vllm_log() -> None:
+    # seed 001's vLLM 0.7.3 log: 151,072 KV tokens (memory model, not pinned)
+    assert load_profile("deepseek-v3-awq").engine.kv_tokens == pytest.approx(151_072, rel=0.05)
+
+
+def test_saved_deployment_knobs_override_and_bad_keys(tmp_path: Path) -> None:
+    f = tmp_path / "cal.yaml"
+    f.write_text("extends: llama-3.1-8b\nname: mine\nknobs: {mem_efficiency: 0.4, step_overhead_s: 0.01}\n")
+    p, base = load_profile(str(f)), load_profile("llama-3.1-8b")
+    assert p.engine.cost.mem_efficiency == 0.4 and p.engine.cost.step_overhead_s == 0.01
+    assert p.engine.cost.compute_efficiency == base.engine.cost.compute_efficiency
+    assert p.engine.kv_blocks == base.engine.kv_blocks
+    f.write_text("extends: llama-3.1-8b\nname: mine\nknobs: {bogus: 1}\n")
+    with pytest.raises(ConfigError, match="unknown knobs"):
+        load_profile(str(f))
+    f.write_text("extends: llama-3.1-8b\nname: mine\nwarp_speed: 9\n")
+    with pytest.raises(ConfigError, match="unknown keys"):
+        load_profile(str(f))
 
 
 def test_tiny_is_fast_enough_for_pacing_tests() -> None:

@@ -15,9 +15,9 @@ from typing import Any
 
 from servebench.errors import ConfigError
 from servebench.sim.catalog import MODELS, ModelSpec, get_model, parse_hf_config
-from servebench.sim.profile import Profile, profile_from_dict
+from servebench.sim.profile import Profile
 
-__all__ = ["list_profiles", "load_profile", "load_hf_config", "resolve_model"]
+__all__ = ["list_profiles", "load_profile", "load_raw_profile", "load_hf_config", "resolve_model"]
 
 
 def resolve_model(name_or_config_path: str) -> ModelSpec:
@@ -53,8 +53,16 @@ def list_profiles() -> list[str]:
 
 
 def load_profile(name_or_path: str) -> Profile:
-    """A packaged profile by name (`tiny`, `deepseek-v3-awq`, ...) or a YAML file path."""
-    return profile_from_dict(_load_raw(name_or_path, depth=0))
+    """A packaged profile by name (`tiny`, `deepseek-v3-awq`, ...) or a YAML file path: a saved
+    deployment (`deploy.deployment`) or, for test profiles, explicit step-cost coefficients."""
+    from servebench.deploy.deployment import profile_from_raw
+
+    return profile_from_raw(_load_raw(name_or_path, depth=0))
+
+
+def load_raw_profile(name_or_path: str) -> dict[str, Any]:
+    """A profile's parsed YAML with `extends:` resolved (what `servebench emulate` flags override)."""
+    return _load_raw(name_or_path, depth=0)
 
 
 def _load_raw(name_or_path: str, depth: int) -> dict[str, Any]:

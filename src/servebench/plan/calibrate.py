@@ -1,5 +1,6 @@
-"""Calibration from measurements: fit the step-time knobs (`Calibration`) so the what-if simulation
-reproduces measured points, and read those points from servebench result dirs or a YAML/JSON list.
+"""Calibration from measurements: fit the step-time knobs (`sim.knobs.StepKnobs`) of a deployment so
+its engine (the one plan's what-if and the emulator run) reproduces measured points, and read those
+points from servebench result dirs or a YAML/JSON list.
 
 `calibrate` is pure; `load_measurements` is the I/O edge.
 """
@@ -15,8 +16,10 @@ from typing import Any, Sequence
 
 import yaml
 
+from servebench.deploy.deployment import Deployment
 from servebench.errors import ConfigError
-from servebench.plan.whatif import DEFAULT_CALIBRATION, Calibration, engine_config, simulate_point
+from servebench.plan.whatif import engine_config, simulate_point
+from servebench.sim.knobs import StepKnobs
 
 __all__ = ["MeasuredPoint", "calibrate", "load_measurements"]
 
@@ -39,7 +42,7 @@ def _calib_requests(concurrency: int) -> int:
     return 4 * concurrency + 4  # enough for a steady state; calibration runs hundreds of these
 
 
-def _loss(dep: dict[str, Any], cal: Calibration, pts: Sequence[MeasuredPoint], prior: Calibration) -> float:
+def _loss(dep: Deployment, cal: StepKnobs, pts: Sequence[MeasuredPoint], prior: StepKnobs) -> float:
     cfg = engine_config(dep, cal)
     # Low-concurrency decode points hardly constrain compute efficiency (prefill is a sliver of their
     # time), yet high-concurrency predictions hinge on it: a weak prior keeps it near the kernel-class
@@ -59,13 +62,14 @@ def _loss(dep: dict[str, Any], cal: Calibration, pts: Sequence[MeasuredPoint], p
 _PRIOR_WEIGHT = 0.05
 
 
-def calibrate(dep: dict[str, Any], points: Sequence[MeasuredPoint], *, start: Calibration = DEFAULT_CALIBRATION,
-              max_evals: int = 250) -> tuple[Calibration, str]:
+def calibrate(dep: Deployment, points: Sequence[MeasuredPoint], *, start: StepKnobs | None = None,
+              max_evals: int = 250) -> tuple[StepKnobs, str]:
     """Fit the step-time knobs to measured points by coordinate descent in log space (squared log error
-    of output throughput and median ITL). `start` is also the prior for compute efficiency (use
-    `default_calibration(model, quant)`). Returns the calibration and a one-paragraph report."""
+    of output throughput, median ITL and TTFT). `start` (default: the deployment's own knobs, from
+    the fitted table) is also the prior for compute efficiency. Returns the knobs and a report."""
     if not points:
         raise ConfigError("calibration needs at least one measured point")
+    start = start or dep.knobs()
     best, best_loss, evals = start, _loss(dep, start, points, start), 1
     for factor in (4.0, 2.0, 1.4, 1.15, 1.05):
         improved = True

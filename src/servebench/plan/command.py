@@ -8,50 +8,113 @@ The cores are pure functions over `sim/`: `plan.fit` (`resolve_layout`, `fit_tab
 from __future__ import annotations
 
 import dataclasses
+import json
+import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
 
-from servebench.deploy.loader import resolve_model
-from servebench.errors import ServebenchError
-from servebench.plan.calibrate import calibrate, load_measurements
-from servebench.plan.fit import GIB, PlanArgs, deployment_dict, engine_base, fit_table, resolve_layout
+from servebench.errors import handle_errors
+from servebench.plan.calibrate import MeasuredPoint, calibrate, load_measurements
+from servebench.plan.fit import GIB, PlanArgs, engine_base, fit_rows, fit_table, to_deployment
 from servebench.plan.recipes import RecipeSpec, render_all
-from servebench.plan.whatif import default_calibration, whatif, whatif_table
-from servebench.sim.catalog import GPUS, MODELS, get_gpu
-from servebench.sim.memory import ENGINES, QUANTS, fit, weight_bytes_per_gpu
+from servebench.plan.whatif import WhatIfPoint, knobs_yaml, point_dict, simulate_point, whatif, whatif_table
+from servebench.sim.catalog import GPUS, MODELS
+from servebench.sim.memory import ENGINES, QUANTS, FitResult, weight_bytes_per_gpu
 
-__all__ = ["plan_main", "plan_command"]
+__all__ = ["plan_main", "plan_command", "PLAN_SCHEMA"]
+
+PLAN_SCHEMA = "servebench.plan/1"
+
+# Until plan/validate.py publishes held-out errors (deploy/calibration.yaml, `heldout_median_abs_error`),
+# the band is the uncalibrated what-if's held-out median |error| measured in issue 13 (output tok/s
+# 88%, ITL 51%, TTFT 94%): wide, and honest about it.
+_FALLBACK_BAND = {"output_tokens_per_s": 0.88, "itl_ms": 0.51, "ttft_ms": 0.94}
+_FALLBACK_BAND_SOURCE = ("held-out median |error| of the uncalibrated what-if against published measurements "
+                         "(issue 13: 88% output tok/s, 51% ITL, 94% TTFT); no validation figures are installed")
+
+
+def _band(calibrated: list[tuple[MeasuredPoint, WhatIfPoint]] | None) -> tuple[dict[str, float], str]:
+    """Relative +- band per metric for what-if points, and where it comes from."""
+    if calibrated:
+        errs: dict[str, list[float]] = {"output_tokens_per_s": [], "itl_ms": [], "ttft_ms": []}
+        for m, sim in calibrated:
+            errs["output_tokens_per_s"].append(abs(sim.output_tokens_per_s / m.output_tokens_per_s - 1))
+            if m.itl_ms:
+                errs["itl_ms"].append(abs(sim.itl_ms_p50 / m.itl_ms - 1))
+            if m.ttft_ms:
+                errs["ttft_ms"].append(abs(sim.ttft_ms_p50 / m.ttft_ms - 1))
+        band = {k: max(0.05, statistics.median(v)) for k, v in errs.items() if v}
+        return band, ("median |error| of the calibrated model on the calibration points (at least 5%); "
+                      "extrapolation beyond them is wider")
+    from servebench.deploy.deployment import load_knob_table_meta
+
+    meta = load_knob_table_meta()
+    held = meta.get("heldout_median_abs_error")
+    if isinstance(held, dict) and held:
+        return {str(k): float(v) for k, v in held.items()}, str(meta.get("heldout_source",
+                                                                        "held-out median |error| by source"))
+    return dict(_FALLBACK_BAND), _FALLBACK_BAND_SOURCE
+
+
+def _fit_json(res: FitResult, seq_lens: list[int]) -> dict[str, Any]:
+    return {"fits": res.fits, "reason": res.reason, "weights_per_gpu_gib": res.weights_per_gpu_bytes / GIB,
+            "weights_breakdown_gib": {k: v / GIB for k, v in res.weights_breakdown.items()},
+            "reserve_per_gpu_gib": res.reserve_per_gpu_bytes / GIB, "usable_per_gpu_gib": res.usable_per_gpu_bytes / GIB,
+            "kv_cache_per_gpu_gib": res.kv_bytes_per_gpu / GIB, "kv_bytes_per_token_per_gpu": res.kv_bytes_per_token_per_gpu,
+            "kv_tokens_per_replica": res.kv_tokens, "replicas": res.replicas, "max_model_len": res.max_model_len,
+            "concurrent_seqs": {str(n): res.max_concurrent_seqs(n) for n in seq_lens},
+            "suggestions": list(res.suggestions)}
 
 
 def plan_main(args: PlanArgs, console: Console | None = None) -> int:
-    """Run `servebench plan`. Returns the exit status: 0 fits, 1 does not fit."""
-    con = console or Console()
-    model = resolve_model(args.model)
-    gpu = get_gpu(args.gpu)
-    layout = resolve_layout(args, model, gpu)
-    res = fit(model, layout, max_model_len=args.max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
-              engine=args.engine)
+    """Run `servebench plan`. Returns the exit status: 0 fits, 1 does not fit. With `args.json_out`
+    "-" the answer goes to stdout as JSON (no tables); with a path, plan.json is written there too."""
+    quiet = args.json_out == "-"
+    con = console or Console(stderr=quiet)
+    dep = to_deployment(args)
+    model, layout = dep.model, dep.layout
+    res = dep.fit()
     seq_lens = sorted({args.max_model_len, args.input_len + args.output_len})
-    con.print(fit_table(model, layout, res, engine=args.engine, seq_lens=seq_lens))
+    doc: dict[str, Any] = {"schema": PLAN_SCHEMA, "deployment": {**dep.to_mapping(), "describe": dep.describe()},
+                           "fit": _fit_json(res, seq_lens)}
+    if not quiet:
+        con.print(fit_table(model, layout, res, engine=args.engine, seq_lens=seq_lens))
     if not res.fits:
-        con.print(f"[bold red]Does not fit:[/] {res.reason}")
-        if res.suggestions:
-            con.print("Smallest layouts that fit:")
-            for s in res.suggestions:
-                con.print(f"  - {s}")
+        if not quiet:
+            con.print(f"[bold red]Does not fit:[/] {res.reason}")
+            if res.suggestions:
+                con.print("Smallest layouts that fit:")
+                for s in res.suggestions:
+                    con.print(f"  - {s}")
+        _emit(args, doc)
         return 1
+    notes: list[str] = []
     if model.attention == "mla" and args.engine == "vllm":
         extra = weight_bytes_per_gpu(model, layout, engine="vllm-0.7") - res.weights_per_gpu_bytes
-        con.print(f"note: vLLM 0.7.x kept absorbed MLA weights, {extra / GIB:.1f} GiB more per GPU here; "
-                  "--engine vllm-0.7 models that version")
-    if args.dp and args.dp > 1 and args.ep is None and model.is_moe:
-        con.print("hint: with DP on an MoE model, add --ep to split experts (vLLM --enable-expert-parallel)")
+        notes.append(f"vLLM 0.7.x kept absorbed MLA weights, {extra / GIB:.1f} GiB more per GPU here; "
+                     "--engine vllm-0.7 models that version")
+    if layout.dp > 1 and args.ep is None and model.is_moe:
+        notes.append(f"data-parallel attention on an MoE model: experts split over all {layout.tp * layout.dp} "
+                     f"ranks as EP{layout.ep} (vLLM --enable-expert-parallel); pass --ep to choose")
+    lim = dep.limits
     spec = RecipeSpec(model=model, layout=layout, engine=engine_base(args.engine), max_model_len=args.max_model_len,
-                      gpu_memory_utilization=args.gpu_memory_utilization, max_num_seqs=args.max_num_seqs)
+                      gpu_memory_utilization=lim.gpu_memory_utilization, max_num_seqs=lim.max_num_seqs)
     files = render_all(spec)
+    doc["notes"] = notes
+    doc["recipe"] = {"engine": spec.engine, "parameters": {
+        "model_id": spec.model_id, "tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "ep": layout.ep,
+        "nodes": layout.nodes, "gpus_per_node": layout.gpus_per_node, "quant": layout.quant,
+        "kv_dtype": layout.kv_dtype, "max_model_len": spec.max_model_len,
+        "gpu_memory_utilization": spec.gpu_memory_utilization, "max_num_seqs": spec.max_num_seqs,
+        "max_num_batched_tokens": lim.max_num_batched_tokens, "chunked_prefill": lim.chunked_prefill,
+        "image": spec.container_image}, "files": sorted(files)}
+    if not quiet:
+        for n in notes:
+            con.print(f"note: {n}")
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
@@ -59,25 +122,50 @@ def plan_main(args: PlanArgs, console: Console | None = None) -> int:
             (out / name).write_text(text, encoding="utf-8")
             if name.endswith(".sh"):
                 (out / name).chmod(0o755)
-        con.print(f"recipes written to {out}: {', '.join(files)}")
-    else:
+        if not quiet:
+            con.print(f"recipes written to {out}: {', '.join(files)}")
+    elif not quiet:
         con.print(f"[bold]launch ({spec.engine})[/]  (--out DIR writes compose, Kubernetes and benchmark files)")
         con.print(files[f"launch-{spec.engine}.sh"], markup=False, highlight=False)
-    dep = deployment_dict(args, model, layout)
-    cal = default_calibration(model, layout.quant)
+    knobs = dep.knobs()
+    fitted: list[tuple[MeasuredPoint, WhatIfPoint]] | None = None
     if args.calibrate:
         measured = load_measurements(args.calibrate)
-        cal, report = calibrate(dep, measured, start=cal)
-        con.print(report)
+        knobs, report = calibrate(dep, measured, start=knobs)
+        cfg = dep.engine_config(knobs)
+        fitted = [(m, simulate_point(cfg, concurrency=m.concurrency, input_len=m.input_len,
+                                     output_len=m.output_len, num_requests=4 * m.concurrency + 4)) for m in measured]
+        doc["calibration"] = {"points": len(measured), "report": report}
+        if not quiet:
+            con.print(report)
         if args.out:
-            (Path(args.out) / "calibration.yaml").write_text(cal.to_yaml(), encoding="utf-8")
+            (Path(args.out) / "calibration.yaml").write_text(knobs_yaml(knobs), encoding="utf-8")
+    doc["knobs"] = {"source": "calibrated" if args.calibrate else "fitted table (deploy/calibration.yaml or defaults)",
+                    **dataclasses.asdict(knobs)}
     concs = args.concurrency or (args.predict_concurrency if args.calibrate else ())
     if concs:
-        pts = whatif(dep, cal, input_len=args.input_len, output_len=args.output_len, concurrencies=concs,
+        pts = whatif(dep, knobs, input_len=args.input_len, output_len=args.output_len, concurrencies=concs,
                      num_requests=args.num_requests)
-        con.print(whatif_table(pts, f"what-if on a virtual clock ({'calibrated' if args.calibrate else 'default'} "
-                                    "efficiency; a model, not a measurement)"))
+        band, source = _band(fitted)
+        doc["whatif"] = {"closed_loop": True, "band_source": source, "points": [point_dict(p, band) for p in pts]}
+        if not quiet:
+            con.print(whatif_table(pts, f"what-if on a virtual clock ({'calibrated' if args.calibrate else 'default'} "
+                                        "efficiency; a model, not a measurement)"))
+    _emit(args, doc)
     return 0
+
+
+def _emit(args: PlanArgs, doc: dict[str, Any]) -> None:
+    """Write the machine-readable answer: stdout for --json -, a file for --json PATH, and plan.json
+    in --out."""
+    text = json.dumps(doc, indent=2, sort_keys=False) + "\n"
+    if args.json_out == "-":
+        sys.stdout.write(text)
+    elif args.json_out:
+        Path(args.json_out).write_text(text, encoding="utf-8")
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "plan.json").write_text(text, encoding="utf-8")
 
 
 def _int_list(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...]:
@@ -105,24 +193,25 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 @click.option("--ep", type=click.IntRange(1), help="Expert parallel size (usually tp*dp). [default: off]")
 @click.option("--engine", default="vllm", show_default=True, type=click.Choice(list(ENGINES)))
 @click.option("--max-model-len", default=8192, show_default=True, type=click.IntRange(1))
-@click.option("--gpu-memory-utilization", default=0.9, show_default=True, type=click.FloatRange(0.05, 1.0))
-@click.option("--max-num-seqs", default=256, show_default=True, type=click.IntRange(1))
+@click.option("--gpu-memory-utilization", type=click.FloatRange(0.05, 1.0), help="[default: the engine's, 0.9]")
+@click.option("--max-num-seqs", type=click.IntRange(1), help="[default: the engine's, 256 for vLLM]")
+@click.option("--max-num-batched-tokens", type=click.IntRange(1),
+              help="Batch token budget. [default: the engine's; vLLM 0.7 without chunked prefill: max-model-len]")
 @click.option("--out", type=click.Path(file_okay=False), help="Write launch, compose, Kubernetes and benchmark files here.")
 @click.option("--input-len", default=1024, show_default=True, type=click.IntRange(1), help="What-if prompt tokens.")
 @click.option("--output-len", default=256, show_default=True, type=click.IntRange(1), help="What-if output tokens.")
 @click.option("--concurrency", callback=_int_list, help="What-if: closed-loop concurrencies, e.g. 1,8,32,128.")
 @click.option("--num-requests", type=click.IntRange(1), help="What-if requests per point. [default: max(200, 4x conc)]")
+@click.option("--json", "json_out", metavar="PATH|-",
+              help="Machine-readable answer: '-' prints JSON instead of tables; a path writes it there "
+                   "(--out DIR always gets plan.json).")
 @click.option("--calibrate", type=click.Path(exists=True),
               help="Fit efficiency/overheads to measured points: result dirs (summary.json) or a YAML of points.")
+@handle_errors
 def plan_command(**options: Any) -> None:
     """Memory fit, KV capacity, launch recipes and what-if performance of a model on GPUs."""
     names = {f.name for f in dataclasses.fields(PlanArgs)}
     args = PlanArgs(**{k: v for k, v in options.items() if k in names and v is not None})
     if args.calibrate and not args.concurrency:
         args.predict_concurrency = (1, 8, 32, 64, 100, 128)
-    try:
-        code = plan_main(args)
-    except ServebenchError as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(exc.exit_code) from None
-    raise SystemExit(code)
+    raise SystemExit(plan_main(args))

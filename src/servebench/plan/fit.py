@@ -1,21 +1,21 @@
-"""The plan's inputs and the memory fit: `PlanArgs`, the parallel layout they resolve to, the fit table,
-and the profile-shaped deployment mapping the what-if and calibration simulate.
+"""The plan's inputs and the memory fit: `PlanArgs`, the deployment they resolve to
+(`deploy.deployment.Deployment`, the same object the emulator serves), and the fit table.
 
-Pure over `sim/` (no I/O); `plan.command` prints what these return.
+`plan.command` prints what these return.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
 from rich.table import Table
 
-from servebench.errors import ConfigError
+from servebench.deploy.deployment import Deployment
 from servebench.sim.catalog import GPUSpec, ModelSpec, params_b
 from servebench.sim.memory import FitResult, Layout, kv_bytes_per_token
 
-__all__ = ["GIB", "PlanArgs", "resolve_layout", "engine_base", "fit_table", "deployment_dict"]
+__all__ = ["GIB", "PlanArgs", "to_deployment", "resolve_layout", "engine_base", "fit_table", "fit_rows"]
 
 GIB = 1 << 30
 
@@ -34,9 +34,11 @@ class PlanArgs:
     ep: int | None = None
     engine: str = "vllm"
     max_model_len: int = 8192
-    gpu_memory_utilization: float = 0.9
-    max_num_seqs: int = 256
+    gpu_memory_utilization: float | None = None  # default: the engine's (0.9 for vLLM)
+    max_num_seqs: int | None = None  # default: the engine's
+    max_num_batched_tokens: int | None = None  # default: the engine's (see Deployment.limits)
     out: str | None = None
+    json_out: str | None = None  # "-": JSON on stdout instead of tables; a path: write plan.json there
     input_len: int = 1024
     output_len: int = 256
     concurrency: tuple[int, ...] = ()  # what-if points; empty: no what-if
@@ -45,22 +47,20 @@ class PlanArgs:
     predict_concurrency: tuple[int, ...] = field(default_factory=tuple)
 
 
+def to_deployment(args: PlanArgs, model: ModelSpec | None = None, gpu: GPUSpec | None = None) -> Deployment:
+    """The deployment the flags describe, with what they leave out filled in (TP within a node, PP across
+    nodes, DP 1, EP over tp*dp for DP attention on MoE models, the engine's limits)."""
+    rest = {k: v for k, v in (("max_num_seqs", args.max_num_seqs), ("max_num_batched_tokens",
+                                                                       args.max_num_batched_tokens),
+                              ("gpu_memory_utilization", args.gpu_memory_utilization)) if v is not None}
+    return Deployment.build(model=model or args.model, gpu=gpu or args.gpu, gpus=args.gpus, nodes=args.nodes,
+                            engine=args.engine, tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep, quant=args.quant,
+                            kv_dtype=args.kv_dtype, max_model_len=args.max_model_len, **rest)
+
+
 def resolve_layout(args: PlanArgs, model: ModelSpec, gpu: GPUSpec) -> Layout:
-    """Fill in the parallelism the user left out: TP within a node, PP across nodes, EP off."""
-    total = args.gpus * args.nodes
-    tp, pp, dp = args.tp, args.pp, args.dp
-    if tp is None and pp is None and dp is None:
-        tp, pp, dp = args.gpus, args.nodes, 1
-    if tp is None:
-        tp = max(1, total // ((pp or 1) * (dp or 1)))
-    if pp is None:
-        pp = max(1, total // (tp * (dp or 1)))
-    if dp is None:
-        dp = max(1, total // (tp * pp))
-    if engine_base(args.engine) not in ("vllm", "sglang", "trtllm"):
-        raise ConfigError(f"unknown engine {args.engine!r}")
-    return Layout(gpu=gpu, gpus_per_node=args.gpus, nodes=args.nodes, tp=tp, pp=pp, dp=dp, ep=args.ep or 1,
-                  quant=args.quant or model.default_quant, kv_dtype=args.kv_dtype)
+    """The parallel layout of `to_deployment(args)`."""
+    return to_deployment(args, model, gpu).layout
 
 
 def engine_base(engine: str) -> str:
@@ -71,43 +71,37 @@ def _gib(n: float) -> str:
     return f"{n / GIB:.1f} GiB"
 
 
-def fit_table(model: ModelSpec, layout: Layout, res: FitResult, *, engine: str, seq_lens: Sequence[int]) -> Table:
-    t = Table(title=f"{model.name} on {layout.describe()} ({engine})", show_header=True)
-    t.add_column("quantity")
-    t.add_column("value", justify="right")
-    t.add_column("how", overflow="fold")
-    t.add_row("parameters", f"{params_b(model.params_total)} ({params_b(model.params_active)} active)",
-              f"{model.attention.upper()}{', MoE ' + str(model.n_routed_experts) + ' experts' if model.is_moe else ''}")
+def fit_rows(model: ModelSpec, layout: Layout, res: FitResult, *, seq_lens: Sequence[int]) -> list[tuple[str, str, str]]:
+    """The fit as (quantity, value, how) rows."""
+    rows: list[tuple[str, str, str]] = []
+    rows.append(("parameters", f"{params_b(model.params_total)} ({params_b(model.params_active)} active)",
+                 f"{model.attention.upper()}{', MoE ' + str(model.n_routed_experts) + ' experts' if model.is_moe else ''}"))
     bd = ", ".join(f"{k} {v / GIB:.2f}" for k, v in res.weights_breakdown.items() if v >= 0.01 * GIB)
-    t.add_row("weights per GPU", _gib(res.weights_per_gpu_bytes), f"{layout.quant}: {bd} GiB")
-    t.add_row("engine reserve per GPU", _gib(res.reserve_per_gpu_bytes), "activation peak + non-torch + graphs")
-    t.add_row("usable per GPU", _gib(res.usable_per_gpu_bytes),
-              f"{layout.gpu.memory_gib:.1f} GiB {layout.gpu.name.upper()}")
+    rows.append(("weights per GPU", _gib(res.weights_per_gpu_bytes), f"{layout.quant}: {bd} GiB"))
+    rows.append(("engine reserve per GPU", _gib(res.reserve_per_gpu_bytes), "activation peak + non-torch + graphs"))
+    rows.append(("usable per GPU", _gib(res.usable_per_gpu_bytes),
+                 f"{layout.gpu.memory_gib:.1f} GiB {layout.gpu.name.upper()}"))
     whole = kv_bytes_per_token(model, layout.kv_dtype_bytes)
     how = ("MLA latent: replicated on every TP rank" if model.attention == "mla"
            else f"GQA: {model.kv_heads} KV heads split over min(tp, kv_heads) = {min(layout.tp, model.kv_heads)}")
     if layout.pp > 1:
         how += f"; layers split over PP{layout.pp}"
-    t.add_row("KV bytes per token", f"{res.kv_bytes_per_token_per_gpu:,} per GPU",
-              f"{whole:,} whole model ({layout.kv_dtype}); {how}")
-    t.add_row("KV cache per GPU", _gib(res.kv_bytes_per_gpu), "usable - weights - reserve")
+    rows.append(("KV bytes per token", f"{res.kv_bytes_per_token_per_gpu:,} per GPU",
+                 f"{whole:,} whole model ({layout.kv_dtype}); {how}"))
+    rows.append(("KV cache per GPU", _gib(res.kv_bytes_per_gpu), "usable - weights - reserve"))
     reps = f" x {res.replicas} DP replicas" if res.replicas > 1 else ""
-    t.add_row("KV capacity", f"{res.kv_tokens:,} tokens{reps}", "per model replica, whole blocks")
+    rows.append(("KV capacity", f"{res.kv_tokens:,} tokens{reps}", "per model replica, whole blocks"))
     for n in seq_lens:
-        t.add_row(f"concurrent seqs of {n:,}", f"{res.max_concurrent_seqs(n):,}", "all replicas")
-    t.add_row("fits", "yes" if res.fits else "NO", res.reason)
+        rows.append((f"concurrent seqs of {n:,}", f"{res.max_concurrent_seqs(n):,}", "all replicas"))
+    rows.append(("fits", "yes" if res.fits else "NO", res.reason))
+    return rows
+
+
+def fit_table(model: ModelSpec, layout: Layout, res: FitResult, *, engine: str, seq_lens: Sequence[int]) -> Table:
+    t = Table(title=f"{model.name} on {layout.describe()} ({engine})", show_header=True)
+    t.add_column("quantity")
+    t.add_column("value", justify="right")
+    t.add_column("how", overflow="fold")
+    for row in fit_rows(model, layout, res, seq_lens=seq_lens):
+        t.add_row(*row)
     return t
-
-
-
-def deployment_dict(args: PlanArgs, model: ModelSpec, layout: Layout) -> dict[str, Any]:
-    """The profile-shaped mapping `sim.profile` turns into an engine (what-if and calibration)."""
-    return {
-        "name": f"plan-{model.name}", "model": model, "gpu": layout.gpu.name,
-        "gpus": layout.gpus, "tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "ep": layout.ep,
-        "quant": layout.quant, "kv_dtype": layout.kv_dtype, "engine": args.engine,
-        "gpu_memory_utilization": args.gpu_memory_utilization, "max_model_len": args.max_model_len,
-        "max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": max(8192, args.max_num_seqs),
-        "chunked_prefill": args.engine != "vllm-0.7",
-    }
-

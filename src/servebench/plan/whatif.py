@@ -1,7 +1,7 @@
-"""What-if on a virtual clock: the step-time knobs (`Calibration`), closed-loop points simulated with
-`sim.simulate`, and the table they print as.
+"""What-if on a virtual clock: the deployment's engine configuration (the one the emulator serves on the
+wall clock) run closed loop with `sim.simulate`, and the table it prints as.
 
-Pure (no I/O): a model of a deployment, not a measurement.
+Pure (no I/O beyond the deployment's knob table): a model of a deployment, not a measurement.
 """
 
 from __future__ import annotations
@@ -13,51 +13,26 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
-import yaml
 from rich.table import Table
 
+from servebench.deploy.deployment import Deployment
 from servebench.errors import ConfigError
-from servebench.sim.catalog import ModelSpec
 from servebench.sim.config import EngineConfig
+from servebench.sim.knobs import StepKnobs
 from servebench.sim.request import SimRequest
 from servebench.sim.simulate import SimRun, simulate
-from servebench.sim.profile import profile_from_dict
 
-__all__ = ["Calibration", "DEFAULT_CALIBRATION", "default_calibration", "WhatIfPoint", "engine_config",
-           "simulate_point", "whatif", "whatif_table"]
-
-
-@dataclass(frozen=True, slots=True)
-class Calibration:
-    """The step-time knobs calibration fits (see sim/steptime.py for where each enters)."""
-
-    mem_efficiency: float = 0.7
-    compute_efficiency: float = 0.5
-    step_overhead_s: float = 0.003
-    layer_overhead_s: float = 0.00005
-
-    def profile_keys(self) -> dict[str, Any]:
-        return {"efficiency": {"memory": self.mem_efficiency, "compute": self.compute_efficiency},
-                "overhead": {"step_s": self.step_overhead_s, "layer_s": self.layer_overhead_s}}
-
-    def to_yaml(self) -> str:
-        return "# fitted by servebench plan --calibrate; paste into a sim profile\n" + yaml.safe_dump(
-            {k: {kk: float(f"{vv:.4g}") for kk, vv in v.items()} for k, v in self.profile_keys().items()},
-            sort_keys=False)
+__all__ = ["WhatIfPoint", "engine_config", "simulate_point", "whatif", "whatif_table", "knobs_yaml",
+           "point_dict"]
 
 
-# Uncalibrated defaults: HBM reaches ~70% of its datasheet bandwidth in decode GEMVs; tensor cores
-# ~50% of dense BF16 peak in prefill GEMMs (40% of FP8 peak; W4A16 AWQ/GPTQ MoE kernels dequantize in
-# the inner loop: ~10% of the BF16 peak); ~3 ms per step of scheduling and sampling; 20 us per layer of
-# launches and all-reduce for dense models, 150 us for MoE layers (routing, grouped GEMMs, more
-# collectives). Calibrate (--calibrate) before trusting absolute numbers.
-DEFAULT_CALIBRATION = Calibration()
-_COMPUTE_PRIOR = {"bf16": 0.5, "fp8": 0.4, "fp8-ffn": 0.4, "awq": 0.1, "int4": 0.1}
+def knobs_yaml(knobs: StepKnobs) -> str:
+    """A `knobs:` block for a saved deployment (emulate --profile FILE, or a profile YAML)."""
+    import yaml
 
-
-def default_calibration(model: ModelSpec, quant: str) -> Calibration:
-    return Calibration(mem_efficiency=0.7, compute_efficiency=_COMPUTE_PRIOR.get(quant, 0.5),
-                       step_overhead_s=0.003, layer_overhead_s=150e-6 if model.is_moe else 20e-6)
+    vals = {k: float(f"{v:.4g}") for k, v in dataclasses.asdict(knobs).items()}
+    return "# fitted by servebench plan --calibrate; add to a saved deployment (profile YAML)\n" + yaml.safe_dump(
+        {"knobs": vals}, sort_keys=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +48,9 @@ class WhatIfPoint:
     e2e_ms_p50: float
 
 
-def engine_config(dep: dict[str, Any], cal: Calibration) -> EngineConfig:
-    return profile_from_dict({**dep, **cal.profile_keys()}).engine
+def engine_config(dep: Deployment, knobs: StepKnobs | None = None) -> EngineConfig:
+    """The engine of one replica of `dep` (with `knobs`, else the deployment's own)."""
+    return dep.engine_config(knobs)
 
 
 def simulate_point(cfg: EngineConfig, *, concurrency: int, input_len: int, output_len: int,
@@ -133,12 +109,12 @@ def _n_requests(concurrency: int, num_requests: int | None) -> int:
     return num_requests or max(200, 4 * concurrency)
 
 
-def whatif(dep: dict[str, Any], cal: Calibration, *, input_len: int, output_len: int,
+def whatif(dep: Deployment, knobs: StepKnobs | None = None, *, input_len: int, output_len: int,
            concurrencies: Sequence[int], num_requests: int | None = None) -> list[WhatIfPoint]:
-    cfg = engine_config(dep, cal)
+    cfg = engine_config(dep, knobs)
     if input_len + output_len > cfg.max_model_len:
         raise ConfigError(f"input_len + output_len = {input_len + output_len} exceeds max_model_len {cfg.max_model_len}")
-    replicas = int(dep.get("dp", 1))
+    replicas = dep.dp
     out: list[WhatIfPoint] = []
     for c in concurrencies:
         # DP replicas are independent engines sharing the load evenly (their MoE sync is not modelled)
@@ -152,6 +128,18 @@ def whatif(dep: dict[str, Any], cal: Calibration, *, input_len: int, output_len:
         out.append(p)
     return out
 
+
+
+def point_dict(p: WhatIfPoint, band: dict[str, float] | None = None) -> dict[str, Any]:
+    """One what-if point for plan.json; `band` gives each metric's relative uncertainty (+-)."""
+    out: dict[str, Any] = dataclasses.asdict(p)
+    if band:
+        out["uncertainty"] = {
+            m: {"rel": r, "low": out[k] * (1 - r), "high": out[k] * (1 + r)}
+            for m, k, r in ((m, k, band[m]) for m, k in (("output_tokens_per_s", "output_tokens_per_s"),
+                                                        ("itl_ms", "itl_ms_p50"), ("ttft_ms", "ttft_ms_p50"))
+                             if m in band)}
+    return out
 
 
 def whatif_table(points: Sequence[WhatIfPoint], title: str) -> Table:

@@ -34,6 +34,8 @@ __all__ = [
     "candidate_layouts",
     "suggest_layouts",
     "activation_bytes_per_token",
+    "activation_bytes",
+    "profile_tokens",
 ]
 
 _GIB = 1 << 30
@@ -45,8 +47,12 @@ _KV_DTYPE_BYTES = MappingProxyType({"bf16": 2.0, "fp16": 2.0, "auto": 2.0, "fp8"
 class Layout:
     """How one deployment spreads a model: tp x pp x dp GPUs over `nodes` nodes of `gpus_per_node`.
 
-    `ep` > 1 means expert parallelism: routed experts are split across `ep` ranks instead of
-    each expert being split by TP (vLLM --enable-expert-parallel uses ep = tp * dp).
+    Routed experts are always split over all tp x dp GPUs of a pipeline stage: `ep` of those ranks
+    each hold whole experts (n_experts / ep of them) and each expert is sliced over the remaining
+    moe_tp = tp * dp / ep ranks (TensorRT-LLM's MoE TP x EP, e.g. attention TP8 = MoE TP2 x EP4).
+    `ep` = 1 slices every expert over tp * dp: with data-parallel attention (dp > 1) the MoE layers
+    still span every rank (vLLM and SGLang run the experts over the tp x dp group), so experts are
+    never replicated per DP rank. vLLM --enable-expert-parallel is ep = tp * dp.
     """
 
     gpu: GPUSpec
@@ -74,6 +80,13 @@ class Layout:
                               f"{self.nodes * self.gpus_per_node} GPUs")
         if self.ep > 1 and self.ep > self.tp * self.dp:
             raise ConfigError(f"ep={self.ep} exceeds tp*dp={self.tp * self.dp}")
+        if (self.tp * self.dp) % self.ep:
+            raise ConfigError(f"ep={self.ep} must divide tp*dp={self.tp * self.dp} (MoE TP x EP = tp*dp ranks)")
+
+    @property
+    def moe_tp(self) -> int:
+        """Ranks each routed expert is sliced over: tp * dp / ep."""
+        return self.tp * self.dp // self.ep
 
     @property
     def gpus(self) -> int:
@@ -91,7 +104,7 @@ class Layout:
         if self.dp > 1:
             parts.append(f"DP{self.dp}")
         if self.ep > 1:
-            parts.append(f"EP{self.ep}")
+            parts.append(f"EP{self.ep}" + (f" (MoE TP{self.moe_tp})" if self.moe_tp > 1 else ""))
         parts.append(self.quant)
         return " ".join(parts)
 
@@ -127,14 +140,23 @@ ENGINES: Mapping[str, EngineProfile] = MappingProxyType({
     "trtllm": EngineProfile("trtllm", "free", int(1.0 * _GIB), int(2.0 * _GIB), 8192, 0, 32),
 })
 
-# Activation peak of a profile forward per batched token, bytes. Dense part: a handful of hidden-sized
-# BF16 buffers plus the gate/up output split by TP. MoE part: the fused-MoE per-(token, expert) buffers
-# (permuted input, expert outputs before the weighted sum, quantized copies). The MoE coefficient is
-# fitted to two published vLLM DeepSeek logs (see docs/plan.md): 8xH100 AWQ 151,072 tokens and
-# 8xH200 FP8 ~512k tokens. Treat the result as +-10%.
-_ACT_HIDDEN_BUFFERS = 6
+# Activation peak of a profile forward over T batched tokens, bytes (docs/plan.md, "Engine reserve"):
+#   dense: a handful of hidden-sized BF16 buffers live at once inside one layer (hidden states, residual,
+#     attention projections) plus the gate/up output split by TP, all proportional to T;
+#   MoE:   fused-MoE per-(token, expert) buffers, allocated per chunk of at most 32,768 tokens (vLLM's
+#     VLLM_FUSED_MOE_CHUNK_SIZE default, vllm/envs.py), so they stop growing past one chunk;
+#   MoE pool: a fixed pool the size of the MoE buffers of an 8,192-token batch (workspaces, quantized
+#     copies, allocator slack), fitted with the dense and MoE terms to two vLLM DeepSeek logs: 8xH100
+#     AWQ 151,072 tokens at T = 8,000 (seed 001) and 8xH200 FP8 ~512k tokens at T = 8,192. The pool
+#     does not grow with T: vLLM 0.7 ran DeepSeek-R1 on 8xH200 at its default max_model_len 163,840,
+#     whose profile run (chunked prefill off for MLA: T = max_model_len) could not have fit otherwise.
+# Treat the result as +-10%.
+_ACT_HIDDEN_BUFFERS = 4
 _ACT_FFN_BUFFERS = 3
-_ACT_MOE_BUFFERS = 14.5
+_ACT_MOE_BUFFERS = 1.5
+_ACT_MOE_POOL_BUFFERS = 13.5
+_ACT_MOE_POOL_TOKENS = 8192
+_MOE_CHUNK_TOKENS = 32768
 
 
 def bytes_per_param(quant: str, part: str, model: ModelSpec) -> float:
@@ -194,7 +216,8 @@ def weight_bytes_breakdown_per_gpu(model: ModelSpec, layout: Layout, *, engine: 
     """Weight bytes on the most loaded GPU, by part.
 
     TP splits attention heads, dense FFN, shared experts and the vocab (embedding and lm_head).
-    Routed experts are split by EP when ep > 1, else each expert by TP. Replicated on every TP rank:
+    Routed experts are split over all tp x dp ranks (EP ranks x MoE TP slices; see `Layout`).
+    Attention and the rest are per DP rank (split by TP only). Replicated on every TP rank:
     MLA's q_a/kv_a projections, the router, norms; GQA K/V projections past kv_heads.
     PP: the worst stage holds ceil(layers/pp) layers and one of embedding / lm_head (both when pp = 1).
     """
@@ -208,7 +231,7 @@ def weight_bytes_breakdown_per_gpu(model: ModelSpec, layout: Layout, *, engine: 
     else:
         attn_gpu = attn_shard / tp
     b = model.weight_params_breakdown()
-    expert_div = layout.ep if layout.ep > 1 else tp
+    expert_div = tp * layout.dp  # = ep x moe_tp
     emb_one = model.vocab * model.hidden
     emb_params = (emb_one * (1 if model.tie_embeddings else 2)) if pp == 1 else emb_one
     out = {
@@ -243,9 +266,28 @@ def _engine(engine: str) -> EngineProfile:
 
 
 def activation_bytes_per_token(model: ModelSpec, layout: Layout) -> float:
+    """Activation bytes per batched token of a profile forward (the part that grows with every token)."""
     dense = _ACT_HIDDEN_BUFFERS * model.hidden + _ACT_FFN_BUFFERS * model.intermediate / layout.tp
-    moe = _ACT_MOE_BUFFERS * model.experts_per_token * model.hidden if model.is_moe else 0.0
-    return 2.0 * (dense + moe)
+    return 2.0 * dense
+
+
+def activation_bytes(model: ModelSpec, layout: Layout, tokens: int) -> int:
+    """Activation peak of a profile forward over `tokens` batched tokens (see the constants above)."""
+    total = activation_bytes_per_token(model, layout) * tokens
+    if model.is_moe:
+        per_tok_moe = 2.0 * model.experts_per_token * model.hidden
+        total += per_tok_moe * (_ACT_MOE_BUFFERS * min(tokens, _MOE_CHUNK_TOKENS)
+                                + _ACT_MOE_POOL_BUFFERS * _ACT_MOE_POOL_TOKENS)
+    return int(total)
+
+
+def profile_tokens(model: ModelSpec, *, max_model_len: int, engine: str = "vllm",
+                   max_num_batched_tokens: int | None = None) -> int:
+    """Tokens of the engine's memory-profiling forward: its batch budget (`max_num_batched_tokens`).
+    With chunked prefill that budget is small and independent of max_model_len; vLLM V0 without
+    chunked prefill raises it to max(max_model_len, 2048) (vllm/config.py SchedulerConfig)."""
+    prof = _engine(engine)
+    return max_num_batched_tokens or prof.default_max_num_batched_tokens or max(max_model_len, 2048)
 
 
 def reserve_bytes_per_gpu(model: ModelSpec, layout: Layout, *, max_model_len: int, engine: str = "vllm",
@@ -254,9 +296,10 @@ def reserve_bytes_per_gpu(model: ModelSpec, layout: Layout, *, max_model_len: in
     prof = _engine(engine)
     if prof.name == "sglang":
         return 0
-    tokens = max_num_batched_tokens or prof.default_max_num_batched_tokens or max(max_model_len, 2048)
+    tokens = profile_tokens(model, max_model_len=max_model_len, engine=engine,
+                            max_num_batched_tokens=max_num_batched_tokens)
     non_torch = prof.non_torch_bytes_multi if layout.tp * layout.pp > 1 else prof.non_torch_bytes_tp1
-    return int(activation_bytes_per_token(model, layout) * tokens + non_torch + prof.cuda_graph_bytes)
+    return int(activation_bytes(model, layout, tokens) + non_torch + prof.cuda_graph_bytes)
 
 
 @dataclass(slots=True)
@@ -314,10 +357,14 @@ def fit(model: ModelSpec, layout: Layout, *, max_model_len: int, gpu_memory_util
         mtp = (f" ({ckpt / 1e9:.0f} GB; {checkpoint_bytes(model, layout.quant) / 1e9:.0f} GB with the "
                f"{model.mtp_params / 1e9:.1f}B MTP module)" if model.mtp_params else f" ({ckpt / 1e9:.0f} GB)")
         res.fits = False
+        if prof.util_semantics == "free":  # the fraction applies to what is left after weights
+            room = (f"only {mem / g:.1f} GiB per GPU exists (the KV fraction {gpu_memory_utilization:.2f} "
+                    f"applies to what is left after weights)")
+        else:
+            room = f"only {usable / g:.1f} GiB per GPU is usable ({gpu_memory_utilization:.2f} x {mem / g:.1f} GiB)"
         res.reason = (f"{model.name} weights in {layout.quant}{mtp} need {weights / g:.1f} GiB per GPU over "
-                      f"{layout.describe()}, but only {usable / g:.1f} GiB per GPU is usable "
-                      f"({gpu_memory_utilization:.2f} x {mem / g:.1f} GiB; "
-                      f"{layout.gpus} GPUs hold {layout.gpus * mem / g:.0f} GiB in all)")
+                      f"{layout.describe()}, but {room}; {layout.gpus} GPUs hold "
+                      f"{layout.gpus * mem / g:.0f} GiB in all")
     elif kv_bytes <= 0 or kv_tokens < max_model_len:
         res.fits = False
         res.reason = (f"after {weights / g:.1f} GiB weights and {reserve / g:.1f} GiB engine reserve, the KV cache "

@@ -1,24 +1,16 @@
-"""Engine profiles: YAML data in `deploy/profiles/` -> an `EngineConfig` plus output-length settings.
+"""Profiles: what the emulator serves. An engine configuration plus output-length settings. Pure.
 
-A profile names a deployment (model from `sim.catalog`, GPU, parallelism, quantization, engine
-memory accounting) and the engine's scheduler settings, plus the calibration of the step-time model
-(efficiencies and overheads) with the published measurements it was fitted to, in YAML comments.
-KV capacity comes from `sim.memory.fit` unless the profile sets `kv_tokens`. A profile may instead
-give the step-cost coefficients directly under `cost:` (the `tiny` test profile does).
+A profile is a saved deployment (`deploy.deployment.Deployment`: model, GPU, parallelism, engine,
+limits) resolved to one `EngineConfig`, plus the output settings below. The deployment's step costs
+come from `step_cost` here, with the calibration knobs of the one place that holds them
+(`deploy.deployment.Deployment.knobs`): `servebench plan`'s what-if runs the very same engine
+configuration on a virtual clock. A test-only profile may instead give the step-cost coefficients
+directly under `cost:` (the made-up `tiny` does); `profile_from_dict` builds those.
 
-Keys (all optional except `name`)::
-
-    name, description, served_model_name, max_model_len
-    model, gpu, gpus, tp, pp, dp, ep, quant, kv_dtype, engine, gpu_memory_utilization
-    block_size, max_num_seqs, max_num_batched_tokens, enable_prefix_caching, chunked_prefill
-    kv_tokens                    # override the memory model
-    efficiency: {memory, compute}
-    overhead:   {step_s, layer_s, seq_s, token_s}
-    cost:       {<StepCost field>: value, ...}   # explicit coefficients, overriding derived ones
-    output:     {eos_mean_tokens, default_max_tokens, reasoning_tokens_mean, reasoning_tokens_min}
-    extends:    BASE                              # start from another profile (one-level merge)
-
-`profile_from_dict` is pure; `deploy.loader.load_profile` reads the packaged YAML (or a path to one).
+Keys of a cost profile: name, description, served_model_name, max_model_len, block_size,
+max_num_seqs, max_num_batched_tokens, enable_prefix_caching, chunked_prefill, kv_tokens,
+cost: {<StepCost field>: value}, output: {eos_mean_tokens, default_max_tokens,
+reasoning_tokens_mean, reasoning_tokens_min}. Deployment keys are in `deploy/deployment.py`.
 """
 
 from __future__ import annotations
@@ -27,10 +19,13 @@ from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from servebench.errors import ConfigError
+from servebench.sim.catalog import ModelSpec
 from servebench.sim.config import EngineConfig
+from servebench.sim.knobs import StepKnobs
+from servebench.sim.memory import Layout
 from servebench.sim.steptime import StepCost
 
-__all__ = ["Profile", "profile_from_dict", "cost_from_catalog"]
+__all__ = ["Profile", "profile_from_dict", "profile_with_engine", "step_cost"]
 
 _COST_FIELDS = frozenset(f.name for f in fields(StepCost))
 
@@ -59,23 +54,21 @@ class Profile:
         return self.engine.max_model_len
 
 
-def cost_from_catalog(data: Mapping[str, Any]) -> tuple[StepCost, int | None, int]:
-    """Derive step-cost coefficients and KV capacity (tokens) from the catalogue and memory model."""
-    from servebench.sim import catalog, memory  # deferred: only catalogue-backed profiles need them
+# Compute efficiency by weight format, relative to the knob (which is for BF16/FP8 GEMMs at their
+# own peak): W4A16 AWQ/GPTQ kernels dequantize in the inner loop and reach ~1/5 of it (Marlin's
+# published speedups are for small batches; at large batches they run below an FP16 GEMM).
+_QUANT_COMPUTE_FACTOR = {"awq": 0.2, "int4": 0.2}
 
-    spec = data["model"]  # a catalogue name, or a ModelSpec its caller resolved (e.g. from a config.json)
-    model = spec if isinstance(spec, catalog.ModelSpec) else catalog.get_model(str(spec))
-    gpu = catalog.get_gpu(str(data.get("gpu", "h100")))
-    tp, pp, dp = int(data.get("tp", 1)), int(data.get("pp", 1)), int(data.get("dp", 1))
-    gpus = int(data.get("gpus", tp * pp * dp))
-    quant = str(data.get("quant", model.default_quant))
-    layout = memory.Layout(gpu=gpu, gpus_per_node=gpus, tp=tp, pp=pp, dp=dp, ep=int(data.get("ep", 1)),
-                           quant=quant, kv_dtype=str(data.get("kv_dtype", "bf16")))
-    engine = str(data.get("engine", "vllm"))
-    max_model_len = int(data.get("max_model_len", 8192))
+
+def step_cost(model: ModelSpec, layout: Layout, knobs: StepKnobs, *, engine: str = "vllm") -> StepCost:
+    """Step-cost coefficients of one deployment: weights, KV and FLOPs per GPU from the catalogue and
+    the memory model, efficiencies and overheads from `knobs`."""
+    from servebench.sim import memory  # deferred: keeps the profile module light for cost-only profiles
+
     breakdown = memory.weight_bytes_breakdown_per_gpu(model, layout, engine=engine)
     routed = float(breakdown.get("routed_experts", 0))
     dense = float(sum(breakdown.values())) - routed
+    tp, pp = layout.tp, layout.pp
     # Attention FLOPs per query token per context token. GQA: QK^T and PV, 2 x 2 x head_dim per head.
     # MLA decode (absorbed): QK over kv_lora_rank + rope dims, PV over kv_lora_rank.
     if model.attention == "mla":
@@ -83,10 +76,10 @@ def cost_from_catalog(data: Mapping[str, Any]) -> tuple[StepCost, int | None, in
     else:
         per_head = 4 * model.head_dim
     attn = per_head * model.heads * model.layers / (tp * pp)
+    gpu = layout.gpu
+    quant = layout.quant
     peak = {"bf16": gpu.bf16_flops, "fp8": gpu.fp8_flops, "fp8-ffn": gpu.fp8_flops}.get(quant, gpu.int4_flops)
-    eff = data.get("efficiency") or {}
-    ovh = data.get("overhead") or {}
-    cost = StepCost(
+    return StepCost(
         dense_weight_bytes=dense,
         kv_bytes_per_token=float(memory.kv_bytes_per_token_per_gpu(model, layout)),
         flops_per_token=2.0 * model.params_active / (tp * pp),
@@ -97,22 +90,11 @@ def cost_from_catalog(data: Mapping[str, Any]) -> tuple[StepCost, int | None, in
         n_experts=model.n_routed_experts,
         experts_per_token=model.experts_per_token,
         layers=model.layers,
-        mem_efficiency=float(eff.get("memory", 0.8)),
-        compute_efficiency=float(eff.get("compute", 0.5)),
-        step_overhead_s=float(ovh.get("step_s", 0.0)),
-        layer_overhead_s=float(ovh.get("layer_s", 0.0)),
-        seq_overhead_s=float(ovh.get("seq_s", 0.0)),
-        token_overhead_s=float(ovh.get("token_s", 0.0)),
+        mem_efficiency=knobs.mem_efficiency,
+        compute_efficiency=knobs.compute_efficiency * _QUANT_COMPUTE_FACTOR.get(quant, 1.0),
+        step_overhead_s=knobs.step_overhead_s,
+        layer_overhead_s=knobs.layer_overhead_s,
     )
-    kv_tokens: int | None = None
-    if data.get("kv_tokens") is None:
-        res = memory.fit(model, layout, max_model_len=max_model_len,
-                         gpu_memory_utilization=float(data.get("gpu_memory_utilization", 0.9)), engine=engine,
-                         max_num_batched_tokens=data.get("max_num_batched_tokens"), suggest=False)
-        if not res.fits:
-            raise ConfigError(f"profile {data.get('name')}: {res.reason}")
-        kv_tokens = res.kv_tokens
-    return cost, kv_tokens, layout.gpus
 
 
 def _cost_values(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -124,27 +106,22 @@ def _cost_values(raw: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def profile_from_dict(data: Mapping[str, Any]) -> Profile:
-    """Build a profile from parsed YAML (pure, apart from the catalogue lookups)."""
+    """Build a profile from a parsed cost profile (`cost:` coefficients and `kv_tokens`; pure).
+    A deployment profile (one with `model:`) goes through `deploy.loader.load_profile`."""
     if "name" not in data:
         raise ConfigError("profile: 'name' is required")
     name = str(data["name"])
-    gpus = int(data.get("gpus", 1))
-    kv_tokens = data.get("kv_tokens")
     if "model" in data:
-        cost, fitted, gpus = cost_from_catalog(data)
-        if kv_tokens is None:
-            kv_tokens = fitted
-    else:
-        try:
-            cost = StepCost(**_cost_values(data.get("cost") or {}))
-        except TypeError:
-            raise ConfigError(f"profile {name}: needs a catalogue 'model' or a complete 'cost' block") from None
+        raise ConfigError(f"profile {name}: a deployment profile (model: ...) is built by deploy.loader.load_profile")
     extra = data.get("cost") or {}
     unknown = set(extra) - _COST_FIELDS
     if unknown:
         raise ConfigError(f"profile {name}: unknown cost keys {sorted(unknown)}")
-    if extra and "model" in data:
-        cost = StepCost(**{**{f: getattr(cost, f) for f in _COST_FIELDS}, **_cost_values(extra)})
+    try:
+        cost = StepCost(**_cost_values(extra))
+    except TypeError:
+        raise ConfigError(f"profile {name}: needs a catalogue 'model' or a complete 'cost' block") from None
+    kv_tokens = data.get("kv_tokens")
     if kv_tokens is None:
         raise ConfigError(f"profile {name}: needs 'kv_tokens' or a catalogue 'model'")
     block = int(data.get("block_size", 16))
@@ -161,6 +138,12 @@ def profile_from_dict(data: Mapping[str, Any]) -> Profile:
         )
     except ValueError as e:
         raise ConfigError(f"profile {name}: {e}") from None
+    return profile_with_engine(data, engine, gpus=int(data.get("gpus", 1)))
+
+
+def profile_with_engine(data: Mapping[str, Any], engine: EngineConfig, *, gpus: int) -> Profile:
+    """A profile around an engine configuration: the naming and output settings of `data`."""
+    name = str(data["name"])
     out = data.get("output") or {}
     return Profile(
         name=name,
