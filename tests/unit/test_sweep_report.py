@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from servebench.sweep.table import diagnose, point_row, table_text
+from servebench.sweep.summary import table_text
+from servebench.sweep.table import diagnose, point_row
 
 
 def summ(tok_s: float, ttft_ms: float, *, client: bool = False, waiting: float | None = None,

@@ -13,14 +13,15 @@ Three ways to choose the points (each over every input/output length pair):
 
 With no `--url` the built-in emulator is started once and every point runs against it. `--resume`
 skips points whose summary.json exists and is not marked interrupted.
+
+This module parses the options and picks the mode; `sweep.runner` runs points and keeps sweep.json,
+`sweep.modes` drives each mode, `sweep.summary` writes the end (table, diagnosis, report).
 """
 
 from __future__ import annotations
 
 import asyncio
-import datetime as _dt
 import itertools
-import math
 import shlex
 import sys
 from pathlib import Path
@@ -29,299 +30,23 @@ from typing import Any
 import click
 from rich.console import Console
 
+from servebench.errors import ConfigError, handle_errors
 from servebench.results import cost as costmod
 from servebench.results import slo as slomod
+from servebench.results.store import default_out_dir
 from servebench.run.config import RunConfig
-from servebench.errors import ConfigError
-from servebench.run.options import handle_errors, run_options, settings_from_options
-from servebench.results.store import SUMMARY, default_out_dir, read_json, write_json
-from servebench.sweep.points import (
-    Point,
-    SearchResult,
-    auto_rates,
-    build_grid,
-    find_max,
-    parse_int_list,
-    parse_lengths,
-    parse_rate_list,
-)
-from servebench.sweep.table import (
-    SATURATION_GAIN,
-    diagnose,
-    fmt_load,
-    point_row,
-    render_table,
-    slo_capacity,
-    sort_load,
-    table_text,
-    x_of,
-)
+from servebench.run.options import run_options, settings_from_options
+from servebench.sweep.modes import run_auto, run_find_max, run_grid
+from servebench.sweep.points import Point, build_grid, parse_int_list, parse_lengths, parse_rate_list
+from servebench.sweep.runner import Sweep, SweepInterrupted
+from servebench.sweep.summary import finish
+from servebench.sweep.table import SATURATION_GAIN
 
-__all__ = ["SWEEP_FILE", "Sweep", "SweepInterrupted", "point_complete", "sweep_command"]
+__all__ = ["sweep_command", "sweep_main"]
 
-SWEEP_FILE = "sweep.json"
-SUMMARY_TEXT = "sweep-summary.txt"
-SCHEMA = "servebench.sweep.command/1"
 DEFAULT_CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64)
-_SETTINGS_IGNORED = ("out", "quiet", "concurrency", "rate", "input_len", "output_len", "report")
 
 
-class SweepInterrupted(Exception):
-    """A point was interrupted (Ctrl-C): the sweep stops, sweep.json keeps what completed."""
-
-
-def point_complete(path: Path) -> bool:
-    """A point is complete when its summary.json exists and is not marked interrupted."""
-    f = path / SUMMARY
-    if not f.is_file():
-        return False
-    try:
-        doc = read_json(f)
-    except (OSError, ValueError):
-        return False
-    return isinstance(doc, dict) and not doc.get("interrupted")
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-class Sweep:
-    """Runs points one after another against one target and keeps sweep.json up to date."""
-
-    def __init__(self, out_dir: Path, base: dict[str, Any], spec: slomod.SloSpec,
-                 price: costmod.Price | None, console: Console, *, resume: bool, quiet: bool,
-                 mode: str, x_key: str) -> None:
-        self.out_dir = out_dir
-        self.base = base
-        self.spec = spec
-        self.price = price
-        self.console = console
-        self.resume = resume
-        self.quiet = quiet
-        self.url: str | None = None
-        self.emulated = False
-        self.entries: dict[str, dict[str, Any]] = {}
-        self.summaries: dict[str, dict[str, Any]] = {}
-        self.ran: list[str] = []
-        self.skipped: list[str] = []
-        self.doc: dict[str, Any] = {
-            "schema": SCHEMA, "created_at": _now(), "status": "running", "mode": mode, "x_key": x_key,
-            "settings": _settings_doc(base), "slo": spec.to_dict() if spec else None,
-            "price": price.to_dict() if price else None, "points": [],
-        }
-        old = out_dir / SWEEP_FILE
-        if old.is_file():
-            prev = read_json(old)
-            if not resume:
-                raise ConfigError(f"{out_dir} already holds a sweep; add --resume to finish it, or pick another --out")
-            _check_same_settings(prev.get("settings") or {}, self.doc["settings"], out_dir)
-            self.doc["created_at"] = prev.get("created_at", self.doc["created_at"])
-            for e in prev.get("points") or []:
-                if isinstance(e, dict) and e.get("dir"):
-                    self.entries[e["dir"]] = e
-
-    # ---------------------------------------------------------------- one point
-    def run_point(self, point: Point, loop: asyncio.Runner) -> dict[str, Any]:
-        from servebench.run.bench import run_against  # noqa: PLC0415 - keep --help fast
-
-        path = self.out_dir / point.dir_name
-        if point.dir_name in self.summaries:
-            return self.summaries[point.dir_name]
-        if self.resume and point_complete(path):
-            summary = read_json(path / SUMMARY)
-            self.skipped.append(point.dir_name)
-            status = "skipped (complete)"
-        else:
-            # report=False: the sweep's report (rendered once at the end) renders every point.
-            cfg = RunConfig(**{**self.base, **point.run_settings(), "out": str(path), "quiet": True,
-                               "report": False}).validate()
-            assert self.url is not None
-            outcome = loop.run(run_against(cfg, self.url, self.console, emulated=self.emulated))
-            summary = outcome.summary
-            self.ran.append(point.dir_name)
-            status = "ran"
-            if outcome.interrupted:
-                self._record(point, summary, "interrupted")
-                self.doc["status"] = "interrupted"
-                self.save()
-                raise SweepInterrupted(point.dir_name)
-        if self.spec.has_run_limits:
-            summary["slo_check"] = slomod.evaluate(summary, self.spec)
-        if self.price is not None:
-            summary["cost"] = costmod.cost_block(summary.get("throughput") or {}, self.price)
-        write_json(path / SUMMARY, summary)
-        self._record(point, summary, "complete")
-        self.save()
-        if not self.quiet:
-            self.console.print(_point_line(point, summary, status), highlight=False)
-        return summary
-
-    def _record(self, point: Point, summary: dict[str, Any], status: str) -> None:
-        entry = {**point.entry(), "load_label": point.load_label, "status": status}
-        if point.kind in ("synchronous", "throughput"):  # plotted at the request rate they reached
-            entry["rate_rps"] = (summary.get("throughput") or {}).get("requests_per_s")
-        entry["figures"] = point_row(entry, summary)
-        self.entries[point.dir_name] = entry
-        self.summaries[point.dir_name] = summary
-
-    def save(self) -> None:
-        self.doc["updated_at"] = _now()
-        self.doc["points"] = list(self.entries.values())
-        write_json(self.out_dir / SWEEP_FILE, self.doc)
-
-    # ---------------------------------------------------------------- modes
-    def run_grid(self, points: list[Point], loop: asyncio.Runner) -> None:
-        for p in points:
-            self.run_point(p, loop)
-
-    def run_auto(self, pairs: list[tuple[int, int | None]], cap: int | None, n: int, loop: asyncio.Runner) -> None:
-        auto = []
-        for i, o in pairs:
-            sync = self.run_point(Point(1, None, i, o, "synchronous"), loop)
-            peak = self.run_point(Point(None, math.inf, i, o, "throughput"), loop)
-            lo = (sync.get("throughput") or {}).get("requests_per_s") or 0.0
-            hi = (peak.get("throughput") or {}).get("requests_per_s") or 0.0
-            rates = auto_rates(lo, hi, n)
-            auto.append({"input_len": i, "output_len": o, "synchronous_rps": lo, "saturation_rps": hi, "rates": rates})
-            self.doc["auto"] = auto
-            for r in rates:
-                self.run_point(Point(cap, r, i, o, "auto"), loop)
-
-    def run_find_max(self, axis: str, pairs: list[tuple[int, int | None]], cap: int | None, *,
-                     start: float, max_load: float, rel_tol: float, loop: asyncio.Runner) -> None:
-        results = self.doc.setdefault("find_max", [])
-        for i, o in pairs:
-            def point_at(x: float, i: int = i, o: int | None = o) -> Point:
-                return Point(int(x), None, i, o, "search") if axis == "concurrency" else Point(cap, x, i, o, "search")
-
-            def measure(x: float) -> bool:
-                return bool((self.run_point(point_at(x), loop).get("slo_check") or {}).get("passed"))
-
-            res = find_max(measure, integer=axis == "concurrency", start=start, max_load=max_load, rel_tol=rel_tol)
-            doc = self._find_max_doc(axis, res, point_at, i, o, max_load)
-            results[:] = [r for r in results if (r["input_len"], r["output_len"]) != (i, o)] + [doc]
-            self.save()
-            if not self.quiet:
-                self.console.print(f"[bold]{doc['line']}[/bold]", highlight=False)
-
-    def _find_max_doc(self, axis: str, res: SearchResult, point_at: Any, i: int, o: int | None,
-                      max_load: float) -> dict[str, Any]:
-        what = "concurrency" if axis == "concurrency" else "request rate"
-        unit = "" if axis == "concurrency" else " req/s"
-        slo_text = self.spec.describe()
-        best_summary = self.summaries.get(point_at(res.best).dir_name) if res.best is not None else None
-        fail_summary = self.summaries.get(point_at(res.fail).dir_name) if res.fail is not None else None
-        why = slomod.failing((fail_summary or {}).get("slo_check") or {}) if fail_summary else ""
-        lens = f" (in {i}, out {o})"
-        if res.best is None:
-            line = f"no {what} meets {slo_text}{lens}: {fmt_load(res.fail)}{unit} fails ({why})"
-        elif res.fail is None:
-            line = (f"max {what} meeting {slo_text}{lens}: ≥ {fmt_load(res.best)}{unit} "
-                    f"(nothing failed up to --max-load {fmt_load(max_load)})")
-        else:
-            line = f"max {what} meeting {slo_text}{lens}: {fmt_load(res.best)}{unit} ({fmt_load(res.fail)} fails: {why})"
-        cost_at = (best_summary or {}).get("cost")
-        if cost_at and cost_at.get("usd_per_1m_output_tokens") is not None:
-            line += f"; ${cost_at['usd_per_1m_output_tokens']:.3f} per 1M output tokens there"
-        return {
-            "axis": axis, "input_len": i, "output_len": o, "slo": slo_text,
-            "best": res.best, "fail": res.fail, "bounded": res.bounded, "tolerance": res.tolerance,
-            "best_dir": point_at(res.best).dir_name if res.best is not None else None,
-            "probes": [{"load": x, "passed": ok, "dir": point_at(x).dir_name} for x, ok in res.probes],
-            "cost_at_best": cost_at, "line": line,
-        }
-
-    # ---------------------------------------------------------------- the end
-    def finish(self, gain: float) -> str:
-        """Saturation diagnosis and SLO capacity per length pair, the table; returns the text."""
-        done = [e for e in self.entries.values() if e.get("status") == "complete"]
-        groups: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
-        for e in done:
-            groups.setdefault((e.get("input_len"), e.get("output_len")), []).append(e)
-        saturation, capacity = [], []
-        x_key = self.doc["x_key"]
-        label = "concurrency" if x_key == "concurrency" else "request rate"
-        for (i, o), entries in sorted(groups.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1] or 0)):
-            pts = [e for e in entries if x_of(e, x_key) is not None]
-            summaries = [self._summary(e) for e in pts]
-            diag = diagnose([x_of(e, x_key) for e in pts], summaries, label=label, gain=gain)
-            saturation.append({"input_len": i, "output_len": o, **diag})
-            if self.spec.has_run_limits:
-                capacity.append({"input_len": i, "output_len": o, **slo_capacity(pts, summaries, x_key)})
-        self.doc["saturation"] = saturation
-        if capacity:
-            self.doc["slo_capacity"] = capacity
-        if self.doc["status"] == "running":
-            self.doc["status"] = "complete"
-        self.save()
-        rows = sorted((e["figures"] for e in done), key=lambda r: (r["input_len"] or 0, r["output_len"] or 0,
-                                                                   sort_load(self.entries[r["dir"]], x_key)))
-        lines = [table_text(rows, title=f"servebench sweep: {self.out_dir}")]
-        for s in saturation:
-            lines.append(f"saturation (in {s['input_len']}, out {s['output_len']}): {s['text']}")
-        for c in capacity:
-            if c["load"] is None:
-                lines.append(f"SLO capacity (in {c['input_len']}, out {c['output_len']}): no point meets {self.spec.describe()}")
-            else:
-                usd = (c.get("cost") or {}).get("usd_per_1m_output_tokens")
-                lines.append(f"SLO capacity (in {c['input_len']}, out {c['output_len']}): highest {label} meeting "
-                             f"{self.spec.describe()}: {fmt_load(c['load'])}"
-                             + (f", ${usd:.3f} per 1M output tokens" if usd is not None else "")
-                             + (f" ({c['note']})" if c.get("note") else ""))
-        for f in self.doc.get("find_max") or []:
-            lines.append(f["line"])
-        text = "\n".join(lines).rstrip() + "\n"
-        (self.out_dir / SUMMARY_TEXT).write_text(text)
-        report = None
-        if self.base.get("report", True) and done:
-            from servebench.report.html import write_report  # noqa: PLC0415
-
-            report = write_report(self.out_dir)
-        if not self.quiet:
-            self.console.print()
-            self.console.print(render_table(rows, title=f"servebench sweep: {self.out_dir}"))
-            for line in lines[1:]:
-                self.console.print(line, highlight=False)
-            self.console.print(f"  results: {self.out_dir}  (ran {len(self.ran)}, skipped {len(self.skipped)} complete)"
-                               + (f"  report: {report}" if report else ""), highlight=False)
-        return text
-
-    def _summary(self, entry: dict[str, Any]) -> dict[str, Any]:
-        if entry["dir"] in self.summaries:
-            return self.summaries[entry["dir"]]
-        path = self.out_dir / entry["dir"] / SUMMARY
-        return read_json(path) if path.is_file() else {}
-
-
-def _point_line(point: Point, s: dict[str, Any], status: str) -> str:
-    tp = s.get("throughput") or {}
-    lat = s.get("latency_ms") or {}
-    itl = (lat.get("itl") or {}).get("p99")
-    ttft = (lat.get("ttft") or {}).get("p99")
-    slo = (s.get("slo_check") or {}).get("passed")
-    tag = {True: "  SLO pass", False: "  SLO fail"}.get(slo, "")
-    return (f"  {point.load_label:>14}  in {point.input_len} out {point.output_len}:  "
-            f"{tp.get('requests_per_s', 0):.2f} req/s, {tp.get('output_tokens_per_s', 0):,.0f} out tok/s, "
-            f"TTFT p99 {ttft if ttft is not None else float('nan'):.1f} ms, "
-            f"ITL p99 {itl if itl is not None else float('nan'):.1f} ms{tag}  [{status}]")
-
-
-def _settings_doc(base: dict[str, Any]) -> dict[str, Any]:
-    doc = RunConfig(**base).as_manifest()
-    for k in _SETTINGS_IGNORED:
-        doc.pop(k, None)
-    return doc
-
-
-def _check_same_settings(old: dict[str, Any], new: dict[str, Any], out_dir: Path) -> None:
-    diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-    if diff:
-        raise ConfigError(f"--resume: the sweep in {out_dir} ran with other settings ({', '.join(diff)}); "
-                          "give the same flags, or pick another --out")
-
-
-# ------------------------------------------------------------------------------ the command
 def _lengths(options: dict[str, Any], settings: dict[str, Any]) -> list[tuple[int, int | None]]:
     pairs_text = options.pop("lengths")
     ins = parse_int_list(options.pop("input_len"), "--input-len")
@@ -459,10 +184,10 @@ def sweep_main(options: dict[str, Any], console: Console | None = None) -> int:
     except (SweepInterrupted, KeyboardInterrupt):
         sweep.doc["status"] = "interrupted"
         sweep.save()
-        sweep.finish(gain or SATURATION_GAIN)
+        finish(sweep, gain or SATURATION_GAIN)
         console.print(f"  [yellow]interrupted[/yellow]: finish it with the same flags and --resume --out {out_dir}")
         return 130
-    sweep.finish(gain or SATURATION_GAIN)
+    finish(sweep, gain or SATURATION_GAIN)
     return 0
 
 
@@ -489,13 +214,13 @@ def _drive(sweep: Sweep, settings: dict[str, Any], emu_args: list[str], mode: st
     try:
         with asyncio.Runner(loop_factory=loop_factory) as loop:
             if mode == "grid":
-                sweep.run_grid(points, loop)
+                run_grid(sweep, points, loop)
             elif mode == "auto":
-                sweep.run_auto(pairs, cap, n_auto or 8, loop)
+                run_auto(sweep, pairs, cap, n_auto or 8, loop)
             else:
                 assert find is not None
                 default_max = 1024.0 if find == "concurrency" else 10000.0
-                sweep.run_find_max(find, pairs, cap, start=start or 1.0, max_load=max_load or default_max,
+                run_find_max(sweep, find, pairs, cap, start=start or 1.0, max_load=max_load or default_max,
                                    rel_tol=tol or 0.05, loop=loop)
     finally:
         if emulator is not None:

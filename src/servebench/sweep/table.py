@@ -1,5 +1,5 @@
-"""A sweep's summary: one row per point, the saturation diagnosis, the table. Pure apart from
-`render_table`, which only builds a rich Table (printing is the caller's).
+"""A sweep's figures: one row per point, the saturation diagnosis, the SLO capacity, the table. Pure:
+`render_table` only builds a rich Table (`sweep.summary` prints it and writes it as text).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from rich.table import Table
 from servebench.results.metrics import dig
 
 __all__ = ["SATURATION_GAIN", "diagnose", "fmt_load", "point_row", "render_table", "slo_capacity", "sort_load",
-           "table_text", "x_of"]
+           "x_of"]
 
 #: Throughput has stopped growing at a point when the next load step adds less than this fraction.
 SATURATION_GAIN = 0.10
@@ -150,23 +150,6 @@ def render_table(rows: Sequence[dict[str, Any]], *, title: str = "sweep") -> Tab
             slo, _n(r.get("usd_per_1m_output_tokens"), "${:,.3f}"),
         )
     return t
-
-
-def table_text(rows: Sequence[dict[str, Any]], *, title: str = "sweep", width: int = 160) -> str:
-    """The table as plain text (for sweep-summary.txt)."""
-    from rich.console import Console  # noqa: PLC0415
-
-    console = Console(width=width, record=True, file=_Null(), color_system=None)
-    console.print(render_table(rows, title=title))
-    return console.export_text()
-
-
-class _Null:
-    def write(self, _s: str) -> int:
-        return 0
-
-    def flush(self) -> None:
-        pass
 
 
 def slo_capacity(pts: list[dict[str, Any]], summaries: list[dict[str, Any]], x_key: str) -> dict[str, Any]:
