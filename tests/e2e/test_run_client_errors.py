@@ -61,8 +61,9 @@ def test_one_unexpected_exception_is_one_client_error_and_the_run_goes_on(
     n, c = 40, 4
     monkeypatch.setattr(shard_mod, "request_head",
                         _raise_on({7}, lambda: RuntimeError("injected fault"), shard_mod.request_head))
-    spec = ShardSpec(url=srv.url + "/v1/completions", api="completions", headers={}, items=_items(n, open_loop=open_loop),
-                     concurrency=c, open_loop=open_loop, num_requests=n, preconnect=c)
+    spec = ShardSpec(url=srv.url + "/v1/completions", api="completions", headers={},
+                     items=_items(n, open_loop=open_loop), concurrency=c, open_loop=open_loop, num_requests=n,
+                     preconnect=c)
     result = asyncio.run(Shard(spec).run())
     assert result.failure is None and not result.interrupted
     assert len(result.records) == n and sorted(r.id for r in result.records) == list(range(n))  # all accounted

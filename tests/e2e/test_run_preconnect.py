@@ -1,0 +1,139 @@
+"""Connections the client could not open before the clock are named, not hidden (issue 12).
+
+The server here limits connections for real: its listen backlog is 1 (the kernel queues 2 connects
+it has not accepted, and drops the SYNs of the rest), and it stops accepting for a while once the
+run has scraped /metrics, just before the client opens its connections. So the client's connects
+beyond the queue time out before the clock (a dropped SYN is sent again only after 1 s); then the
+server accepts again, without a limit, and every request completes, some on connections opened
+inside the measured window.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from servebench.run import bench
+from servebench.run.bench import run_benchmark_sync
+from servebench.run.config import RunConfig
+
+_PAUSE_S = 0.6  # no accepts for this long after /metrics (the client's connects come in it)
+_CONNECT_TIMEOUT_S = 0.8  # the client's; < 1 s, when a dropped SYN is sent again
+
+
+def _stream(n_tokens: int) -> bytes:
+    out = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    def event(text: str, reason: str | None) -> dict[str, object]:
+        return {"id": "x", "object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": reason}]}
+
+    events = [event(f" t{i}", None) for i in range(n_tokens)] + [event("", "length")]
+    for e in events:
+        payload = b"data: " + json.dumps(e).encode() + b"\n\n"
+        out += b"%x\r\n%s\r\n" % (len(payload), payload)
+    payload = b"data: [DONE]\n\n"
+    return out + b"%x\r\n%s\r\n0\r\n\r\n" % (len(payload), payload)
+
+
+class _LimitedServer:
+    """A minimal OpenAI-compatible server (GET /v1/models, streamed POST …/completions, 404 else)."""
+
+    def __init__(self) -> None:
+        self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(1)
+        self.url = f"http://127.0.0.1:{self.lsock.getsockname()[1]}"
+        self.accepted = 0
+        self.resume_at = 0.0  # monotonic time before which nothing is accepted
+        self.closed = False
+        threading.Thread(target=self._accept_loop, daemon=True).start()
+
+    def _accept_loop(self) -> None:
+        while not self.closed:
+            wait = self.resume_at - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+                self.lsock.listen(128)  # (Linux: a listening socket takes a new backlog) no limit from here
+                continue
+            try:
+                conn, _ = self.lsock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        buf = b""
+        with conn:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    buf += data
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                lines = head.split(b"\r\n")
+                method, path = lines[0].split(b" ")[:2]
+                length = next((int(v) for k, _, v in (ln.partition(b":") for ln in lines[1:])
+                               if k.strip().lower() == b"content-length"), 0)
+                while len(buf) < length:
+                    buf += conn.recv(65536)
+                buf = buf[length:]
+                if method == b"GET" and path == b"/v1/models":
+                    body = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                                 % (len(body), body))
+                elif method == b"POST" and path.endswith(b"/completions"):
+                    conn.sendall(_stream(8))
+                else:
+                    if path.endswith(b"metrics") and not self.resume_at:
+                        self.resume_at = time.monotonic() + _PAUSE_S  # the run is about to connect
+                    conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+
+    def close(self) -> None:
+        self.closed = True
+        self.lsock.close()
+
+
+@pytest.fixture
+def limited_server() -> Iterator[_LimitedServer]:
+    srv = _LimitedServer()
+    try:
+        yield srv
+    finally:
+        srv.close()
+
+
+def test_connections_not_opened_before_the_clock_are_recorded(
+        limited_server: _LimitedServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(bench, "_CONNECT_TIMEOUT_S", _CONNECT_TIMEOUT_S)
+    n = 8
+    cfg = RunConfig(url=limited_server.url, model="m", api="completions", concurrency=n, num_requests=2 * n,
+                    input_len=16, output_len=8, probe=False, quiet=True, report=False, out=str(tmp_path))
+    outcome = run_benchmark_sync(cfg)
+    assert outcome.exit_code == 0 and outcome.failure is None
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    conns = manifest["connections"]
+    assert conns["requested"] == n
+    assert 0 < conns["preconnected"] < n  # the queue held a few; the rest timed out before the clock
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["client"]["preconnect_shortfall"] == n - conns["preconnected"]
+    assert any(f"{conns['preconnected']} of {n} connections opened before the clock" in note for note in s["notes"])
+    # the missing ones were opened inside the window, and every request completed on them
+    assert s["requests"]["total"] == s["requests"]["completed"] == 2 * n
+
+
+def test_a_run_that_opened_every_connection_says_so(scripted_server, tmp_path: Path) -> None:
+    srv = scripted_server("--ttft-ms", "5", "--itl-ms", "1")
+    cfg = RunConfig(url=srv.url, model="m", concurrency=4, num_requests=8, output_len=8, probe=False, quiet=True,
+                    report=False, out=str(tmp_path))
+    assert run_benchmark_sync(cfg).exit_code == 0
+    assert json.loads((tmp_path / "manifest.json").read_text())["connections"] == {"requested": 4, "preconnected": 4}
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["client"]["preconnect_shortfall"] == 0 and s["client"]["failure"] is None
+    assert not any("connections opened before the clock" in note for note in s["notes"])
