@@ -108,6 +108,7 @@ def synth_summary(records: list[RequestRecord], run: RunInfo, *, slo: dict[str, 
     load = run.get("load")
     saturated, reasons, advice = metrics.assess_client(summary, open_loop=bool(load and load.get("mode") == "rate"))
     summary["client"].update({"saturated": saturated, "reasons": reasons, "advice": advice})
+    summary["client"].update({"preconnect_shortfall": 0, "failure": None})
     summary["server"] = server
     summary["notes"] = []
     return summary

@@ -18,7 +18,6 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from servebench.results import metrics
 from servebench.errors import ConfigError
 from servebench.report.data import RepeatsResult, SweepResult, load_results, measured
 from servebench.report.html import esc, fmt, render_overlay, write_page
@@ -29,6 +28,9 @@ from servebench.report.stats import (
     SideData,
     ratio_ci,
 )
+from servebench.results import metrics
+from servebench.results.metrics import dig
+from servebench.results.schema import Summary
 from servebench.results.store import RunResult
 
 __all__ = [
@@ -89,15 +91,15 @@ _SETTINGS = (("target", "model"), ("target", "url"), ("target", "api"), ("target
              ("workload", "input_len"), ("workload", "output_len"))
 
 
-def differences(a: dict[str, Any], b: dict[str, Any], *, with_load: bool = True) -> list[str]:
+def differences(a: Summary, b: Summary, *, with_load: bool = True) -> list[str]:
     """Settings that differ between two summaries: what the comparison is about (or a mistake)."""
     out = []
     for section, key in _SETTINGS:
         if section == "load" and not with_load:
             continue
-        if key == "url" and (a.get("target") or {}).get("emulated") and (b.get("target") or {}).get("emulated"):
+        if key == "url" and dig(a, "target", "emulated") and dig(b, "target", "emulated"):
             continue  # each emulated run listens on a fresh loopback port
-        va, vb = (a.get(section) or {}).get(key), (b.get(section) or {}).get(key)
+        va, vb = dig(a, section, key), dig(b, section, key)
         if va != vb:
             out.append(f"{key} {va} vs {vb}")
     return out

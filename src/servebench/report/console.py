@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
+
+from servebench.results.metrics import dig
+from servebench.results.schema import Summary
 
 __all__ = ["LiveProgress", "print_spread", "print_summary", "summary_table"]
 
@@ -69,7 +73,7 @@ def _fmt(x: Any, digits: int = 1) -> str:
     return f"{x:,}"
 
 
-def summary_table(summary: dict[str, Any]) -> Table:
+def summary_table(summary: Summary) -> Table:
     lat = summary.get("latency_ms", {})
     table = Table(title=None, show_edge=False, pad_edge=False, box=None)
     table.add_column("latency (ms)", style="bold")
@@ -77,7 +81,7 @@ def summary_table(summary: dict[str, Any]) -> Table:
         table.add_column(col, justify="right")
     for name, label in (("ttft", "TTFT"), ("ttfat", "TTFAT (answer)"), ("tpot", "TPOT"),
                         ("itl", "ITL"), ("e2e", "E2E")):
-        d = lat.get(name) or {}
+        d: Mapping[str, Any] = dig(lat, name) or {}
         if not d.get("count"):
             continue
         table.add_row(label, *(_fmt(d.get(c), 2 if name in ("tpot", "itl") else 1)
@@ -85,7 +89,7 @@ def summary_table(summary: dict[str, Any]) -> Table:
     return table
 
 
-def print_summary(summary: dict[str, Any], console: Console, out_dir: str | None = None) -> None:
+def print_summary(summary: Summary, console: Console, out_dir: str | None = None) -> None:
     req = summary.get("requests", {})
     thr = summary.get("throughput", {})
     tok = summary.get("tokens", {})
@@ -148,7 +152,7 @@ def print_summary(summary: dict[str, Any], console: Console, out_dir: str | None
         console.print(f"  results  {out_dir}")
 
 
-def _load_words(load: dict[str, Any]) -> str:
+def _load_words(load: Mapping[str, Any]) -> str:
     mode = load.get("mode")
     if mode == "concurrency":
         return f"concurrency {load.get('concurrency')}"

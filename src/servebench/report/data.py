@@ -276,11 +276,11 @@ def tokens_per_s_series(records: Sequence[RequestRecord], bins: int = 100) -> tu
     return xs, [float(c) / width_s for c in counts]
 
 
-def run_title(summary: Summary, *, with_load: bool = True, with_workload: bool = True) -> str:
+def run_title(summary: Summary | None, *, with_load: bool = True, with_workload: bool = True) -> str:
     """'model on url (emulated) · chat · concurrency 16 · 1024→256 tokens'."""
-    tgt = summary.get("target")
-    load = summary.get("load") if with_load else None
-    wl = summary.get("workload")
+    tgt = summary.get("target") if summary else None
+    load = summary.get("load") if summary and with_load else None
+    wl = summary.get("workload") if summary else None
     model, url = (tgt.get("model"), tgt.get("url")) if tgt else (None, None)
     parts = [f"{model or 'unknown model'} on {url or 'unknown target'}"
              + (" (emulated)" if tgt and tgt.get("emulated") else "")]
@@ -290,7 +290,8 @@ def run_title(summary: Summary, *, with_load: bool = True, with_workload: bool =
         rate, conc, mode = load.get("rate_rps"), load.get("concurrency"), load.get("mode")
         if rate is not None:
             burst = load.get("burstiness")
-            parts.append(f"rate {_g(rate)} req/s" + (f", burstiness {_g(burst)}" if burst not in (None, 1, 1.0) else ""))
+            parts.append(f"rate {_g(rate)} req/s"
+                         + (f", burstiness {_g(burst)}" if burst not in (None, 1, 1.0) else ""))
         if conc is not None:
             parts.append(f"{'max ' if rate is not None else ''}concurrency {conc}")
         elif mode and rate is None:

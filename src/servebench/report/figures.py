@@ -23,6 +23,7 @@ from servebench.report.data import (
     tokens_per_s_series,
 )
 from servebench.results.metrics import dig
+from servebench.results.schema import Summary
 from servebench.results.store import RunResult
 
 __all__ = ["get", "run_figures", "runs_overlay_figures", "slo_of", "sweep_figures", "sweep_limits"]
@@ -33,7 +34,7 @@ _MAX_CDF_SERIES = 8
 get = dig  # the report's name for it
 
 
-def slo_of(summary: dict[str, Any]) -> dict[str, float]:
+def slo_of(summary: Summary) -> dict[str, float]:
     slo = get(summary, "goodput", "slo") or summary.get("slo") or {}
     return {str(k): float(v) for k, v in slo.items() if isinstance(v, (int, float))} if isinstance(slo, dict) else {}
 

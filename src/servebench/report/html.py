@@ -32,6 +32,7 @@ from servebench.report.layout import (
     table,
 )
 from servebench.report.multi import render_overlay, render_repeats, render_sweep
+from servebench.results.schema import ServerMetrics, Summary
 from servebench.results.store import RunResult
 
 __all__ = [
@@ -50,7 +51,7 @@ _SAMPLE_BODIES = 3
 _MAX_BODY_CHARS = 2000
 
 
-def _slo_verdict(summary: dict[str, Any]) -> tuple[str, str]:
+def _slo_verdict(summary: Summary) -> tuple[str, str]:
     gp = summary.get("goodput")
     if not isinstance(gp, dict):
         return "", ""
@@ -66,7 +67,7 @@ def _slo_verdict(summary: dict[str, Any]) -> tuple[str, str]:
     return cls, text
 
 
-def _slo_check(summary: dict[str, Any]) -> str:
+def _slo_check(summary: Summary) -> str:
     """The aggregate SLO check a sweep attaches to each point (`slo_check`): pass/fail per limit."""
     check = summary.get("slo_check")
     if not isinstance(check, dict) or check.get("passed") is None:
@@ -86,7 +87,7 @@ def _slo_check(summary: dict[str, Any]) -> str:
     return f'<p class="verdict {cls}">SLO check {"passed" if check["passed"] else "failed"}: {"; ".join(parts)}.</p>'
 
 
-def _client_verdict(summary: dict[str, Any]) -> tuple[str, str]:
+def _client_verdict(summary: Summary) -> tuple[str, str]:
     client = summary.get("client") or {}
     lag_p99 = get(client, "schedule_lag_ms", "p99")
     if client.get("saturated"):
@@ -103,7 +104,7 @@ def _client_verdict(summary: dict[str, Any]) -> tuple[str, str]:
     return "good", f"The client kept up: schedule lag P99 {fmt(lag_p99, 'ms')}."
 
 
-def _cost_cards(summary: dict[str, Any]) -> list[str]:
+def _cost_cards(summary: Summary) -> list[str]:
     cost = summary.get("cost")
     if not isinstance(cost, dict):
         return []
@@ -114,7 +115,7 @@ def _cost_cards(summary: dict[str, Any]) -> list[str]:
     return out
 
 
-def _server_table(server: dict[str, Any]) -> str:
+def _server_table(server: ServerMetrics) -> str:
     used = server.get("metrics_used") or {}
     rows = []
     for k, v in flatten({k: v for k, v in server.items() if k != "metrics_used"}):
@@ -128,7 +129,7 @@ _LAT_ROWS = (("ttft", "TTFT"), ("ttfat", "TTFAT (first answer token)"), ("tpot",
 _LAT_COLS = ("mean", "median", "p90", "p95", "p99", "min", "max", "std")
 
 
-def _latency_table(summary: dict[str, Any]) -> str:
+def _latency_table(summary: Summary) -> str:
     rows = []
     for key, name in _LAT_ROWS:
         d = get(summary, "latency_ms", key) or {}
@@ -165,7 +166,7 @@ def _failures(run: RunResult) -> str:
     return "\n".join(out)
 
 
-def _run_cards(s: dict[str, Any]) -> list[str]:
+def _run_cards(s: Summary) -> list[str]:
     req = s.get("requests") or {}
     lat = s.get("latency_ms") or {}
     failed = req.get("failed") or 0
@@ -223,8 +224,8 @@ def render_run(run: RunResult) -> tuple[str, dict[str, str]]:
     body.append("<h2>Failures</h2>" + _failures(run))
     body.append("<h2>Run details</h2><details><summary>Manifest (configuration as run, versions, host)"
                 f"</summary>{kv_table(run.manifest)}</details>")
-    tgt = s.get("target") or {}
-    html = page(f"servebench · {tgt.get('model') or run.path.name}", run_title(s), "\n".join(body))
+    tgt = s.get("target")
+    html = page(f"servebench · {(tgt and tgt.get('model')) or run.path.name}", run_title(s), "\n".join(body))
     return html, figs
 
 

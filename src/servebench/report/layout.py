@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.resources
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
@@ -105,7 +105,7 @@ def flatten(doc: Any, prefix: str = "") -> list[tuple[str, Any]]:
     return [(prefix, doc)]
 
 
-def kv_table(doc: dict[str, Any]) -> str:
+def kv_table(doc: Mapping[str, Any]) -> str:
     rows = []
     for k, v in flatten(doc):
         if isinstance(v, float) and math.isfinite(v):

@@ -21,6 +21,7 @@ from servebench.report.figures import (
     sweep_limits,
 )
 from servebench.report.layout import REPORT, card, esc, figures_grid, fmt, page, table
+from servebench.results.schema import Summary
 from servebench.results.store import RunResult
 
 __all__ = ["render_overlay", "render_repeats", "render_sweep"]
@@ -75,7 +76,7 @@ def _lens(doc: dict[str, Any]) -> str:
     return f" (in {esc(doc.get('input_len'))}, out {esc(doc.get('output_len'))})"
 
 
-def _slo_cell(s: dict[str, Any]) -> str:
+def _slo_cell(s: Summary) -> str:
     passed = get(s, "slo_check", "passed")
     if passed is None:
         return "–"
@@ -127,7 +128,7 @@ def render_sweep(sw: SweepResult, links: bool = True) -> tuple[str, dict[str, st
     points_table = table(head, rows, txt_cols=2 if len(groups) > 1 else 1)
     body = [f'<div class="cards">{"".join(cards)}</div>', *_sweep_verdicts(sw), "<h2>Load levels</h2>", points_table,
             "<h2>Throughput and latency against load</h2>", figures_grid(figs)]
-    first = pts[0].run.summary if pts else {}
+    first = pts[0].run.summary if pts else None
     title = f"servebench sweep · {get(first, 'target', 'model') or sw.path.name}"
     levels = ", ".join(dict.fromkeys(p.label for p in pts))
     sub = (f"{run_title(first, with_load=False, with_workload=len(groups) == 1)} · {sw.x_label} {levels}"
@@ -162,7 +163,7 @@ def render_overlay(sides: Sequence[tuple[str, RunResult | SweepResult | RepeatsR
         figs = runs_overlay_figures([(n, r) for n, r in sides if isinstance(r, RunResult)])
     rows = []
     for name, r in flat:
-        first = r.summary if isinstance(r, RunResult) else (r.points[0].run.summary if r.points else {})
+        first = r.summary if isinstance(r, RunResult) else (r.points[0].run.summary if r.points else None)
         kind = "run" if isinstance(r, RunResult) else f"sweep ({len(r.points)} points)"
         rows.append([esc(name), esc(kind), esc(run_title(first, with_load=isinstance(r, RunResult))),
                      esc(str(r.path))])
@@ -191,7 +192,7 @@ def render_repeats(rep: RepeatsResult, links: bool = True) -> tuple[str, dict[st
                   if rows else '<p class="muted">No spread recorded in repeats.json.</p>')
                + f'<p class="muted">Each repeat\'s own report: {links_html}. Compare two configurations with '
                "confidence intervals: <code>servebench compare DIR_A DIR_B</code> (repeats are resampled).</p>")
-    first = rep.runs[0].summary if rep.runs else {}
+    first = rep.runs[0].summary if rep.runs else None
     html, figs = render_overlay([(n, r) for n, r in zip(names, rep.runs)],
                                 title=f"servebench repeats · {get(first, 'target', 'model') or rep.path.name}",
                                 prelude=prelude)

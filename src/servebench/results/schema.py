@@ -169,8 +169,11 @@ class ClientMeasures(TypedDict, total=False, closed=True):
 class Client(TypedDict, closed=True):
     """The client's self-measurements and its verdict: is the client the bottleneck?
 
-    `schedule_lag_ms` (send time - scheduled time) comes from the records; the rest from the run
-    (`read_pauses`, `read_pause_ms` since read coalescing; absent in summaries written before it)."""
+    `schedule_lag_ms` (send time - scheduled time) comes from the records; the rest from the run:
+    `preconnect_shortfall` counts connections asked for before the clock but opened inside it,
+    `failure` says why the client stopped sending early on an error of its own (null: it did not).
+    Absent in summaries written before them: `read_pauses`, `read_pause_ms`, `preconnect_shortfall`,
+    `failure`."""
 
     cpu_s: NotRequired[float]
     cpu_us_per_token: NotRequired[float | None]
@@ -183,6 +186,8 @@ class Client(TypedDict, closed=True):
     saturated: NotRequired[bool]
     reasons: NotRequired[list[str]]
     advice: NotRequired[str]
+    preconnect_shortfall: NotRequired[int]
+    failure: NotRequired[str | None]
 
 
 class Target(TypedDict, closed=True):
@@ -333,7 +338,7 @@ class Summary(TypedDict, closed=True):
 
 def json_schema() -> dict[str, object]:
     """The JSON Schema (draft 2020-12) of summary.json, from `Summary`. Needs pydantic (test extra)."""
-    from pydantic import TypeAdapter  # noqa: PLC0415 - only the generator needs pydantic
+    from pydantic import TypeAdapter  # only the generator needs pydantic (test extra)
 
     doc: dict[str, object] = {"$schema": "https://json-schema.org/draft/2020-12/schema"}
     doc.update(TypeAdapter(Summary).json_schema(mode="serialization"))
@@ -356,7 +361,7 @@ def _drop_field_titles(node: object) -> None:
 
 def render() -> str:
     """The schema file's text: stable key order, two-space indent, trailing newline."""
-    import json  # noqa: PLC0415
+    import json
 
     return json.dumps(json_schema(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 

@@ -171,7 +171,8 @@ def load_run(path: str | Path, *, with_records: bool = True) -> RunResult:
     if not (p / SUMMARY).is_file() and not (p / RECORDS).is_file():
         raise ConfigError(f"{p} is not a servebench result directory (no {SUMMARY} or {RECORDS})")
     manifest = read_json(p / MANIFEST) if (p / MANIFEST).is_file() else {}
-    records = read_records(p / RECORDS) if (with_records or not (p / SUMMARY).is_file()) and (p / RECORDS).is_file() else []
+    need_records = with_records or not (p / SUMMARY).is_file()
+    records = read_records(p / RECORDS) if need_records and (p / RECORDS).is_file() else []
     if (p / SUMMARY).is_file():
         summary = read_summary(p / SUMMARY)
     else:
