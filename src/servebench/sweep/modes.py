@@ -10,6 +10,7 @@ import math
 from typing import Any, Callable
 
 from servebench.results import slo as slomod
+from servebench.results.metrics import dig
 from servebench.sweep.points import Point, SearchResult, auto_rates, find_max
 from servebench.sweep.runner import Sweep
 from servebench.sweep.table import fmt_load
@@ -48,7 +49,7 @@ def run_find_max(sweep: Sweep, axis: str, pairs: list[tuple[int, int | None]], c
             return Point(int(x), None, i, o, "search") if axis == "concurrency" else Point(cap, x, i, o, "search")
 
         def measure(x: float) -> bool:
-            return bool((sweep.run_point(point_at(x), loop).get("slo_check") or {}).get("passed"))
+            return bool(dig(sweep.run_point(point_at(x), loop), "slo_check", "passed"))
 
         res = find_max(measure, integer=axis == "concurrency", start=start, max_load=max_load, rel_tol=rel_tol)
         doc = _find_max_doc(sweep, axis, res, point_at, i, o, max_load)
@@ -66,7 +67,8 @@ def _find_max_doc(sweep: Sweep, axis: str, res: SearchResult, point_at: Callable
     slo_text = sweep.spec.describe()
     best_summary = sweep.summaries.get(point_at(res.best).dir_name) if res.best is not None else None
     fail_summary = sweep.summaries.get(point_at(res.fail).dir_name) if res.fail is not None else None
-    why = slomod.failing((fail_summary or {}).get("slo_check") or {}) if fail_summary else ""
+    fail_check = fail_summary.get("slo_check") if fail_summary else None
+    why = slomod.failing(fail_check) if fail_check else ""
     lens = f" (in {i}, out {o})"
     if res.best is None:
         line = f"no {what} meets {slo_text}{lens}: {fmt_load(res.fail)}{unit} fails ({why})"
@@ -75,7 +77,7 @@ def _find_max_doc(sweep: Sweep, axis: str, res: SearchResult, point_at: Callable
                 f"(nothing failed up to --max-load {fmt_load(max_load)})")
     else:
         line = f"max {what} meeting {slo_text}{lens}: {fmt_load(res.best)}{unit} ({fmt_load(res.fail)} fails: {why})"
-    cost_at = (best_summary or {}).get("cost")
+    cost_at = best_summary.get("cost") if best_summary else None
     if cost_at and cost_at.get("usd_per_1m_output_tokens") is not None:
         line += f"; ${cost_at['usd_per_1m_output_tokens']:.3f} per 1M output tokens there"
     return {

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as _dt
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from rich.console import Console
 from servebench.errors import ConfigError
 from servebench.results import cost as costmod
 from servebench.results import slo as slomod
+from servebench.results.schema import Summary
 from servebench.results.store import SUMMARY, read_json, write_json
 from servebench.run.config import RunConfig
 from servebench.sweep.points import Point
@@ -67,7 +69,7 @@ class Sweep:
         self.url: str | None = None
         self.emulated = False
         self.entries: dict[str, dict[str, Any]] = {}
-        self.summaries: dict[str, dict[str, Any]] = {}
+        self.summaries: dict[str, Summary] = {}
         self.ran: list[str] = []
         self.skipped: list[str] = []
         self.doc: dict[str, Any] = {
@@ -86,14 +88,14 @@ class Sweep:
                 if isinstance(e, dict) and e.get("dir"):
                     self.entries[e["dir"]] = e
 
-    def run_point(self, point: Point, loop: asyncio.Runner) -> dict[str, Any]:
+    def run_point(self, point: Point, loop: asyncio.Runner) -> Summary:
         from servebench.run.bench import run_against  # noqa: PLC0415 - keep --help fast
 
         path = self.out_dir / point.dir_name
         if point.dir_name in self.summaries:
             return self.summaries[point.dir_name]
         if self.resume and point_complete(path):
-            summary = read_json(path / SUMMARY)
+            summary: Summary = read_json(path / SUMMARY)
             self.skipped.append(point.dir_name)
             status = "skipped (complete)"
         else:
@@ -121,7 +123,7 @@ class Sweep:
             self.console.print(_point_line(point, summary, status), highlight=False)
         return summary
 
-    def _record(self, point: Point, summary: dict[str, Any], status: str) -> None:
+    def _record(self, point: Point, summary: Summary, status: str) -> None:
         entry = {**point.entry(), "load_label": point.load_label, "status": status}
         if point.kind in ("synchronous", "throughput"):  # plotted at the request rate they reached
             entry["rate_rps"] = (summary.get("throughput") or {}).get("requests_per_s")
@@ -135,7 +137,7 @@ class Sweep:
         write_json(self.out_dir / SWEEP_FILE, self.doc)
 
 
-    def summary(self, entry: dict[str, Any]) -> dict[str, Any]:
+    def summary(self, entry: dict[str, Any]) -> Mapping[str, Any]:
         """The summary of a sweep.json entry: from this session, or read from its run directory."""
         if entry["dir"] in self.summaries:
             return self.summaries[entry["dir"]]
@@ -143,7 +145,7 @@ class Sweep:
         return read_json(path) if path.is_file() else {}
 
 
-def _point_line(point: Point, s: dict[str, Any], status: str) -> str:
+def _point_line(point: Point, s: Mapping[str, Any], status: str) -> str:
     tp = s.get("throughput") or {}
     lat = s.get("latency_ms") or {}
     itl = (lat.get("itl") or {}).get("p99")

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.table import Table
@@ -22,7 +22,7 @@ _TTFT_GROWTH = 2.0
 
 
 
-def point_row(entry: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+def point_row(entry: dict[str, Any], summary: Mapping[str, Any]) -> dict[str, Any]:
     """The figures of one point that the sweep summary shows (and sweep.json keeps)."""
     lat = summary.get("latency_ms") or {}
     tp = summary.get("throughput") or {}
@@ -54,7 +54,7 @@ def point_row(entry: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def diagnose(loads: Sequence[float], summaries: Sequence[dict[str, Any]], *, label: str = "load",
+def diagnose(loads: Sequence[float], summaries: Sequence[Mapping[str, Any]], *, label: str = "load",
              gain: float = SATURATION_GAIN) -> dict[str, Any]:
     """Where output throughput stops growing, and who queued: the server or the client.
 
@@ -152,10 +152,10 @@ def render_table(rows: Sequence[dict[str, Any]], *, title: str = "sweep") -> Tab
     return t
 
 
-def slo_capacity(pts: list[dict[str, Any]], summaries: list[dict[str, Any]], x_key: str) -> dict[str, Any]:
+def slo_capacity(pts: list[dict[str, Any]], summaries: Sequence[Mapping[str, Any]], x_key: str) -> dict[str, Any]:
     """The highest load of the passing run from the lowest load up (a pass above a failure is noted)."""
     ordered = sorted(zip(pts, summaries), key=lambda t: sort_load(t[0], x_key))
-    best: tuple[dict[str, Any], dict[str, Any]] | None = None
+    best: tuple[dict[str, Any], Mapping[str, Any]] | None = None
     first_fail: dict[str, Any] | None = None
     note = None
     for e, s in ordered:
