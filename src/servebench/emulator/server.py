@@ -2,10 +2,18 @@
 
 Subprocess contract (what `servebench emulate` and `servebench run` without `--url` rely on)::
 
-    python -m servebench.emulator --profile NAME [--host 127.0.0.1] [--port 0] [--seed 0]
-        [--served-model-name NAME] [--max-num-seqs N] [--kv-tokens N]
+    python -m servebench.emulator [--profile NAME|FILE] [--host 127.0.0.1] [--port 0] [--seed 0]
+        [--model M --gpu G --gpus N --nodes N --engine E --tp N --pp N --dp N --ep N --quant Q
+         --kv-dtype D --max-model-len L --max-num-seqs N --max-num-batched-tokens N
+         --gpu-memory-utilization U]
+        [--served-model-name NAME] [--kv-tokens N]
         [--fault-500 F] [--fault-429 F] [--fault-drop F] [--fault-stall F] [--fault-seed N]
         [--realtime-priority N]
+
+The deployment flags are `servebench plan`'s: with `--model` they describe the deployment to serve
+(its engine configuration is the one plan's what-if simulates); with `--profile` (a saved deployment)
+they override its fields. Without either, the default profile (`deploy.DEFAULT_PROFILE`, llama-3.1-8b: the
+same one `servebench run` serves without --url).
 
 prints exactly one line ``READY http://HOST:PORT`` on stdout (flushed) once it is listening (port 0
 picks a free port; the line carries the real one), logs nothing else to stdout, and runs until
@@ -73,6 +81,7 @@ from typing import Any
 from servebench.emulator.app import Emulator, chat_prompt
 from servebench.emulator.faults import Faults
 from servebench.emulator.http import HttpConn
+from servebench.deploy import DEFAULT_PROFILE
 from servebench.deploy.loader import load_profile
 from servebench.errors import ConfigError
 from servebench.sim.profile import Profile
@@ -133,7 +142,7 @@ def serve(profile: Profile | str, host: str = "127.0.0.1", port: int = 0, *, fau
 class EmulatorThread:
     """The emulator in a background thread (tests, notebooks): `with EmulatorThread("tiny") as emu: emu.url`."""
 
-    def __init__(self, profile: Profile | str = "tiny", *, faults: Faults | None = None, seed: int = 0,
+    def __init__(self, profile: Profile | str = DEFAULT_PROFILE, *, faults: Faults | None = None, seed: int = 0,
                  host: str = "127.0.0.1") -> None:
         self._args = (profile, host, faults, seed)
         self.url = ""
@@ -181,12 +190,27 @@ class EmulatorThread:
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m servebench.emulator",
                                  description="Emulated OpenAI-compatible LLM server (servebench).")
-    ap.add_argument("--profile", default="tiny", help="profile name or YAML path (default: tiny)")
+    ap.add_argument("--profile", default=None,
+                    help=f"profile name or YAML path: a saved deployment (default: {DEFAULT_PROFILE}, or the "
+                         "deployment flags)")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0, help="0 picks a free port (default)")
     ap.add_argument("--seed", type=int, default=0, help="seed for output lengths and text")
     ap.add_argument("--served-model-name", default=None)
-    ap.add_argument("--max-num-seqs", type=int, default=None)
+    dep = ap.add_argument_group("deployment (the same flags as servebench plan)")
+    dep.add_argument("--model", default=None, help="catalogue name or a path to a HF config.json")
+    dep.add_argument("--gpu", default=None)
+    dep.add_argument("--gpus", type=int, default=None, help="GPUs per node")
+    dep.add_argument("--nodes", type=int, default=None)
+    dep.add_argument("--engine", default=None, help="vllm, vllm-0.7, sglang, trtllm")
+    for k in ("tp", "pp", "dp", "ep"):
+        dep.add_argument(f"--{k}", type=int, default=None)
+    dep.add_argument("--quant", default=None)
+    dep.add_argument("--kv-dtype", default=None)
+    dep.add_argument("--max-model-len", type=int, default=None)
+    dep.add_argument("--max-num-seqs", type=int, default=None)
+    dep.add_argument("--max-num-batched-tokens", type=int, default=None)
+    dep.add_argument("--gpu-memory-utilization", type=float, default=None)
     ap.add_argument("--kv-tokens", type=int, default=None, help="override the KV cache capacity (tokens)")
     ap.add_argument("--fault-500", type=float, default=0.0, help="fraction of requests answered 500")
     ap.add_argument("--fault-429", type=float, default=0.0, help="fraction of requests answered 429")
@@ -223,16 +247,49 @@ def _raise_fd_limit() -> None:
         pass
 
 
+_DEPLOYMENT_FLAGS = ("model", "gpu", "gpus", "nodes", "engine", "tp", "pp", "dp", "ep", "quant", "kv_dtype",
+                     "max_model_len", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization")
+
+
+def _profile(args: argparse.Namespace) -> Profile:
+    """The profile to serve: a saved deployment (--profile) with the deployment flags over its fields,
+    a deployment from the flags alone (--model), or the default profile with the flags over its fields."""
+    from servebench.deploy.deployment import profile_from_raw
+    from servebench.deploy.loader import load_raw_profile, resolve_model
+
+    flags = {k: getattr(args, k) for k in _DEPLOYMENT_FLAGS if getattr(args, k) is not None}
+    if args.profile is None and "model" not in flags:
+        raw: dict[str, Any] = load_raw_profile(DEFAULT_PROFILE)
+    elif args.profile is None:
+        spec = resolve_model(str(flags["model"]))
+        raw = {"name": spec.name, "served_model_name": spec.hf_id or spec.name}
+    else:
+        raw = load_raw_profile(args.profile)
+    if "model" not in raw and "model" not in flags:  # a cost-only profile: only the batch limit applies
+        if set(flags) - {"max_num_seqs"}:
+            raise ConfigError(f"profile {args.profile} is not a deployment; deployment flags need --model")
+        prof = profile_from_raw(raw)
+        if "max_num_seqs" in flags:
+            import dataclasses
+
+            prof = dataclasses.replace(prof, engine=dataclasses.replace(prof.engine,
+                                                                        max_num_seqs=int(flags["max_num_seqs"])))
+        return prof
+    raw = {**raw, **flags}
+    if int(raw.get("dp") or 1) > 1:
+        raise ConfigError("the emulator serves one model replica: run one per DP rank (--dp 1), or use "
+                          "servebench plan for data-parallel what-if")
+    return profile_from_raw(raw)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m servebench.emulator` (see the module docstring for the contract)."""
     import dataclasses
 
     args = _parse_args(argv)
     try:
-        prof = load_profile(args.profile)
+        prof = _profile(args)
         eng = prof.engine
-        if args.max_num_seqs is not None:
-            eng = dataclasses.replace(eng, max_num_seqs=args.max_num_seqs)
         if args.kv_tokens is not None:
             eng = dataclasses.replace(eng, kv_blocks=max(1, args.kv_tokens // eng.block_size))
         prof = dataclasses.replace(prof, engine=eng)
