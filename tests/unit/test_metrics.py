@@ -108,3 +108,17 @@ def test_client_verdict() -> None:
     busy = {"client": {"loop_lag_ms_p99": 12.0, "cpu_busy_peak": 0.99, "schedule_lag_ms": {"p99": 40.0}}}
     saturated, reasons, advice = assess_client(busy, open_loop=True)
     assert saturated and len(reasons) == 3 and "--concurrency" in advice
+
+
+def test_summarize_writes_the_keys_the_schema_declares_and_merges_the_run_in_order() -> None:
+    """summarize's own blocks are exactly Summary's required keys; the run's keys follow `schema`."""
+    from servebench.results.schema import Client, Summary
+
+    ok = [rec(i, send=i * MS, chunks=[(i + 10) * MS, (i + 20) * MS]) for i in range(3)]
+    bare = summarize(ok)
+    assert set(bare) == set(Summary.__required_keys__)
+    assert set(bare["client"]) == set(Client.__required_keys__) == {"schedule_lag_ms"}
+    run = {"run_id": "r", "started_at": "2026-01-01T00:00:00+00:00", "interrupted": False}
+    s = summarize(ok, run={**run}, client={"cpu_s": 0.5, "read_pauses": 0})
+    assert list(s)[:4] == ["schema", "run_id", "started_at", "interrupted"]
+    assert list(s["client"]) == ["cpu_s", "read_pauses", "schedule_lag_ms"]

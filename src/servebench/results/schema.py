@@ -20,8 +20,8 @@ a killed run) has them only as far as the manifest tells, and summaries written 
 still load. Version history: docs/results.md.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: TypedDict computes __required_keys__ from evaluated
+# annotations, and the classes below are defined in dependency order.
 import sys
 from pathlib import Path
 from typing import Literal, NotRequired
