@@ -296,6 +296,21 @@ def test_cli_contract_errors() -> None:
     assert p.returncode == 2 and p.stdout == "" and "--realtime-priority must be 1-99" in p.stderr
 
 
+def test_default_profile_is_the_one_run_serves() -> None:
+    """`servebench emulate` with no --profile (nor --model) serves the same profile as `servebench run`
+    without --url: one default, `deploy.DEFAULT_PROFILE`."""
+    from servebench.deploy import DEFAULT_PROFILE
+    from servebench.target import preflight
+
+    assert preflight.EmulatorProcess().profile == DEFAULT_PROFILE == "llama-3.1-8b"
+    s = _emulator()
+    try:
+        info = call(s.url, "GET", "/_servebench/info").json()
+    finally:
+        s.stop()
+    assert info["profile"] == DEFAULT_PROFILE
+
+
 def _fifo_permitted() -> bool:
     """Whether this process may take SCHED_FIFO (tried in a child, which then exits)."""
     import subprocess

@@ -20,12 +20,12 @@ from typing import Any
 import aiohttp
 import orjson
 
+from servebench.deploy import DEFAULT_PROFILE
 from servebench.errors import TargetUnavailable
 from servebench.urls import server_root
 
 __all__ = ["EmulatorProcess", "TargetInfo", "preflight", "DEFAULT_PROFILE"]
 
-DEFAULT_PROFILE = "llama-3.1-8b"
 _READY = "READY "
 
 
