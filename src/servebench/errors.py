@@ -1,8 +1,19 @@
-"""The error tree. Errors before the clock starts stop the run (exit 2); errors during it are data."""
+"""The error tree, and the one place a command turns one of them into its message and exit code.
+
+Errors before the clock starts stop the run (exit 2); errors during it are data (records).
+"""
 
 from __future__ import annotations
 
-__all__ = ["ServebenchError", "ConfigError", "TargetUnavailable", "ProtocolError"]
+import functools
+import sys
+from collections.abc import Callable
+from typing import NoReturn, ParamSpec, TypeVar
+
+__all__ = ["ServebenchError", "ConfigError", "TargetUnavailable", "ProtocolError", "fail", "handle_errors"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class ServebenchError(Exception):
@@ -21,3 +32,25 @@ class TargetUnavailable(ServebenchError):
 
 class ProtocolError(ServebenchError):
     """The target speaks something other than the expected OpenAI-compatible wire format."""
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print `servebench: error: <message>` on stderr and exit with `code` (every command's one printer)."""
+    from rich.console import Console  # on the way out only: importing errors stays free
+    from rich.markup import escape
+
+    Console(stderr=True).print(f"[bold red]servebench: error:[/bold red] {escape(message)}", highlight=False)
+    sys.exit(code)
+
+
+def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Decorate a click command: a `ServebenchError` it raises is printed by `fail`, with its exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except ServebenchError as e:
+            fail(str(e), e.exit_code)
+
+    return wrapper

@@ -2,30 +2,15 @@
 
 from __future__ import annotations
 
-import functools
 import string
-import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import click
 from rich.console import Console
 
-from servebench.errors import ConfigError, ServebenchError
+from servebench.errors import ConfigError, handle_errors
 
 __all__ = ["compare_command", "report_command"]
-
-
-def _errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except ServebenchError as e:
-            Console(stderr=True).print(f"[bold red]servebench: error:[/bold red] {e}", highlight=False)
-            sys.exit(e.exit_code)
-    return wrapper
 
 
 @click.command("report")
@@ -33,7 +18,7 @@ def _errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--out", type=click.Path(dir_okay=False),
               help="Report file. [default: DIR/report.html; with several DIRs, "
                    "./servebench-results/overlay/report.html]")
-@_errors
+@handle_errors
 def report_command(dirs: tuple[str, ...], out: str | None) -> None:
     """Re-render the HTML report of saved results (a run or a sweep directory).
 
@@ -57,13 +42,14 @@ def report_command(dirs: tuple[str, ...], out: str | None) -> None:
 @click.command("compare")
 @click.argument("sides", nargs=-1, required=True)
 @click.option("--out", type=click.Path(file_okay=False),
-              help="Directory for compare.html, compare.json and charts/. [default: ./servebench-results/compare-<A>-vs-<B>]")
+              help="Directory for compare.html, compare.json and charts/. "
+                   "[default: ./servebench-results/compare-<A>-vs-<B>]")
 @click.option("--resamples", type=click.IntRange(100, 100_000), default=1000, show_default=True,
               help="Bootstrap replicates per side.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed (same seed, same intervals).")
 @click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True)
 @click.option("--html/--no-html", default=True, show_default=True, help="Write compare.html.")
-@_errors
+@handle_errors
 def compare_command(sides: tuple[str, ...], out: str | None, resamples: int, seed: int, confidence: float,
                     html: bool) -> None:
     """Compare results A B [C...]: each against A, ratio B/A with a bootstrap confidence interval.

@@ -8,33 +8,15 @@ aliases (`--num-prompts`, `--request-rate`, `--max-concurrency`, `--random-input
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import click
-from rich.console import Console
 
-from servebench.run.config import RunConfig, load_scenario, parse_extra_body
-from servebench.errors import ServebenchError
 from servebench.results.slo import parse_slo_spec
+from servebench.run.config import RunConfig, load_scenario, parse_extra_body
 
-__all__ = ["config_from_options", "handle_errors", "run_options", "settings_from_options"]
-
-
-def _fail(message: str, code: int = 2) -> None:
-    Console(stderr=True).print(f"[bold red]servebench: error:[/bold red] {message}", highlight=False)
-    sys.exit(code)
-
-
-def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except ServebenchError as e:
-            _fail(str(e), e.exit_code)
-    return wrapper
+__all__ = ["config_from_options", "run_options", "settings_from_options"]
 
 
 def run_options(fn: Callable[..., Any] | None = None, *, lists: bool = False) -> Any:

@@ -1,0 +1,31 @@
+"""The click command `servebench run`: flags -> RunConfig -> one benchmark. The CLI loads this module
+only when `run` is invoked or its help is asked for (cli.py's lazy command table)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from servebench.errors import handle_errors
+from servebench.run.options import config_from_options, run_options
+
+__all__ = ["run_command"]
+
+
+@click.command("run")
+@run_options
+@click.option("--out", type=click.Path(file_okay=False),
+              help="Result directory. [default: ./servebench-results/<time>-<slug>/]")
+@handle_errors
+def run_command(**options: Any) -> None:
+    """One benchmark: load a target, measure, write a result directory, print a summary.
+
+    With no --url it starts the built-in emulator on a free loopback port and benchmarks it.
+    """
+    from servebench.run.bench import run_benchmark_sync  # the run's machinery: after flags are checked
+
+    cfg = config_from_options(options)
+    outcome = run_benchmark_sync(cfg)
+    sys.exit(outcome.exit_code)
