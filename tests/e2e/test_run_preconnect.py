@@ -29,8 +29,10 @@ _CONNECT_TIMEOUT_S = 0.8  # the client's; < 1 s, when a dropped SYN is sent agai
 
 def _stream(n_tokens: int) -> bytes:
     out = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
     def event(text: str, reason: str | None) -> dict[str, object]:
-        return {"id": "x", "object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": reason}]}
+        choice = {"index": 0, "text": text, "finish_reason": reason}
+        return {"id": "x", "object": "text_completion", "choices": [choice]}
 
     events = [event(f" t{i}", None) for i in range(n_tokens)] + [event("", "length")]
     for e in events:

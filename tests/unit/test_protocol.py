@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 
+from servebench.client.conn import HttpError
 from servebench.client.openai import (
+    MalformedResponse,
     StreamAccumulator,
     allocate_tokens,
     build_body,
     interpret_response,
     normalize_base_url,
 )
+from servebench.client.outcome import exception_kind
 
 
 def chat(delta: dict | None = None, usage: dict | None = None, choices: bool = True, finish=None) -> bytes:
@@ -108,3 +112,42 @@ def test_request_body_asks_for_exact_lengths_and_usage() -> None:
 def test_base_url_with_or_without_v1() -> None:
     for url in ("http://h:1", "http://h:1/", "http://h:1/v1", "http://h:1/v1/"):
         assert normalize_base_url(url) == "http://h:1/v1"
+
+
+@pytest.mark.parametrize("payload", [b'[1, 2]', b'{"choices": 5}', b'{"choices": [7]}', b'{"choices": "ab"}',
+                                     b'{"choices": [{"delta": {"content": 3}}]}', b'{"choices": {"a": 1}}'])
+def test_json_of_the_wrong_shape_is_the_servers_malformed_data(payload: bytes) -> None:
+    with pytest.raises(MalformedResponse):
+        StreamAccumulator("chat").on_event(payload, 0)
+    with pytest.raises(MalformedResponse):
+        interpret_response(payload.replace(b"delta", b"message"), "chat")
+
+
+def test_a_usage_of_another_type_is_no_usage() -> None:
+    acc = StreamAccumulator("completions")
+    acc.on_event(b'{"choices": [{"text": "hi"}], "usage": [1]}', 5)
+    assert acc.finish().output_tokens_source == "counted"
+    acc.on_event(b'{"choices": [], "usage": {"completion_tokens": 3, "completion_tokens_details": 7}}', 6)
+    assert acc.finish().output_tokens == 3
+
+
+def _raised(exc: Exception) -> Exception:
+    try:
+        raise exc
+    except Exception as e:
+        return e
+
+
+def test_only_the_servers_bytes_are_malformed_sse_the_rest_of_ours_is_client_error() -> None:
+    try:
+        orjson.loads(b"{nope")
+    except orjson.JSONDecodeError as e:
+        decode_error = e
+    assert exception_kind(decode_error, got_tokens=True)[0] == "malformed_sse"
+    assert exception_kind(MalformedResponse("x"), got_tokens=True)[0] == "malformed_sse"
+    kind, detail = exception_kind(_raised(ValueError("our own")), got_tokens=True)
+    assert kind == "client_error" and detail.startswith("ValueError: our own (at test_protocol.py:")
+    assert exception_kind(_raised(KeyError("k")), got_tokens=False)[0] == "client_error"
+    assert exception_kind(HttpError("closed"), got_tokens=False) == ("reset", "closed")
+    assert exception_kind(ConnectionRefusedError(111, "refused"), got_tokens=False)[0] == "connect"
+    assert exception_kind(ConnectionResetError(104, "reset"), got_tokens=True)[0] == "reset"

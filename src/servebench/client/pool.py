@@ -109,7 +109,7 @@ class ConnectionPool:
     ) -> Response:
         """Send one request and wait for its whole response; body bytes go to `sink`.
 
-        `on_send` is called just before the bytes are written (the runner takes `t_send` there).
+        `on_send` is called just before the bytes are written (the shard takes `t_send` there).
         A pooled connection that the server had closed while idle fails before any response byte;
         such a request is sent once more, on a fresh connection, and `on_send` is called again: a
         stale pool is the client's business and never counts in the request's TTFT.

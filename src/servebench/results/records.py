@@ -1,4 +1,4 @@
-"""The per-request record: what the runner measured for one request, and its on-disk form.
+"""The per-request record: what the client (`client.shard`) measured for one request, and its on-disk form.
 
 Times are integer nanoseconds from `time.perf_counter_ns()`, stored relative to the run's
 origin `t0_ns` (the instant the schedule starts), so records of one run compare directly and
