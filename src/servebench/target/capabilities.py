@@ -44,6 +44,7 @@ __all__ = ["KNOWN_ENGINES", "LENGTH_FIELDS", "ROLES", "Capabilities", "EnginePro
 LENGTH_FIELDS = ("ignore_eos", "min_tokens")  # the fields a server may reject, in build_body's names
 _PROBE_MAX_TOKENS = 3
 _PROBE_PROMPT = "Say hello."
+_CLOSE_WAIT_S = 0.1  # after a streamed response: a FIN within this long means "closes after each stream"
 
 
 @dataclass(slots=True)
@@ -216,7 +217,10 @@ async def _stream_once(session: aiohttp.ClientSession, url: str, body: dict[str,
 async def _keeps_alive_after_stream(url: str, body: dict[str, Any], timeout_s: float) -> bool | None:
     """Send the accepted probe body on a raw connection; after the response, does the socket stay open?
 
-    None when it cannot tell (TLS, not chunked, an error). Costs one more 3-token request.
+    None when it cannot tell (TLS, not chunked, an error). Costs one more 3-token request and a
+    `_CLOSE_WAIT_S` wait: a server that closes sends its FIN right behind the terminal chunk (llama-server
+    on loopback: ~0.1 ms after it), so a connection still open and quiet that long after stays open.
+    (The wait was 0.3 s: most of a run's start-up, see benchmarks/startup.py.)
     """
     parts = urlsplit(url)
     if parts.scheme != "http" or parts.hostname is None:
@@ -245,7 +249,7 @@ async def _keeps_alive_after_stream(url: str, body: dict[str, Any], timeout_s: f
                     break
                 await reader.readexactly(size + 2)
         try:
-            extra = await asyncio.wait_for(reader.read(1), 0.3)
+            extra = await asyncio.wait_for(reader.read(1), _CLOSE_WAIT_S)
         except TimeoutError:
             return True  # still open and quiet: reusable
         return False if extra == b"" else None
@@ -357,8 +361,8 @@ async def probe(session: aiohttp.ClientSession, base_url: str, model: str, api: 
     if not caps.usage_in_stream:
         caps.notes.append("no usage in the stream: output tokens are counted from chunks")
 
-    caps.tokenize = await _probe_tokenize(session, root, model, engine)
-    caps.keeps_alive_after_stream = await _keeps_alive_after_stream(url, body, timeout_s)
+    caps.tokenize, caps.keeps_alive_after_stream = await asyncio.gather(  # independent: side by side
+        _probe_tokenize(session, root, model, engine), _keeps_alive_after_stream(url, body, timeout_s))
     if caps.keeps_alive_after_stream is False:
         caps.notes.append("the server closes the connection after every streamed response (despite "
                           "Keep-Alive): streamed requests cannot reuse connections")
