@@ -6,8 +6,10 @@ wants values (`parse_prometheus`: sample name without `_total` -> value summed o
 
 Why not `prometheus_client.parser.text_string_to_metric_families`? It is the reference reader and the
 tests use it as the oracle (tests/unit/test_prometheus.py: same values on every engine's page), but on
-a 20 kB vLLM page (tests/fixtures/engines/vllm_metrics.prom) it takes ~2.9 ms a parse against ~0.13 ms
-here, costs ~50 ms of import, and would move prometheus_client from a test extra into the install.
+a 20 kB vLLM page (tests/fixtures/engines/metrics/vllm.prom) it takes ~3.0 ms a parse against ~0.2 ms
+here (best of 5 x 50, this 2-core host), costs ~50 ms of import, and would move prometheus_client from a
+test extra into the install. The scrape runs outside the clock, so speed alone would not decide; the
+import and the dependency do.
 servebench needs none of what it adds (exemplars, escapes in metric names, typed families): a sample
 line is `name[{labels}] value [timestamp]`, and label values may hold any character, `}` included.
 """
