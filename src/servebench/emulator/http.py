@@ -40,7 +40,7 @@ class HttpConn(asyncio.Protocol):
         self.busy = False
         self.closed = False
         self.keep_alive = True
-        self.current: Any = None  # the application's in-flight response state
+        self.current: object | None = None  # the application's in-flight response state (opaque here)
         self._parsing = False
         self._continued = False
 

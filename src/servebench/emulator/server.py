@@ -76,7 +76,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from servebench.emulator.app import Emulator, chat_prompt
 from servebench.emulator.faults import Faults
@@ -113,7 +113,7 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 
 
 def serve(profile: Profile | str, host: str = "127.0.0.1", port: int = 0, *, faults: Faults | None = None,
-          seed: int = 0, served_model_name: str | None = None, ready: Any = None,
+          seed: int = 0, served_model_name: str | None = None, ready: Callable[[str], None] | None = None,
           scheduling: str = "normal") -> None:
     """Run the emulator until SIGINT/SIGTERM. `ready(url)` is called once listening. `scheduling`:
     what the loop runs under, in words (reported by /_servebench/pacing)."""

@@ -1,6 +1,6 @@
 """A continuous-batching serving engine on any clock. Pure: no I/O, no wall clock.
 
-The emulator (`servebench.emulator.server`) drives it on the wall clock; `servebench plan` drives it on a
+The emulator (`servebench.emulator.pacing`) drives it on the wall clock; `servebench plan` drives it on a
 virtual clock through `sim.simulate`. It models what vLLM's V1 scheduler does, at token granularity:
 
 - a FCFS waiting queue and a running batch of at most `max_num_seqs` sequences;
