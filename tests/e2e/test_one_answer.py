@@ -60,3 +60,51 @@ def test_emulator_and_plan_agree(name: str, tmp_path: Path) -> None:
     assert measured["load"]["concurrency"] == CONCURRENCY
     assert tps == pytest.approx(predicted["output_tokens_per_s"], rel=0.10), (tps, predicted)
     assert itl == pytest.approx(predicted["itl_ms_p50"], rel=0.10), (itl, predicted)
+
+
+def test_calibration_on_a_recorded_sweep_predicts_concurrency_100(tmp_path: Path) -> None:
+    # A "real server" whose speed plan does not know: the emulator serving Llama-3.1-8B on one A100
+    # with knobs of its own (a saved deployment with a calibration plan has never seen). A sweep at
+    # concurrency 1-15 recorded with `servebench run`, then `plan --calibrate` on it predicts
+    # concurrency 100, which is measured too.
+    profile = tmp_path / "secret.yaml"
+    profile.write_text("name: secret\nmodel: Llama-3.1-8B\ngpu: a100\ngpus: 1\nmax_model_len: 4096\n"
+                       "knobs: {mem_efficiency: 0.5, compute_efficiency: 0.3, step_overhead_s: 0.006, "
+                       "layer_overhead_s: 0.00005}\n")
+    flags = ["--model", "Llama-3.1-8B", "--gpu", "a100", "--gpus", "1", "--max-model-len", "4096"]
+    inp, out = 256, 64
+
+    def run(url: str, c: int, n: int, dest: Path) -> dict:
+        p = subprocess.run([SERVEBENCH, "run", "--url", url, "--api", "completions", "--concurrency", str(c),
+                            "--input-len", str(inp), "--output-len", str(out), "--ignore-eos",
+                            "--num-requests", str(n), "--out", str(dest), "-q"],
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-2000:]
+        return json.loads((dest / "summary.json").read_text())
+
+    emu = ServerProcess([SERVEBENCH, "emulate", "--profile", str(profile), "--port", "0"])
+    try:
+        for c, n in ((1, 6), (5, 20), (15, 45)):
+            run(emu.url, c, n, tmp_path / "sweep" / f"c{c}")
+        measured = run(emu.url, 100, 200, tmp_path / "c100")["throughput"]["output_tokens_per_s"]
+    finally:
+        emu.stop()
+    p = subprocess.run([SERVEBENCH, "plan", *flags, "--calibrate", str(tmp_path / "sweep"), "--concurrency", "100",
+                        "--input-len", str(inp), "--output-len", str(out), "--num-requests", "200", "--json", "-"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["calibration"]["points"] == 3 and doc["knobs"]["source"] == "calibrated"
+    (pt,) = doc["whatif"]["points"]
+    uncalibrated = _plan_point(flags, 100, inp, out, 200)
+    assert abs(uncalibrated / measured - 1) > 0.10  # the default knobs alone would not do
+    print(f"c=100 measured {measured:.0f}, calibrated {pt['output_tokens_per_s']:.0f}, uncalibrated {uncalibrated:.0f} tok/s")
+    assert pt["output_tokens_per_s"] == pytest.approx(measured, rel=0.10), (pt, measured)
+
+
+def _plan_point(flags: list[str], c: int, inp: int, out: int, n: int) -> float:
+    p = subprocess.run([SERVEBENCH, "plan", *flags, "--concurrency", str(c), "--input-len", str(inp),
+                        "--output-len", str(out), "--num-requests", str(n), "--json", "-"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return float(json.loads(p.stdout)["whatif"]["points"][0]["output_tokens_per_s"])

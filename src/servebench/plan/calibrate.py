@@ -29,7 +29,7 @@ class MeasuredPoint:
     concurrency: int
     input_len: int
     output_len: int
-    output_tokens_per_s: float
+    output_tokens_per_s: float | None  # None: a point that measured only latency
     itl_ms: float | None = None  # median inter-token latency
     ttft_ms: float | None = None  # median time to first token
 
@@ -51,7 +51,8 @@ def _loss(dep: Deployment, cal: StepKnobs, pts: Sequence[MeasuredPoint], prior: 
     for p in pts:
         sim = simulate_point(cfg, concurrency=p.concurrency, input_len=p.input_len, output_len=p.output_len,
                              num_requests=_calib_requests(p.concurrency))
-        total += math.log(sim.output_tokens_per_s / p.output_tokens_per_s) ** 2
+        if p.output_tokens_per_s:
+            total += math.log(sim.output_tokens_per_s / p.output_tokens_per_s) ** 2
         if p.itl_ms:
             total += math.log(sim.itl_ms_p50 / p.itl_ms) ** 2
         if p.ttft_ms:
@@ -93,8 +94,10 @@ def calibrate(dep: Deployment, points: Sequence[MeasuredPoint], *, start: StepKn
         sim = simulate_point(cfg, concurrency=p.concurrency, input_len=p.input_len, output_len=p.output_len,
                              num_requests=_calib_requests(p.concurrency))
         itl = f", ITL {sim.itl_ms_p50:.1f} ms vs {p.itl_ms:.1f}" if p.itl_ms else ""
-        lines.append(f"  c={p.concurrency}: {sim.output_tokens_per_s:.0f} vs measured {p.output_tokens_per_s:.0f} "
-                     f"output tok/s{itl}")
+        tput = (f"{sim.output_tokens_per_s:.0f} vs measured {p.output_tokens_per_s:.0f} output tok/s"
+                if p.output_tokens_per_s else f"{sim.output_tokens_per_s:.0f} output tok/s (not measured)")
+        ttft = f", TTFT {sim.ttft_ms_p50:.0f} ms vs {p.ttft_ms:.0f}" if p.ttft_ms else ""
+        lines.append(f"  c={p.concurrency}: {tput}{itl}{ttft}")
     return best, "\n".join(lines)
 
 

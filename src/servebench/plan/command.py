@@ -42,7 +42,8 @@ def _band(calibrated: list[tuple[MeasuredPoint, WhatIfPoint]] | None) -> tuple[d
     if calibrated:
         errs: dict[str, list[float]] = {"output_tokens_per_s": [], "itl_ms": [], "ttft_ms": []}
         for m, sim in calibrated:
-            errs["output_tokens_per_s"].append(abs(sim.output_tokens_per_s / m.output_tokens_per_s - 1))
+            if m.output_tokens_per_s:
+                errs["output_tokens_per_s"].append(abs(sim.output_tokens_per_s / m.output_tokens_per_s - 1))
             if m.itl_ms:
                 errs["itl_ms"].append(abs(sim.itl_ms_p50 / m.itl_ms - 1))
             if m.ttft_ms:
