@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from servebench.errors import ConfigError
-from servebench.results import schema
+from servebench.results import schema, schemagen
 from servebench.results.store import SUMMARY, load_run, read_summary, write_json
 from servebench.sweep.command import sweep_command
 from tests.support.synth import synth_records, write_synth_run, write_synth_sweep
@@ -59,9 +59,9 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_committed_schema_is_the_generated_one() -> None:
-    assert SCHEMA_FILE.read_text(encoding="utf-8") == schema.render(), (
-        "docs/summary.schema.json is stale: run `python -m servebench.results.schema --write`")
-    assert schema.main(["--check"]) == 0
+    assert SCHEMA_FILE.read_text(encoding="utf-8") == schemagen.render(), (
+        "docs/summary.schema.json is stale: run `python -m servebench.results.schemagen --write`")
+    assert schemagen.main(["--check"]) == 0
 
 
 def test_real_run_summary_validates(validator: jsonschema.protocols.Validator, real_run: Path) -> None:

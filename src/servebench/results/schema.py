@@ -4,10 +4,10 @@
 store, report, repeats and sweep read it through these types, so mypy checks every key. At run time
 a TypedDict is a plain dict: nothing here validates or costs anything, and nothing here imports
 pydantic. The JSON Schema kept in the repository (docs/summary.schema.json) is generated from these
-types (pydantic's TypeAdapter, a test-time dependency):
+types by `results/schemagen.py` (pydantic's TypeAdapter, a test-time dependency):
 
-    python -m servebench.results.schema --write     # regenerate docs/summary.schema.json
-    python -m servebench.results.schema --check     # exit 1 when the committed file is stale
+    python -m servebench.results.schemagen --write     # regenerate docs/summary.schema.json
+    python -m servebench.results.schemagen --check     # exit 1 when the committed file is stale
 
 Blocks the metrics own are closed (PEP 728 `closed=True`, `additionalProperties: false` in the JSON
 Schema): a key added without changing its type here fails the schema tests. Blocks whose keys depend
@@ -22,8 +22,6 @@ still load. Version history: docs/results.md.
 
 # No `from __future__ import annotations`: TypedDict computes __required_keys__ from evaluated
 # annotations, and the classes below are defined in dependency order.
-import sys
-from pathlib import Path
 from typing import Literal, NotRequired
 
 from typing_extensions import TypedDict  # closed= (PEP 728); pydantic needs this TypedDict before 3.12
@@ -60,7 +58,6 @@ __all__ = [
 SUMMARY_VERSION: Literal["servebench.summary/1"] = "servebench.summary/1"
 #: Every version the loaders accept (the shape each had is in docs/results.md).
 SUMMARY_VERSIONS = (SUMMARY_VERSION,)
-SCHEMA_FILE = Path(__file__).resolve().parents[3] / "docs" / "summary.schema.json"
 
 
 #: The per-request latency metrics (keys of `latency_ms`).
@@ -334,55 +331,3 @@ class Summary(TypedDict, closed=True):
     slo_check: NotRequired[SloCheck]
     notes: NotRequired[list[str]]
     cost: NotRequired[Cost]
-
-
-def json_schema() -> dict[str, object]:
-    """The JSON Schema (draft 2020-12) of summary.json, from `Summary`. Needs pydantic (test extra)."""
-    from pydantic import TypeAdapter  # only the generator needs pydantic (test extra)
-
-    doc: dict[str, object] = {"$schema": "https://json-schema.org/draft/2020-12/schema"}
-    doc.update(TypeAdapter(Summary).json_schema(mode="serialization"))
-    _drop_field_titles(doc)
-    return doc
-
-
-def _drop_field_titles(node: object) -> None:
-    """pydantic titles every field after its name ("Limit Ms"): noise; the blocks keep theirs."""
-    if isinstance(node, dict):
-        for sub in (node.get("properties") or {}).values():
-            if isinstance(sub, dict):
-                sub.pop("title", None)
-        for value in node.values():
-            _drop_field_titles(value)
-    elif isinstance(node, list):
-        for value in node:
-            _drop_field_titles(value)
-
-
-def render() -> str:
-    """The schema file's text: stable key order, two-space indent, trailing newline."""
-    import json
-
-    return json.dumps(json_schema(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`--write` regenerates docs/summary.schema.json; `--check` exits 1 when it is stale; else print."""
-    args = sys.argv[1:] if argv is None else argv
-    text = render()
-    if "--write" in args:
-        SCHEMA_FILE.write_text(text, encoding="utf-8")
-        print(f"wrote {SCHEMA_FILE}")
-        return 0
-    if "--check" in args:
-        current = SCHEMA_FILE.read_text(encoding="utf-8") if SCHEMA_FILE.is_file() else ""
-        if current != text:
-            print(f"{SCHEMA_FILE} is stale: run python -m servebench.results.schema --write", file=sys.stderr)
-            return 1
-        return 0
-    sys.stdout.write(text)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
