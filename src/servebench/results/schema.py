@@ -51,7 +51,6 @@ __all__ = [
     "Throughput",
     "Tokens",
     "Workload",
-    "json_schema",
 ]
 
 #: The version string in `summary["schema"]` that this code writes.

@@ -161,7 +161,8 @@ def parse_slo_spec(text: str | None) -> SloSpec:
                 f"metric one of {', '.join(METRICS)}, stat one of {', '.join(_STATS)}"
             )
     if spec.goodput_fraction is not None and not spec.per_request:
-        raise ConfigError("--slo goodput_fraction needs per-request limits too, e.g. ttft_ms=2000,goodput_fraction=0.99")
+        raise ConfigError("--slo goodput_fraction needs per-request limits too, "
+                          "e.g. ttft_ms=2000,goodput_fraction=0.99")
     return spec
 
 
