@@ -8,18 +8,15 @@ from __future__ import annotations
 
 import time
 
-from servebench.plan.fit import PlanArgs, deployment_dict, resolve_layout
-from servebench.plan.whatif import default_calibration, engine_config, simulate_point
-from servebench.sim.catalog import get_gpu, get_model
+from servebench.plan.fit import PlanArgs, to_deployment
+from servebench.plan.whatif import engine_config, simulate_point
 
 TARGET_S = 2.0
 
 
 def main() -> int:
-    args = PlanArgs(model="DeepSeek-R1", gpu="h200", gpus=8)
-    model = get_model(args.model)
-    layout = resolve_layout(args, model, get_gpu(args.gpu))
-    cfg = engine_config(deployment_dict(args, model, layout), default_calibration(model, layout.quant))
+    # the deployment's own engine: the one the emulator serves for the same flags
+    cfg = engine_config(to_deployment(PlanArgs(model="DeepSeek-R1", gpu="h200", gpus=8)))
     rows = []
     for concurrency in (64, 256):
         t0 = time.perf_counter()
@@ -30,7 +27,8 @@ def main() -> int:
         ok &= wall_s < TARGET_S
         print(f"10,000 requests, concurrency {concurrency}: {wall_s:.2f} s wall "
               f"({'ok' if wall_s < TARGET_S else 'SLOW'}, target < {TARGET_S} s); simulated "
-              f"{p.output_tokens_per_s:,.0f} output tok/s, ITL p50 {p.itl_ms_p50:.1f} ms, TTFT p50 {p.ttft_ms_p50:.0f} ms")
+              f"{p.output_tokens_per_s:,.0f} output tok/s, ITL p50 {p.itl_ms_p50:.1f} ms, "
+              f"TTFT p50 {p.ttft_ms_p50:.0f} ms")
     return 0 if ok else 1
 
 

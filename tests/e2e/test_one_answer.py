@@ -98,7 +98,8 @@ def test_calibration_on_a_recorded_sweep_predicts_concurrency_100(tmp_path: Path
     (pt,) = doc["whatif"]["points"]
     uncalibrated = _plan_point(flags, 100, inp, out, 200)
     assert abs(uncalibrated / measured - 1) > 0.10  # the default knobs alone would not do
-    print(f"c=100 measured {measured:.0f}, calibrated {pt['output_tokens_per_s']:.0f}, uncalibrated {uncalibrated:.0f} tok/s")
+    print(f"c=100 measured {measured:.0f}, calibrated {pt['output_tokens_per_s']:.0f}, "
+          f"uncalibrated {uncalibrated:.0f} tok/s")
     assert pt["output_tokens_per_s"] == pytest.approx(measured, rel=0.10), (pt, measured)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -9,10 +10,10 @@ import yaml
 from click.testing import CliRunner
 from rich.console import Console
 
+from servebench.deploy.deployment import Deployment
 from servebench.errors import ConfigError
 from servebench.plan.calibrate import MeasuredPoint, calibrate, load_measurements
 from servebench.plan.command import plan_command, plan_main
-from servebench.deploy.deployment import Deployment
 from servebench.plan.fit import PlanArgs, resolve_layout, to_deployment
 from servebench.plan.whatif import knobs_yaml, whatif
 from servebench.sim.catalog import get_gpu, get_model
@@ -79,7 +80,7 @@ def _awq_deployment() -> tuple[Deployment, object]:
 
 
 def test_whatif_throughput_rises_and_saturates_while_itl_grows() -> None:
-    dep, m = _awq_deployment()
+    dep, _m = _awq_deployment()
     pts = whatif(dep, None, input_len=1024, output_len=256, concurrencies=(1, 16, 128),
                  num_requests=64)
     tput = [p.output_tokens_per_s for p in pts]
@@ -95,7 +96,7 @@ def test_calibration_on_seed_low_concurrency_predicts_c100_within_10pct() -> Non
     # seed 001 (test-only; vLLM 0.7.3, DeepSeek-V3-AWQ, 8xH100, 1024 in / 256 out), concurrency <= 15:
     # c=1 ~33 tok/s, ITL ~30 ms; c=5 ~103 tok/s, ~46 ms; c=15 ~245 tok/s, ~50 ms; "when the concurrency
     # reaches 8, the first token does not appear until after 1 second". Measured at c=100: ~620 tok/s.
-    dep, m = _awq_deployment()
+    dep, _m = _awq_deployment()
     points = [MeasuredPoint(1, 1024, 256, 33, 30), MeasuredPoint(5, 1024, 256, 103, 46),
               MeasuredPoint(8, 1024, 256, None, ttft_ms=1000), MeasuredPoint(15, 1024, 256, 245, 50)]
     cal, report = calibrate(dep, points)
@@ -110,8 +111,10 @@ def test_load_measurements_from_results_and_yaml(tmp_path) -> None:
     run = tmp_path / "runs" / "c5"
     run.mkdir(parents=True)
     (run / "summary.json").write_text(json.dumps({
-        "schema": "servebench.summary/1", "load": {"concurrency": 5}, "workload": {"input_len": 1024, "output_len": 256},
-        "throughput": {"output_tokens_per_s": 103.0}, "latency_ms": {"itl": {"median": 46.0}, "ttft": {"median": 800}}}))
+        "schema": "servebench.summary/1", "load": {"concurrency": 5},
+        "workload": {"input_len": 1024, "output_len": 256},
+        "throughput": {"output_tokens_per_s": 103.0},
+        "latency_ms": {"itl": {"median": 46.0}, "ttft": {"median": 800}}}))
     (pt,) = load_measurements(tmp_path / "runs")
     assert (pt.concurrency, pt.output_tokens_per_s, pt.itl_ms, pt.ttft_ms) == (5, 103.0, 46.0, 800.0)
     f = tmp_path / "points.yaml"
@@ -133,7 +136,7 @@ def test_median_itl_equals_brute_force_token_gaps(kv_blocks, concurrency) -> Non
     from servebench.sim.request import SimRequest
     from servebench.sim.simulate import simulate
 
-    dep, m = _awq_deployment()
+    dep, _m = _awq_deployment()
     cfg = engine_config(dep)
     if kv_blocks:
         cfg = dataclasses.replace(cfg, kv_blocks=kv_blocks)  # a tiny cache forces preemptions
@@ -142,7 +145,7 @@ def test_median_itl_equals_brute_force_token_gaps(kv_blocks, concurrency) -> Non
     gaps = []
     for r in reqs:
         t = run.token_times_s(r)
-        gaps.extend(b - a for a, b in zip(t, t[1:]))
+        gaps.extend(b - a for a, b in itertools.pairwise(t))
     assert _median_itl_s(run, reqs) == pytest.approx(statistics.median(gaps), rel=1e-12)
     if kv_blocks:
         assert run.stats.preemptions > 0
@@ -241,7 +244,7 @@ def test_fit_and_whatif_hold_one_kv_figure() -> None:
     dep, _ = _awq_deployment()
     fit_tokens = dep.fit().kv_tokens
     assert engine_config(dep).kv_tokens == fit_tokens
-    code, doc = _plan_json("--model", "DeepSeek-V3-AWQ", "--gpu", "h100", "--gpus", "8", "--engine", "vllm-0.7",
+    _code, doc = _plan_json("--model", "DeepSeek-V3-AWQ", "--gpu", "h100", "--gpus", "8", "--engine", "vllm-0.7",
                            "--max-model-len", "8000", "--gpu-memory-utilization", "0.95", "--max-num-seqs", "128")
     assert doc["fit"]["kv_tokens_per_replica"] == fit_tokens
 

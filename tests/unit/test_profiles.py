@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from pathlib import Path
 
@@ -54,7 +55,7 @@ def _closed(profile: str, c: int, inp: int, out: int) -> tuple[float, float]:
     for r in reqs:
         t = run.token_times_s(r)
         toks += sum(1 for x in t if a <= x < b)
-        gaps += [y - x for x, y in zip(t, t[1:]) if a <= x < b]
+        gaps += [y - x for x, y in itertools.pairwise(t) if a <= x < b]
     return toks / (b - a), statistics.median(gaps) * 1e3
 
 

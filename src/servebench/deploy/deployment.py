@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -115,7 +116,7 @@ class Deployment:
         tp_, pp_, dp_, ep_ = resolve_parallel(gpus=gpus, nodes=nodes, tp=tp, pp=pp, dp=dp, ep=ep, model=spec)
         dep = cls(model=spec, gpu=g, gpus_per_node=gpus, nodes=nodes, engine=engine, tp=tp_, pp=pp_, dp=dp_,
                   ep=ep_, quant=quant or spec.default_quant, **rest)
-        dep.layout  # validate now: a bad layout is a bad input, not a later surprise
+        _ = dep.layout  # validate now: a bad layout is a bad input, not a later surprise
         return dep
 
     @property

@@ -72,17 +72,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import sys
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+from servebench.deploy import DEFAULT_PROFILE
+from servebench.deploy.loader import load_profile
 from servebench.emulator.app import Emulator, chat_prompt
 from servebench.emulator.faults import Faults
 from servebench.emulator.http import HttpConn
-from servebench.deploy import DEFAULT_PROFILE
-from servebench.deploy.loader import load_profile
 from servebench.errors import ConfigError
 from servebench.sim.profile import Profile
 
@@ -125,10 +127,8 @@ def serve(profile: Profile | str, host: str = "127.0.0.1", port: int = 0, *, fau
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
+            with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
                 loop.add_signal_handler(sig, stop.set)
-            except (NotImplementedError, RuntimeError):  # pragma: no cover - not the main thread
-                pass
         if ready is not None:
             ready(f"http://{host}:{real_port}")
         await stop.wait()

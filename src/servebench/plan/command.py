@@ -19,7 +19,7 @@ from rich.console import Console
 
 from servebench.errors import handle_errors
 from servebench.plan.calibrate import MeasuredPoint, calibrate, load_measurements
-from servebench.plan.fit import GIB, PlanArgs, engine_base, fit_rows, fit_table, to_deployment
+from servebench.plan.fit import GIB, PlanArgs, engine_base, fit_table, to_deployment
 from servebench.plan.recipes import RecipeSpec, render_all
 from servebench.plan.whatif import WhatIfPoint, knobs_yaml, point_dict, simulate_point, whatif, whatif_table
 from servebench.sim.catalog import GPUS, MODELS
@@ -64,8 +64,9 @@ def _band(calibrated: list[tuple[MeasuredPoint, WhatIfPoint]] | None) -> tuple[d
 def _fit_json(res: FitResult, seq_lens: list[int]) -> dict[str, Any]:
     return {"fits": res.fits, "reason": res.reason, "weights_per_gpu_gib": res.weights_per_gpu_bytes / GIB,
             "weights_breakdown_gib": {k: v / GIB for k, v in res.weights_breakdown.items()},
-            "reserve_per_gpu_gib": res.reserve_per_gpu_bytes / GIB, "usable_per_gpu_gib": res.usable_per_gpu_bytes / GIB,
-            "kv_cache_per_gpu_gib": res.kv_bytes_per_gpu / GIB, "kv_bytes_per_token_per_gpu": res.kv_bytes_per_token_per_gpu,
+            "reserve_per_gpu_gib": res.reserve_per_gpu_bytes / GIB,
+            "usable_per_gpu_gib": res.usable_per_gpu_bytes / GIB, "kv_cache_per_gpu_gib": res.kv_bytes_per_gpu / GIB,
+            "kv_bytes_per_token_per_gpu": res.kv_bytes_per_token_per_gpu,
             "kv_tokens_per_replica": res.kv_tokens, "replicas": res.replicas, "max_model_len": res.max_model_len,
             "concurrent_seqs": {str(n): res.max_concurrent_seqs(n) for n in seq_lens},
             "suggestions": list(res.suggestions)}
@@ -198,7 +199,8 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 @click.option("--max-num-seqs", type=click.IntRange(1), help="[default: the engine's, 256 for vLLM]")
 @click.option("--max-num-batched-tokens", type=click.IntRange(1),
               help="Batch token budget. [default: the engine's; vLLM 0.7 without chunked prefill: max-model-len]")
-@click.option("--out", type=click.Path(file_okay=False), help="Write launch, compose, Kubernetes and benchmark files here.")
+@click.option("--out", type=click.Path(file_okay=False),
+              help="Write launch, compose, Kubernetes and benchmark files (and plan.json) here.")
 @click.option("--input-len", default=1024, show_default=True, type=click.IntRange(1), help="What-if prompt tokens.")
 @click.option("--output-len", default=256, show_default=True, type=click.IntRange(1), help="What-if output tokens.")
 @click.option("--concurrency", callback=_int_list, help="What-if: closed-loop concurrencies, e.g. 1,8,32,128.")

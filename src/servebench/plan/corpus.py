@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 from servebench.errors import ConfigError
 
-__all__ = ["Source", "CorpusPoint", "load_corpus", "parse_source", "MODES", "MEASURED_KEYS"]
+__all__ = ["Source", "CorpusPoint", "load_corpus", "corpus_files", "parse_source", "MODES", "MEASURED_KEYS"]
 
 MODES = ("offline", "closed", "rate")
 MEASURED_KEYS = frozenset({
@@ -146,16 +146,19 @@ def parse_source(data: Mapping[str, Any], *, origin: str = "corpus") -> tuple[So
     return source, points
 
 
+def corpus_files(path: str | Path | None = None) -> list[tuple[str, str]]:
+    """I/O edge: (file name, text) of every `*.yaml` in `path` (default: the packaged corpus), by name."""
+    if path is None:
+        root = resources.files("servebench.plan") / "corpus"
+        return sorted((p.name, p.read_text(encoding="utf-8")) for p in root.iterdir() if p.name.endswith(".yaml"))
+    return sorted((p.name, p.read_text(encoding="utf-8")) for p in Path(path).glob("*.yaml"))
+
+
 def load_corpus(path: str | Path | None = None) -> list[CorpusPoint]:
     """I/O edge: every point of every `*.yaml` in `path` (default: the packaged corpus), sorted by source id."""
     import yaml
 
-    if path is None:
-        root = resources.files("servebench.plan") / "corpus"
-        files = sorted((p.name, p.read_text(encoding="utf-8")) for p in root.iterdir() if p.name.endswith(".yaml"))
-    else:
-        d = Path(path)
-        files = sorted((p.name, p.read_text(encoding="utf-8")) for p in d.glob("*.yaml"))
+    files = corpus_files(path)
     if not files:
         raise ConfigError(f"no corpus files in {path or 'the package'}")
     out: list[CorpusPoint] = []

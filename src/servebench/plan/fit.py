@@ -6,8 +6,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from rich.table import Table
 
@@ -71,11 +71,13 @@ def _gib(n: float) -> str:
     return f"{n / GIB:.1f} GiB"
 
 
-def fit_rows(model: ModelSpec, layout: Layout, res: FitResult, *, seq_lens: Sequence[int]) -> list[tuple[str, str, str]]:
+def fit_rows(model: ModelSpec, layout: Layout, res: FitResult, *,
+             seq_lens: Sequence[int]) -> list[tuple[str, str, str]]:
     """The fit as (quantity, value, how) rows."""
     rows: list[tuple[str, str, str]] = []
+    moe = f", MoE {model.n_routed_experts} experts" if model.is_moe else ""
     rows.append(("parameters", f"{params_b(model.params_total)} ({params_b(model.params_active)} active)",
-                 f"{model.attention.upper()}{', MoE ' + str(model.n_routed_experts) + ' experts' if model.is_moe else ''}"))
+                 f"{model.attention.upper()}{moe}"))
     bd = ", ".join(f"{k} {v / GIB:.2f}" for k, v in res.weights_breakdown.items() if v >= 0.01 * GIB)
     rows.append(("weights per GPU", _gib(res.weights_per_gpu_bytes), f"{layout.quant}: {bd} GiB"))
     rows.append(("engine reserve per GPU", _gib(res.reserve_per_gpu_bytes), "activation peak + non-torch + graphs"))

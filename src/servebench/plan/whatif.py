@@ -9,8 +9,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from rich.table import Table
@@ -113,7 +114,8 @@ def whatif(dep: Deployment, knobs: StepKnobs | None = None, *, input_len: int, o
            concurrencies: Sequence[int], num_requests: int | None = None) -> list[WhatIfPoint]:
     cfg = engine_config(dep, knobs)
     if input_len + output_len > cfg.max_model_len:
-        raise ConfigError(f"input_len + output_len = {input_len + output_len} exceeds max_model_len {cfg.max_model_len}")
+        raise ConfigError(f"input_len + output_len = {input_len + output_len} exceeds max_model_len "
+                          f"{cfg.max_model_len}")
     replicas = dep.dp
     out: list[WhatIfPoint] = []
     for c in concurrencies:

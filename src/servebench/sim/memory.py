@@ -10,9 +10,9 @@ Formulas and sources are written out in docs/plan.md. In short, per GPU:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 from servebench.errors import ConfigError
 from servebench.sim.catalog import GPUSpec, ModelSpec

@@ -15,8 +15,9 @@ reasoning_tokens_mean, reasoning_tokens_min}. Deployment keys are in `deploy/dep
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
 from servebench.errors import ConfigError
 from servebench.sim.catalog import ModelSpec
