@@ -168,7 +168,7 @@ class HttpConn(asyncio.Protocol):
     def start_stream(self, status: int = 200, ctype: str = "text/event-stream",
                      extra: tuple[tuple[str, str], ...] = ()) -> None:
         if not self.closed:
-            self.transport.write(self._head(status, ctype, extra + (("cache-control", "no-cache"),), None))
+            self.transport.write(self._head(status, ctype, (*extra, ("cache-control", "no-cache")), None))
 
     def write(self, data: bytes) -> None:
         if not self.closed:

@@ -12,7 +12,8 @@ import asyncio
 import sys
 import time
 from collections import deque
-from typing import Any, Callable, Iterable, Sized
+from collections.abc import Callable, Iterable, Sized
+from typing import Any
 
 from servebench.emulator.stream import BurstPlan, Stream, plan_burst
 from servebench.emulator.wire import Histogram

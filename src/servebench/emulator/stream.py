@@ -9,7 +9,8 @@ from __future__ import annotations
 import random
 import zlib
 from array import array
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import orjson
 

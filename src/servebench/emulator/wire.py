@@ -169,13 +169,13 @@ def render_metrics(
         out += [f"# HELP {name} {help_}", f"# TYPE {name} gauge", f"{name}{_labels({**base, **labels})} 1.0"]
     for name, (help_, value) in gauges.items():
         out += [f"# HELP {name} {help_}", f"# TYPE {name} gauge", f"{name}{_labels(base)} {_fmt(value)}"]
-    for name, (help_, value) in counters.items():
+    for name, (help_, count) in counters.items():
         out += [f"# HELP {name} {help_}", f"# TYPE {name} counter"]
-        if isinstance(value, dict):
-            for reason, v in value.items():
+        if isinstance(count, dict):
+            for reason, v in count.items():
                 out.append(f"{name}_total{_labels({**base, 'finished_reason': reason})} {_fmt(v)}")
         else:
-            out.append(f"{name}_total{_labels(base)} {_fmt(value)}")
+            out.append(f"{name}_total{_labels(base)} {_fmt(count)}")
     for name, (help_, h) in histograms.items():
         out += [f"# HELP {name} {help_}", f"# TYPE {name} histogram"]
         cum = 0

@@ -13,8 +13,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
+from typing import TypeAlias
 
 import numpy as np
+
+Samples: TypeAlias = "Sequence[float] | np.ndarray"  # a chart's raw values: a list or a numpy array
 
 __all__ = [
     "PALETTE",
@@ -374,7 +377,7 @@ def _finite_sorted(values: Sequence[float] | np.ndarray, positive: bool = False)
     return np.sort(a[a > 0] if positive else a)
 
 
-def histogram_chart(samples: Sequence[tuple[str, Sequence[float]]], *, title: str, x_label: str = "",
+def histogram_chart(samples: Sequence[tuple[str, Samples]], *, title: str, x_label: str = "",
                     subtitle: str = "", bins: int | None = None, width: int = 640, height: int = 360,
                     refs: Sequence[RefLine] = ()) -> str:
     """Histograms of one or more samples on shared bins (share of each sample, %).
@@ -411,7 +414,7 @@ def histogram_chart(samples: Sequence[tuple[str, Sequence[float]]], *, title: st
                       subtitle=subtitle, width=width, height=height, x_zero=False, refs=refs)
 
 
-def cdf_chart(samples: Sequence[tuple[str, Sequence[float]]], *, title: str, x_label: str = "",
+def cdf_chart(samples: Sequence[tuple[str, Samples]], *, title: str, x_label: str = "",
               subtitle: str = "", width: int = 640, height: int = 360, x_log: bool = False,
               max_points: int = 400, refs: Sequence[RefLine] = ()) -> str:
     """Empirical CDFs (percentile 0-100 on y) of one or more samples, overlaid."""

@@ -122,7 +122,10 @@ def load_side(spec: str, name: str) -> Side:
         raise ConfigError(f"{spec}: repeats (comma-separated) must be run directories, not sweeps")
     runs: list[RunResult] = []
     for r in loaded:  # a --repeat N directory contributes every repeat
-        runs.extend(r.runs if isinstance(r, RepeatsResult) else [r])
+        if isinstance(r, RepeatsResult):
+            runs.extend(r.runs)
+        elif isinstance(r, RunResult):
+            runs.append(r)
     return Side(name, runs=runs)
 
 
@@ -150,8 +153,9 @@ def side_data(runs: Sequence[RunResult]) -> SideData:
             cols["out"].append(out_tok)
             cols["total"].append(out_tok + in_tok)
             cols["ok"].append(1.0 if ok else 0.0)
-            end = rec.t_end_ns if rec.t_end_ns is not None else (rec.t_last_ns or rec.t_send_ns)
-            cols["busy"].append(max(0.0, (end - rec.t_send_ns) / 1e9) if rec.t_send_ns is not None else 0.0)
+            send = rec.t_send_ns
+            end = rec.t_end_ns if rec.t_end_ns is not None else (rec.t_last_ns or send)
+            cols["busy"].append(max(0.0, (end - send) / 1e9) if send is not None and end is not None else 0.0)
             if ok:
                 gaps = metrics.itl_gaps_ms(rec)
                 itl.append(gaps)
@@ -266,7 +270,8 @@ def _compare_table_html(comparisons: Sequence[Comparison], confidence: float) ->
             f"<h3>{esc(title)}</h3>"
             + (f'<p class="muted">{esc(c.other)} differs from {esc(c.baseline)} in: {esc("; ".join(c.differences))}</p>'
                if c.differences else "")
-            + (f'<p class="verdict {"bad" if fails else "good"}">{esc(c.failures_text())}</p>') + "<div class=\"tablewrap\"><table><thead><tr><th class=\"txt\">metric</th>"
+            + (f'<p class="verdict {"bad" if fails else "good"}">{esc(c.failures_text())}</p>')
+            + "<div class=\"tablewrap\"><table><thead><tr><th class=\"txt\">metric</th>"
             f"<th>{esc(c.baseline)}</th><th>{esc(c.other)}</th><th>B/A</th>"
             f"<th>{confidence * 100:g}% CI</th><th class=\"txt\">verdict</th></tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table></div><details><summary>In words</summary><ul>{words}</ul>"

@@ -85,20 +85,26 @@ def run_figures(run: RunResult) -> dict[str, str]:
     figs["tokens_per_s"] = line_chart([Series("output tokens/s", kx, ky, fill=True, markers=False)],
                                       title="Output tokens per second", x_label="run time (s)",
                                       y_label="tokens/s", x_zero=True, refs=refs)
-    bars = []
+    bars: list[tuple[float, float | None, float, bool]] = []
+    ok: list[tuple[int, int]] = []  # (send, first token) of each completed request
+    bad: list[tuple[int, int]] = []  # (send, end) of each failed one
     for r in recs:
-        end = r.t_end_ns if r.t_end_ns is not None else (r.t_last_ns if r.t_last_ns is not None else r.t_send_ns)
+        send = r.t_send_ns
+        if send is None:  # never sent: nothing to draw
+            continue
+        end = r.t_end_ns if r.t_end_ns is not None else (r.t_last_ns if r.t_last_ns is not None else send)
         first = r.t_first_ns / 1e9 if r.t_first_ns is not None else None
-        bars.append((r.t_send_ns / 1e9, first, end / 1e9, r.status != "ok"))
+        bars.append((send / 1e9, first, end / 1e9, r.status != "ok"))
+        if r.status == "ok" and r.t_first_ns is not None:
+            ok.append((send, r.t_first_ns))
+        elif r.status != "ok":
+            bad.append((send, r.t_end_ns or send))
     figs["requests_gantt"] = gantt_chart(bars, title="Requests over the run")
-    ok = [r for r in recs if r.status == "ok" and r.t_first_ns is not None and r.t_send_ns is not None]
-    bad = [r for r in recs if r.status != "ok" and r.t_send_ns is not None]
-    sx, sy, note = _thin_points([r.t_send_ns / 1e9 for r in ok], [(r.t_first_ns - r.t_send_ns) / 1e6 for r in ok])
+    sx, sy, note = _thin_points([s / 1e9 for s, _ in ok], [(f - s) / 1e6 for s, f in ok])
     series = [Series("TTFT", sx, sy, lines=False, markers=True)]
     if bad:
-        ends = [(r.t_end_ns or r.t_send_ns) for r in bad]
-        series.append(Series("failed (time to failure)", [r.t_send_ns / 1e9 for r in bad],
-                             [(e - r.t_send_ns) / 1e6 for r, e in zip(bad, ends)], color="#dc2626",
+        series.append(Series("failed (time to failure)", [s / 1e9 for s, _ in bad],
+                             [(e - s) / 1e6 for s, e in bad], color="#dc2626",
                              lines=False, markers=True))
     figs["ttft_over_time"] = line_chart(series, title="TTFT by send time", x_label="send time (s)", subtitle=note,
                                         y_label="TTFT (ms)", x_zero=True, refs=_slo_ref(slo, "ttft_ms", "y"))

@@ -142,7 +142,8 @@ def _as_sweep(run: RunResult) -> SweepResult:
     return SweepResult(run.path, {}, "concurrency", [SweepPoint(x, f"{x:g}", run)])
 
 
-def render_overlay(sides: Sequence[tuple[str, RunResult | SweepResult | RepeatsResult]], *, title: str = "servebench overlay",
+def render_overlay(sides: Sequence[tuple[str, RunResult | SweepResult | RepeatsResult]], *,
+                   title: str = "servebench overlay",
                    prelude: str = "") -> tuple[str, dict[str, str]]:
     """Several runs or sweeps on shared axes (sweeps as curves; single runs as distributions)."""
     flat: list[tuple[str, RunResult | SweepResult]] = []

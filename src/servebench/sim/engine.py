@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from servebench.sim.config import EngineConfig
@@ -350,7 +351,7 @@ class Engine:
         """Start (or resume) a waiting request; returns its first chunk, 0 if it cannot start."""
         bs = self._bs
         req.target = req.prompt_len + req.out
-        hashes = req.prefix_hashes if self._prefix else None
+        hashes: Sequence[int] = (req.prefix_hashes or ()) if self._prefix else ()
         hits = hit_in_lru = 0
         if hashes:
             hits, hit_in_lru = self.pool.match(hashes, min(len(hashes), (req.target - 1) // bs))

@@ -194,8 +194,8 @@ def sweep_main(options: dict[str, Any], console: Console | None = None) -> int:
 def _drive(sweep: Sweep, settings: dict[str, Any], emu_args: list[str], mode: str, points: list[Point],
            pairs: list[tuple[int, int | None]], cap: int | None, find: str | None, start: float | None,
            max_load: float | None, tol: float | None, n_auto: int | None) -> None:
-    from servebench.deploy import DEFAULT_PROFILE  # noqa: PLC0415
-    from servebench.target.preflight import EmulatorProcess  # noqa: PLC0415
+    from servebench.deploy import DEFAULT_PROFILE
+    from servebench.target.preflight import EmulatorProcess
 
     try:
         import uvloop

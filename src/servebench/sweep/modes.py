@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from servebench.results import slo as slomod
 from servebench.results.metrics import dig

@@ -142,7 +142,7 @@ def build_grid(
             raise ConfigError("sweep --rate with several --concurrency values: give one concurrency (a cap) "
                               "or sweep one of the two")
         cap = concurrency[0] if concurrency else None
-        loads = [(cap, r) for r in sorted(rates)]
+        loads: list[tuple[int | None, float | None]] = [(cap, r) for r in sorted(rates)]
     else:
         loads = [(c, None) for c in sorted(concurrency or [])]
     return [Point(c, r, i, o) for i, o in pairs for c, r in loads]

@@ -50,7 +50,7 @@ def point_complete(path: Path) -> bool:
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 class Sweep:
@@ -89,7 +89,7 @@ class Sweep:
                     self.entries[e["dir"]] = e
 
     def run_point(self, point: Point, loop: asyncio.Runner) -> Summary:
-        from servebench.run.bench import run_against  # noqa: PLC0415 - keep --help fast
+        from servebench.run.bench import run_against
 
         path = self.out_dir / point.dir_name
         if point.dir_name in self.summaries:
@@ -151,7 +151,7 @@ def _point_line(point: Point, s: Mapping[str, Any], status: str) -> str:
     itl = (lat.get("itl") or {}).get("p99")
     ttft = (lat.get("ttft") or {}).get("p99")
     slo = (s.get("slo_check") or {}).get("passed")
-    tag = {True: "  SLO pass", False: "  SLO fail"}.get(slo, "")
+    tag = "  SLO pass" if slo is True else ("  SLO fail" if slo is False else "")
     return (f"  {point.load_label:>14}  in {point.input_len} out {point.output_len}:  "
             f"{tp.get('requests_per_s', 0):.2f} req/s, {tp.get('output_tokens_per_s', 0):,.0f} out tok/s, "
             f"TTFT p99 {ttft if ttft is not None else float('nan'):.1f} ms, "

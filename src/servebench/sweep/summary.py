@@ -4,6 +4,7 @@ summary table and answers into sweep-summary.txt (and on the console), the HTML 
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,7 +30,7 @@ def finish(sweep: Sweep, gain: float) -> str:
     for (i, o), entries in sorted(groups.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1] or 0)):
         pts = [e for e in entries if x_of(e, x_key) is not None]
         summaries = [sweep.summary(e) for e in pts]
-        diag = diagnose([x_of(e, x_key) for e in pts], summaries, label=label, gain=gain)
+        diag = diagnose([x for e in pts if (x := x_of(e, x_key)) is not None], summaries, label=label, gain=gain)
         saturation.append({"input_len": i, "output_len": o, **diag})
         if sweep.spec.has_run_limits:
             capacity.append({"input_len": i, "output_len": o, **slo_capacity(pts, summaries, x_key)})
@@ -60,7 +61,7 @@ def finish(sweep: Sweep, gain: float) -> str:
     (sweep.out_dir / SUMMARY_TEXT).write_text(text)
     report = None
     if sweep.base.get("report", True) and done:
-        from servebench.report.html import write_report  # noqa: PLC0415
+        from servebench.report.html import write_report
 
         report = write_report(sweep.out_dir)
     if not sweep.quiet:
@@ -75,14 +76,6 @@ def finish(sweep: Sweep, gain: float) -> str:
 
 def table_text(rows: Sequence[dict[str, Any]], *, title: str = "sweep", width: int = 160) -> str:
     """The table as plain text (for sweep-summary.txt)."""
-    console = Console(width=width, record=True, file=_Null(), color_system=None)
+    console = Console(width=width, record=True, file=io.StringIO(), color_system=None)
     console.print(render_table(rows, title=title))
     return console.export_text()
-
-
-class _Null:
-    def write(self, _s: str) -> int:
-        return 0
-
-    def flush(self) -> None:
-        pass

@@ -139,7 +139,8 @@ def render_table(rows: Sequence[dict[str, Any]], *, title: str = "sweep") -> Tab
     for col in cols:
         t.add_column(col, justify="left" if col in ("load", "in:out") else "right")
     for r in rows:
-        slo = {True: "[green]pass[/green]", False: "[red]fail[/red]"}.get(r.get("slo_passed"), "-")
+        passed = r.get("slo_passed")
+        slo = "[green]pass[/green]" if passed is True else ("[red]fail[/red]" if passed is False else "-")
         t.add_row(
             str(r.get("load")), f"{r.get('input_len')}:{r.get('output_len')}",
             _n(r.get("offered_requests_per_s"), "{:,.2f}"), _n(r.get("completed_requests_per_s"), "{:,.2f}"),
@@ -165,7 +166,8 @@ def slo_capacity(pts: list[dict[str, Any]], summaries: Sequence[Mapping[str, Any
         elif not ok and first_fail is None:
             first_fail = e
         elif ok and first_fail is not None:
-            note = (f"{fmt_load(x_of(e, x_key))} passed again above the failure at {fmt_load(x_of(first_fail, x_key))}: "
+            again, failed_at = fmt_load(x_of(e, x_key)), fmt_load(x_of(first_fail, x_key))
+            note = (f"{again} passed again above the failure at {failed_at}: "
                     "noisy near the limit; repeat or lengthen the runs")
             break
     out: dict[str, Any] = {"load": x_of(best[0], x_key) if best else None, "dir": best[0]["dir"] if best else None,
