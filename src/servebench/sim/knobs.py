@@ -9,6 +9,8 @@ fit has not seen falls back to the base (factor 1)::
     compute_efficiency = comp.base * comp.gpu.<gen> * comp.eng.<family>         (clipped to 0.02..0.95)
     step_overhead_s    = step.eng.<family>
     layer_overhead_s   = layer.eng.<family> * layer.arch.<class>
+    seq_overhead_s     = seq.eng.<family>     (per running sequence per step: scheduling, block tables,
+                                               sampling, detokenization; large in Python-side schedulers)
     comm_efficiency    = comm.eff             (share of the scale-up link bandwidth a collective reaches)
     collective_s       = comm.latency_s       (fixed cost of one collective, per call)
     mtp_accept         = spec.accept          (chance a draft token is accepted; DeepSeek-V3 report: 0.85-0.9)
@@ -40,6 +42,7 @@ DEFAULT_KNOBS: Mapping[str, float] = {
     "comp.base": 0.5,
     **{f"step.eng.{f}": 0.003 for f in FAMILIES},
     **{f"layer.eng.{f}": 20e-6 for f in FAMILIES},
+    **{f"seq.eng.{f}": 10e-6 for f in FAMILIES},
     "layer.arch.dense": 1.0,
     "layer.arch.moe": 2.0,
     "layer.arch.mla-moe": 4.0,
@@ -60,6 +63,7 @@ class StepKnobs:
     comm_efficiency: float
     collective_s: float
     mtp_accept: float
+    seq_overhead_s: float = 0.0
 
 
 def engine_family(engine: str, version: str = "") -> str:
@@ -102,6 +106,7 @@ def knob_names_for(family: str, generation: str, arch: str) -> tuple[str, ...]:
     """The table entries a deployment of this kind reads (a fit moves only these for its points)."""
     return ("mem.base", f"mem.gpu.{generation}", f"mem.eng.{family}", "comp.base", f"comp.gpu.{generation}",
             f"comp.eng.{family}", f"step.eng.{family}", f"layer.eng.{family}", f"layer.arch.{arch}",
+            f"seq.eng.{family}",
             "comm.eff", "comm.latency_s", "spec.accept")
 
 
@@ -120,6 +125,7 @@ def resolve_knobs(table: Mapping[str, float], family: str, generation: str, arch
                                  0.02, 0.95),
         step_overhead_s=get(f"step.eng.{family}", 0.003),
         layer_overhead_s=get(f"layer.eng.{family}", 20e-6) * get(f"layer.arch.{arch}"),
+        seq_overhead_s=get(f"seq.eng.{family}", 10e-6),
         comm_efficiency=_clip(get("comm.eff"), 0.05, 1.0),
         collective_s=get("comm.latency_s"),
         mtp_accept=_clip(get("spec.accept"), 0.0, 0.99),

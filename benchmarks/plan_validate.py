@@ -1,0 +1,102 @@
+"""Validation of the what-if model against the published measurement corpus (run by hand; CI runs the
+regression test in tests/unit/test_validate.py):
+
+    .venv/bin/python benchmarks/plan_validate.py            # table + summary from the committed calibration
+    .venv/bin/python benchmarks/plan_validate.py --refit    # refit all knobs and the held-out folds (minutes)
+    .venv/bin/python benchmarks/plan_validate.py --json out.json --quiet
+
+Every corpus point is predicted twice: with the knobs fitted on all sources ("train") and with the
+knobs fitted with its own source left out ("held-out", leave-one-source-out). Prints predicted vs
+measured per metric for every point, median |error| by metric for both, and coverage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+from servebench.deploy.calibration import Calibration, corpus_digest, dump_calibration, load_calibration
+from servebench.plan.corpus import corpus_files, load_corpus
+from servebench.plan.validate import METRICS, Predictor, evaluate, fit_table, loso, summarize
+
+BOUNDS = {"tok_s": 0.20, "itl": 0.25, "ttft": 0.25}
+_NAMES = {"tok_s": "output tok/s", "itl": "ITL", "ttft": "TTFT"}
+
+
+def _fmt(v: float) -> str:
+    return f"{v:,.0f}" if v >= 100 else f"{v:,.1f}" if v >= 10 else f"{v:.2f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--refit", action="store_true", help="refit the knobs (all sources + one fold per source)")
+    ap.add_argument("--write", default=None, help="where --refit writes the calibration [default: the package]")
+    ap.add_argument("--json", default=None, help="write the per-point results and summary as JSON")
+    ap.add_argument("--quiet", action="store_true", help="summary only")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    points = load_corpus()
+    digest = corpus_digest(corpus_files())
+    pred = Predictor(points)
+    if args.refit:
+        log = (lambda s: print(s, file=sys.stderr, flush=True))
+        log("fitting on all sources")
+        full = fit_table(pred, sorted(pred.settings), progress=log)
+        folds = loso(pred, progress=log)
+        cal = Calibration(knobs=full, held_out=folds, corpus_digest=digest,
+                          notes=f"{len(pred.settings)} expressible points of {len(points)}")
+        out = Path(args.write) if args.write else Path(str(resources.files("servebench.deploy") / "calibration.yaml"))
+        out.write_text(dump_calibration(cal), encoding="utf-8")
+        log(f"wrote {out}")
+    else:
+        cal = load_calibration(args.write)
+        if cal.corpus_digest and cal.corpus_digest != digest:
+            print(f"warning: calibration was fitted to corpus {cal.corpus_digest}, this corpus is {digest}; "
+                  "run with --refit", file=sys.stderr)
+    train = evaluate(pred, cal.knobs)
+    held = []
+    for r in train:
+        src = r.point.source.id
+        table = cal.held_out.get(src)
+        held.append(pred.result(r.point, table) if table is not None and r.predicted else r)
+    summary = summarize([r for r in train if r.predicted], [r for r in held if r.predicted],
+                        total=len(points), expressible=len(pred.settings))
+    if not args.quiet:
+        print(f"{'source / point':70} {'setting':58} metric  measured (stat)       train  err   held-out  err")
+        for tr, ho in zip(train, held):
+            s = pred.settings.get(tr.point.key)
+            if s is None:
+                print(f"{tr.point.key[:70]:70} not expressible: {pred.unexpressible.get(tr.point.key, '')}")
+                continue
+            for m in METRICS:
+                if m not in tr.measured:
+                    continue
+                stat, val = tr.measured[m]
+                e_tr, e_ho = tr.error(m), ho.error(m)
+                print(f"{tr.point.key[:70]:70} {s.label[:58]:58} {m:6} {_fmt(val):>9} ({stat[:14]:14}) "
+                      f"{_fmt(tr.predicted[m]):>9} {e_tr:+5.0%} {_fmt(ho.predicted[m]):>9} {e_ho:+5.0%}")
+    ok = True
+    print(f"\ncoverage: {summary['expressible']} of {summary['points']} points expressible "
+          f"({summary['coverage']:.1%}; bound >= 90%)")
+    ok &= float(summary["coverage"]) >= 0.90  # type: ignore[arg-type]
+    for m in METRICS:
+        tr = summary["train"][m]  # type: ignore[index]
+        ho = summary["held_out"][m]  # type: ignore[index]
+        line = (f"{_NAMES[m]:13} median |error|: train {tr['median_abs_error']:.1%} (n={tr['n']}), "
+                f"held-out by source {ho['median_abs_error']:.1%} (n={ho['n']}; bound {BOUNDS[m]:.0%})")
+        ok &= ho["median_abs_error"] <= BOUNDS[m]
+        print(line)
+    print(f"({time.perf_counter() - t0:.1f} s) {'within the bounds' if ok else 'OUTSIDE the bounds'}")
+    if args.json:
+        rows = [{"key": tr.point.key, "measured": {m: list(v) for m, v in tr.measured.items()},
+                 "train": tr.predicted, "held_out": ho.predicted} for tr, ho in zip(train, held)]
+        Path(args.json).write_text(json.dumps({"summary": summary, "points": rows}, indent=1), encoding="utf-8")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,94 @@
+"""The measurement corpus: it loads, every point carries its provenance, the schema check bites."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from servebench.errors import ConfigError
+from servebench.plan.corpus import MODES, corpus_files, load_corpus, parse_source
+
+SEEDS = Path(__file__).resolve().parents[3] / "shared" / "seeds"
+
+
+def test_corpus_loads_with_enough_points_and_sources() -> None:
+    points = load_corpus()
+    sources = {p.source.id for p in points}
+    assert len(points) >= 150
+    assert len(sources) >= 8
+    assert len({p.key for p in points}) == len(points)
+
+
+def test_every_point_has_provenance() -> None:
+    for p in load_corpus():
+        s = p.source
+        assert s.url.startswith("https://") and s.title and s.publisher and s.kind, p.key
+        assert re.match(r"^\d{4}-\d{2}(-\d{2})?$", s.date), (p.key, s.date)
+        assert p.engine and p.gpu and p.gpus >= 1 and p.model, p.key
+        assert p.mode in MODES, p.key
+        assert p.measured and all(v > 0 for v in p.measured.values()), p.key
+        assert p.notes, f"{p.key}: say where in the source the figure is"
+        if p.mode == "closed":
+            assert p.concurrency, p.key
+        if p.mode == "rate":
+            assert p.request_rate, p.key
+
+
+def _seed_titles() -> list[str]:
+    titles = []
+    for f in sorted(SEEDS.iterdir()):
+        head = f.read_text(encoding="utf-8", errors="replace")[:3000]
+        m = re.search(r'^title:\s*"?([^"\n]+)', head, re.M) or re.search(r"^#\s+(.+)$", head, re.M)
+        if m:
+            titles.append(m.group(1).strip().lower())
+    return titles
+
+
+def test_no_figures_from_the_test_only_seed_documents() -> None:
+    """The four seed articles are test-only: no corpus source may be one of them (by title), and none
+    may come from the seeds' publishers' DeepSeek-R1 posts (dstack MI300X vs H200, Azure)."""
+    if not SEEDS.is_dir():
+        pytest.skip("seed documents not present")
+    titles = _seed_titles()
+    assert len(titles) >= 3
+    for p in load_corpus():
+        t = p.source.title.lower()
+        assert not any(seed in t or t in seed for seed in titles), p.key
+        url = p.source.url.lower()
+        assert "azure" not in url and "h200-mi300x-deep" not in url and "deepseek-v3-r1-671b-on-8xh100" not in url
+
+
+def _doc() -> dict:
+    name, text = corpus_files()[0]
+    return yaml.safe_load(text)
+
+
+def test_schema_check_rejects_a_point_without_a_url_or_measurement() -> None:
+    doc = _doc()
+    doc["source"]["url"] = "http://example.com/x"
+    with pytest.raises(ConfigError, match="https"):
+        parse_source(doc)
+    doc = _doc()
+    doc["points"][0]["measured"] = {}
+    with pytest.raises(ConfigError, match="measured"):
+        parse_source(doc)
+    doc = _doc()
+    doc["points"][0]["measured"] = {"tok_per_gpu": 3.0}
+    with pytest.raises(ConfigError, match="unknown measured"):
+        parse_source(doc)
+    doc = _doc()
+    del doc["points"][0]["engine"]
+    with pytest.raises(ConfigError, match="engine"):
+        parse_source(doc)
+
+
+def test_a_directory_of_sources_loads_and_file_names_must_match_ids(tmp_path: Path) -> None:
+    name, text = corpus_files()[0]
+    (tmp_path / name).write_text(text)
+    assert len(load_corpus(tmp_path)) == len(parse_source(yaml.safe_load(text))[1])
+    (tmp_path / "renamed.yaml").write_text(text)
+    with pytest.raises(ConfigError):
+        load_corpus(tmp_path)
