@@ -121,9 +121,9 @@ async def _run(args: argparse.Namespace, url: str) -> dict[str, float]:
 def engine_speed() -> dict[str, float]:
     import random
 
+    from servebench.deploy.loader import load_profile
     from servebench.sim.request import SimRequest
     from servebench.sim.simulate import simulate
-    from servebench.deploy.loader import load_profile
 
     prof = load_profile("deepseek-r1")
     out: dict[str, float] = {}

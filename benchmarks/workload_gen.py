@@ -91,7 +91,7 @@ def main() -> int:
         assert app is not None
         in_window = [False]
         calls = {"before": 0, "during": 0}
-        orig_tok, orig_run = app._tokenize, shard.Shard.run  # noqa: SLF001
+        orig_tok, orig_run = app._tokenize, shard.Shard.run
 
         def counting_tokenize(conn, body):  # type: ignore[no-untyped-def]
             calls["during" if in_window[0] else "before"] += 1
@@ -104,7 +104,7 @@ def main() -> int:
             finally:
                 in_window[0] = False
 
-        app._tokenize = counting_tokenize  # noqa: SLF001
+        app._tokenize = counting_tokenize
         shard.Shard.run = windowed_run  # type: ignore[method-assign]
         cfg = RunConfig(url=emu.url, input_len=1024, output_len=16, num_requests=2000, concurrency=64, quiet=True,
                         out=str(tmp / "run"))

@@ -8,8 +8,8 @@ import pytest
 
 from servebench.report.compare import compare_sides, load_side, write_compare_html
 from servebench.report.html import write_report
-from tests.support.synth import synth_records, write_synth_run, write_synth_sweep
 from tests.browser.conftest import OfflinePage
+from tests.support.synth import synth_records, write_synth_run, write_synth_sweep
 
 pytestmark = pytest.mark.browser
 

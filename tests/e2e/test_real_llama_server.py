@@ -17,7 +17,6 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from servebench.target.capabilities import probe
 from servebench.client.openai import (
     API_PATHS,
     StreamAccumulator,
@@ -26,6 +25,7 @@ from servebench.client.openai import (
 )
 from servebench.client.sse import SSEDecoder
 from servebench.results.store import load_run
+from servebench.target.capabilities import probe
 from tests.support.procs import servebench
 from tests.support.real_servers import RealServer
 

@@ -16,7 +16,6 @@ from typing import Any
 import aiohttp
 import pytest
 
-from servebench.target.capabilities import probe
 from servebench.client.openai import (
     API_PATHS,
     StreamAccumulator,
@@ -25,6 +24,7 @@ from servebench.client.openai import (
 )
 from servebench.client.sse import SSEDecoder
 from servebench.results.store import load_run
+from servebench.target.capabilities import probe
 from tests.support.procs import servebench
 from tests.support.real_servers import RealServer
 from tests.support.tiny_model import HUB_REPO_ID

@@ -133,7 +133,7 @@ class RealServer:
                 self.proc.wait(10)
         self._log.close()
 
-    def __enter__(self) -> RealServer:  # noqa: PYI034
+    def __enter__(self) -> RealServer:
         return self
 
     def __exit__(self, *exc: object) -> None:

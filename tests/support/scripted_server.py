@@ -149,7 +149,7 @@ class Handler(asyncio.Protocol):
             if method == "GET" or not path.endswith("completions"):
                 if method == "GET" and path.endswith("/stats"):
                     late = sorted(self.cfg.lateness_ms) or [0.0]
-                    pick = lambda q: late[min(len(late) - 1, int(q * len(late)))]  # noqa: E731
+                    pick = lambda q: late[min(len(late) - 1, int(q * len(late)))]
                     self._send_simple("200 OK", {"writes": len(self.cfg.lateness_ms), "lateness_ms_p50": pick(0.5),
                                                  "lateness_ms_p99": pick(0.99), "lateness_ms_max": late[-1]})
                 elif method == "GET" and path.endswith("/truth"):

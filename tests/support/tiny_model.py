@@ -41,7 +41,7 @@ CHATML_TEMPLATE = (
 _HUB_COMMIT = "0" * 40  # a fixed fake commit id for the hub-cache snapshot
 
 # Local training text: fixed, ASCII, so the tokenizer is identical on every machine and Python version.
-_WORDS = (  # noqa: SIM905 - a paragraph reads better than a 76-item list
+_WORDS = (
     "the quick brown fox jumps over lazy dog while servers stream tokens to many users at once "
     "latency throughput batch queue cache prefill decode request response model weights memory "
     "bandwidth compute kernel attention layer head token prompt output input length rate time "

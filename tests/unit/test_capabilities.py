@@ -16,7 +16,6 @@ import pytest
 from aiohttp import web
 
 from servebench.errors import ProtocolError
-from servebench.target.prometheus import family_names
 from servebench.target.capabilities import (
     KNOWN_ENGINES,
     ROLES,
@@ -24,6 +23,7 @@ from servebench.target.capabilities import (
     detect_engine,
     probe,
 )
+from servebench.target.prometheus import family_names
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from servebench.errors import ConfigError
 from servebench.deploy.loader import load_hf_config, resolve_model
+from servebench.errors import ConfigError
 from servebench.sim.catalog import GPUS, MODELS, get_gpu, get_model, parse_hf_config
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from servebench.results.cost import GPU_PRICES, cost_block, resolve_price, usd_per_million
 from servebench.errors import ConfigError
+from servebench.results.cost import GPU_PRICES, cost_block, resolve_price, usd_per_million
 
 
 def test_cost_matches_hand_computation() -> None:

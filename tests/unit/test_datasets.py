@@ -15,14 +15,13 @@ from servebench.workload.exact import ANCHOR, approximate_units, calibrate_units
 from servebench.workload.files import load_hf, load_jsonl, load_sharegpt, resolve_hf_path
 from servebench.workload.sessions import flatten, records_to_items
 from servebench.workload.trace import read_trace, trace_items
-
 from tests.unit.test_workload import BuiltinCounter
 
 
 def _builder(api: str = "chat", counter: object | None = None) -> PromptBuilder:
     b = PromptBuilder(target=Target("http://127.0.0.1:9/v1", "m", {}, api), units=approximate_units("x"),
                       counter=counter)  # type: ignore[arg-type]
-    b._overheads = {"single": 5, "system+user": 9}  # noqa: SLF001 - what a probe request would have measured
+    b._overheads = {"single": 5, "system+user": 9}
     return b
 
 
@@ -171,7 +170,7 @@ def test_trace_hash_ids_share_block_texts(tmp_path: Path) -> None:
     p.write_text("\n".join(json.dumps(r) for r in rows))
     b = _builder(counter=BuiltinCounter())
     b.units = asyncio.run(calibrate_units(BuiltinCounter()))
-    b._overheads = {"single": 0}  # noqa: SLF001 - content tokens only, to read blocks off the text
+    b._overheads = {"single": 0}
     items, info = asyncio.run(trace_items(str(p), _cfg(), 10, b, speedup=1.0, block_tokens=16))
     from servebench.emulator.tokenizer import get_tokenizer
 

@@ -150,7 +150,7 @@ def test_chunked_prefill_interleaves_with_decode() -> None:
 def test_step_tokens_match_fast_path() -> None:
     """The emulator's path (with_tokens=True) and simulate's lazy path agree token for token."""
     cfg = config(max_num_seqs=8, kv_blocks=50)
-    mk = lambda: [SimRequest(i, 40 + 7 * i, 30 + 5 * (i % 4)) for i in range(20)]  # noqa: E731
+    mk = lambda: [SimRequest(i, 40 + 7 * i, 30 + 5 * (i % 4)) for i in range(20)]
     reqs = mk()
     run = simulate(cfg, reqs, concurrency=10)
     eng = Engine(cfg)

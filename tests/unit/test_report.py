@@ -12,8 +12,8 @@ from servebench.errors import ConfigError
 from servebench.report.commands import report_command
 from servebench.report.data import inflight_series, load_results, tokens_per_s_series
 from servebench.report.html import write_overlay_report, write_report
-from tests.support.synth import synth_records, write_synth_run, write_synth_sweep
 from servebench.results.store import SUMMARY
+from tests.support.synth import synth_records, write_synth_run, write_synth_sweep
 
 PAYLOAD = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned=2"><h1>Bad Gateway</h1>'
 

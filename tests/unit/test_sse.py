@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-import pytest
 
 from servebench.client.sse import SSEDecoder
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from servebench.results import metrics
 from servebench.report.compare import side_data
 from servebench.report.stats import (
     METRICS,
@@ -14,8 +13,9 @@ from servebench.report.stats import (
     ratio_ci,
     weighted_quantile_rows,
 )
-from tests.support.synth import synth_records
+from servebench.results import metrics
 from servebench.results.store import RunResult
+from tests.support.synth import synth_records
 
 
 def _run(records, name="r") -> RunResult:

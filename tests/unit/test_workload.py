@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from servebench.errors import ConfigError
 from servebench.emulator.tokenizer import get_tokenizer
+from servebench.errors import ConfigError
 from servebench.workload.counter import LocalCounter
 from servebench.workload.exact import ANCHOR, UnitPool, approximate_units, calibrate_units
 from servebench.workload.random import mixture_lengths

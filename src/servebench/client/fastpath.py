@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from itertools import accumulate, chain, repeat
 from operator import getitem
+from typing import cast
 
 __all__ = ["RunTemplate", "plain_text_chars", "token_run"]
 
@@ -115,7 +116,7 @@ def _bulk_run(data: bytes, pos: int, tpl: RunTemplate) -> tuple[int, list[int]]:
     if k <= 0:
         return pos, []
     payloads = parts[1:2 * k:2]
-    texts = list(map(getitem, payloads, repeat(tpl.text)))
+    texts = cast("list[bytes]", list(map(getitem, payloads, repeat(tpl.text))))  # slices of bytes are bytes
     sizes = list(map(_SIZE_LINE.__getitem__, map(len, payloads)))
     rebuilt = b"".join(chain.from_iterable(zip(sizes, repeat(tpl.before_text), texts, repeat(tpl.after_text))))
     ends: list[int] | None = None

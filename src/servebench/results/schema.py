@@ -40,6 +40,8 @@ __all__ = [
     "GoodputCheck",
     "Latency",
     "LatencyMetric",
+    "ApiKind",
+    "LoadMode",
     "Load",
     "PerUserRate",
     "Requests",
@@ -61,6 +63,8 @@ SUMMARY_VERSIONS = (SUMMARY_VERSION,)
 
 #: The per-request latency metrics (keys of `latency_ms`).
 LatencyMetric = Literal["ttft", "tpot", "itl", "e2e", "ttfat"]
+ApiKind = Literal["chat", "completions"]
+LoadMode = Literal["concurrency", "rate", "offline", "ramp"]
 
 
 class Distribution(TypedDict, closed=True):
@@ -191,7 +195,7 @@ class Target(TypedDict, closed=True):
 
     url: str
     model: str
-    api: Literal["chat", "completions"]
+    api: ApiKind
     emulated: bool
     profile: NotRequired[str]
 
@@ -199,7 +203,7 @@ class Target(TypedDict, closed=True):
 class Load(TypedDict, closed=True):
     """How load was applied; `rate_rps` is "inf" for an offline (all at once) run."""
 
-    mode: NotRequired[Literal["concurrency", "rate", "offline", "ramp"]]  # absent: recomputed from a manifest
+    mode: NotRequired[LoadMode]  # absent: recomputed from a manifest
     concurrency: int | None
     rate_rps: float | Literal["inf"] | None
     burstiness: float | None

@@ -19,7 +19,7 @@ import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import aiohttp
 import numpy as np
@@ -33,6 +33,8 @@ from servebench.report.console import LiveProgress, print_spread, print_summary
 from servebench.report.html import write_report
 from servebench.results.metrics import assess_client, summarize
 from servebench.results.repeats import spread
+from servebench.results.schema import ApiKind, ClientMeasures, LoadMode, RunInfo, Summary, Target
+from servebench.results.schema import Workload as SummaryWorkload
 from servebench.results.slo import evaluate as evaluate_slo
 from servebench.results.slo import parse_slo_spec
 from servebench.results.store import (
@@ -63,7 +65,7 @@ _CONNECT_TIMEOUT_S = 10.0  # one connect of the hot path (before the clock, or i
 @dataclass
 class RunOutcome:
     out_dir: Path
-    summary: dict[str, Any]
+    summary: Summary
     interrupted: bool
     failure: str | None = None  # the client stopped sending early on an error of its own (client.shard)
 
@@ -114,14 +116,15 @@ async def _run_or_repeat(cfg: RunConfig, url: str, console: Console, *, emulated
         outcomes.append(outcome)
         if outcome.interrupted:
             break
+    spread_doc = spread([o.summary for o in outcomes])
     doc = {
         "schema": "servebench.results.repeats/1",
         "repeats": [o.out_dir.name for o in outcomes],
-        "spread": spread([o.summary for o in outcomes]),
+        "spread": spread_doc,
     }
     write_json(root / "repeats.json", doc)
     if not cfg.quiet:
-        print_spread(doc["spread"], console, str(root))
+        print_spread(spread_doc, console, str(root))
     last = outcomes[-1]
     return RunOutcome(out_dir=root, summary=last.summary, interrupted=last.interrupted, failure=last.failure)
 
@@ -183,7 +186,7 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     open_loop = cfg.load_mode != "concurrency" or trace
 
     out_dir = prepare_out_dir(cfg.out or default_out_dir(cfg.slug(info.model)))
-    started = _dt.datetime.now(_dt.timezone.utc)
+    started = _dt.datetime.now(_dt.UTC)
     run_id = uuid.uuid4().hex[:12]
     manifest = _manifest(cfg, info, caps, run_id, started, emulated)
     manifest["workload"] = workload.info
@@ -239,7 +242,7 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
                      if metrics_before else None)
 
     out_tokens = sum(r.output_tokens or 0 for r in result.records if r.status == "ok")
-    client = {
+    client: ClientMeasures = {
         "cpu_s": result.cpu_s,
         "cpu_us_per_token": (result.cpu_s * 1e6 / out_tokens) if out_tokens else None,
         "cpu_busy_peak": result.cpu_busy_peak,
@@ -249,15 +252,22 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
         "elapsed_s": result.elapsed_s,
     }
     shortfall = spec.preconnect - result.preconnected
-    run_doc = {
+    target_doc: Target = {"url": base, "model": info.model, "api": cast(ApiKind, cfg.api), "emulated": emulated}
+    if emulated:
+        target_doc["profile"] = cfg.profile or DEFAULT_PROFILE
+    workload_doc = cast(SummaryWorkload, {
+        "dataset": cfg.dataset, "input_len": cfg.input_len, "output_len": cfg.output_len,
+        "range_ratio": cfg.range_ratio, "ignore_eos": cfg.ignore_eos and not rejected,
+        "stream": cfg.stream, "seed": cfg.seed,
+        "output_len_enforced": _enforced(cfg, caps),
+        **workload.info,  # each kind of workload adds its own keys (an open block)
+    })
+    run_doc: RunInfo = {
         "run_id": run_id,
         "started_at": started.isoformat(timespec="seconds"),
-        "target": {
-            "url": base, "model": info.model, "api": cfg.api, "emulated": emulated,
-            **({"profile": cfg.profile or DEFAULT_PROFILE} if emulated else {}),
-        },
+        "target": target_doc,
         "load": {
-            "mode": cfg.load_mode,
+            "mode": cast(LoadMode, cfg.load_mode),
             "concurrency": cfg.effective_concurrency,
             "rate_rps": None if cfg.rate is None else ("inf" if math.isinf(cfg.rate) else cfg.rate),
             "burstiness": None if math.isinf(cfg.burstiness) else cfg.burstiness,
@@ -266,16 +276,11 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
             "ramp_up_end_rps": cfg.ramp_up_end_rps,
             "warmup": cfg.warmup,
         },
-        "workload": {
-            "dataset": cfg.dataset, "input_len": cfg.input_len, "output_len": cfg.output_len,
-            "range_ratio": cfg.range_ratio, "ignore_eos": cfg.ignore_eos and not rejected,
-            "stream": cfg.stream, "seed": cfg.seed,
-            "output_len_enforced": _enforced(cfg, caps),
-            **workload.info,
-        },
+        "workload": workload_doc,
         "interrupted": interrupted,
     }
     summary = summarize(result.records, run=run_doc, slo=cfg.slo or None, client=client)
+
     saturated, reasons, advice = assess_client(summary, open_loop=cfg.load_mode in ("rate", "ramp"))
     summary["client"].update({"saturated": saturated, "reasons": reasons, "advice": advice})
     # connections asked for before the clock but not opened (so opened inside it), and why the
@@ -297,7 +302,7 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
         summary["notes"].append(f"the client stopped sending early on an error of its own: {result.failure}; "
                                 "records of kind client_error hold each one")
     write_json(out_dir / SUMMARY, summary)
-    manifest["ended_at"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    manifest["ended_at"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     # records hold ns from this origin; with it, they line up with a server's own
     # perf_counter_ns/CLOCK_MONOTONIC timestamps on the same host (ground-truth tests)
     manifest["connections"] = {"requested": spec.preconnect, "preconnected": result.preconnected}
@@ -321,7 +326,7 @@ async def _probe(cfg: RunConfig, info: TargetInfo, headers: dict[str, str]) -> C
     """The capability probe (target/capabilities.py), before the clock; None when --no-probe."""
     if not cfg.probe:
         return None
-    from servebench.target import capabilities  # noqa: PLC0415
+    from servebench.target import capabilities
 
     async with aiohttp.ClientSession(headers=headers) as session:
         return await capabilities.probe(session, info.base_url, info.model, cfg.api, extra_body=cfg.extra_body)
@@ -335,7 +340,7 @@ def _enforced(cfg: RunConfig, caps: Capabilities | None) -> bool | None:
     return caps.output_len_enforced
 
 
-def _notes(cfg: RunConfig, summary: dict[str, Any], caps: Capabilities | None, n_items: int = 0) -> list[str]:
+def _notes(cfg: RunConfig, summary: Summary, caps: Capabilities | None, n_items: int = 0) -> list[str]:
     notes = []
     sent = summary["requests"]["total"] + summary["requests"].get("warmup", 0)
     if n_items and sent > n_items:
@@ -365,7 +370,7 @@ def _notes(cfg: RunConfig, summary: dict[str, Any], caps: Capabilities | None, n
 
 def _manifest(cfg: RunConfig, info: TargetInfo, caps: Capabilities | None, run_id: str,
               started: _dt.datetime, emulated: bool) -> dict[str, Any]:
-    import aiohttp as _aiohttp  # noqa: PLC0415
+    import aiohttp as _aiohttp
 
     caps_doc = caps.to_dict() if caps is not None else None
     return {

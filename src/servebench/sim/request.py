@@ -4,8 +4,9 @@ per-sequence state), its lifecycle states, and `block_hashes`, the prefix-cache 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 __all__ = ["SimRequest", "block_hashes", "WAITING", "PREFILL", "DECODE", "DONE", "SAMPLED"]
 

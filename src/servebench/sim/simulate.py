@@ -4,8 +4,8 @@ and `SimRun`, its per-step times and per-request results. What `servebench plan`
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from servebench.sim.config import EngineConfig
 from servebench.sim.engine import Engine, EngineStats

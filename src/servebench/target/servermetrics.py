@@ -10,10 +10,11 @@ where the capability probe found it (TensorRT-LLM: `/prometheus/metrics`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 
+from servebench.results.schema import ServerMetrics
 from servebench.target.engines import COUNTER_ROLES, HISTOGRAMS, METRICS, METRICS_PATHS
 from servebench.target.prometheus import parse_prometheus
 from servebench.urls import server_root
@@ -54,7 +55,7 @@ def _pick(sample: dict[str, float], key: str) -> tuple[str, float] | None:
     return None
 
 
-def server_summary(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, Any] | None:
+def server_summary(before: dict[str, float] | None, after: dict[str, float] | None) -> ServerMetrics | None:
     """Counter deltas and end-of-run gauges over the window, in common keys; names used are listed."""
     if not after:
         return None
@@ -83,10 +84,10 @@ def server_summary(before: dict[str, float] | None, after: dict[str, float] | No
                 break
     if means:
         doc["latency_ms"] = means
-    return doc
+    return cast(ServerMetrics, doc)  # common keys only (COMMON, HISTOGRAMS): the open ServerMetrics block
 
 
-def prefix_cache_note(intended: float | None, server: dict[str, Any] | None,
+def prefix_cache_note(intended: float | None, server: ServerMetrics | None,
                       tolerance: float = PREFIX_TOLERANCE) -> str | None:
     """A warning when the workload's intended prefix-cache hit rate and the server's achieved one
     disagree by more than `tolerance` (a fraction: 0.05 = 5 points); None when they agree or when

@@ -177,7 +177,7 @@ async def detect_server_counter(base_url: str, model: str, headers: dict[str, st
         except (aiohttp.ClientError, TimeoutError, ConfigError, orjson.JSONDecodeError, ValueError):
             continue
         if b > a > 0:
-            c._session = None  # noqa: SLF001 - the probe session closes below; counting opens a pooled one
+            c._session = None
             await session.close()
             return c
     await session.close()
@@ -189,7 +189,7 @@ class LocalCounter:
 
     def __init__(self, path: str) -> None:
         try:
-            from tokenizers import Tokenizer  # noqa: PLC0415 - optional extra
+            from tokenizers import Tokenizer
         except ImportError:
             raise ConfigError("--tokenizer needs the `tokenizers` package: pip install 'servebench[tokenizers]'") from None
         p = Path(path).expanduser()
