@@ -5,7 +5,7 @@ Engines that speak "the OpenAI API" differ in ways that change a benchmark's num
 `ignore_eos` / `min_tokens` are honoured, whether `data: [DONE]` ends the stream, where `usage` arrives,
 which `/tokenize`, version and metrics endpoints they expose (TensorRT-LLM's Prometheus text is at
 `/prometheus/metrics`; its `/metrics` is JSON), and the names of their server-side metrics
-(/work/shared/SERVER-METRICS.md). docs/compatibility.md is the human-readable form of this table.
+(each engine's documented metric names). docs/compatibility.md is the human-readable form of this table.
 
 The capability probe (capabilities.py) reads the wire facts and the probe paths; the scrape
 (servermetrics.py) reads the metric names, in the common roles below, through `METRICS` and

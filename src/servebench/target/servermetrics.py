@@ -3,7 +3,7 @@
 A run's server-side figures are deltas (counters) or end values (gauges) between two scrapes,
 taken outside the clock. Names are matched with any trailing `_total` stripped (a counter `foo`
 is exposed as `foo_total`), and the engines' names map onto a few common keys through the one
-engine table (engines.py; ../shared/SERVER-METRICS.md). The page is read by the one Prometheus
+engine table (engines.py; docs/compatibility.md). The page is read by the one Prometheus
 reader (prometheus.py). `server_summary` is pure; `scrape` is the only I/O, and it reads the page
 where the capability probe found it (TensorRT-LLM: `/prometheus/metrics`).
 """
