@@ -50,7 +50,8 @@ def main() -> None:
     print(json.dumps({
         "concurrency": args.concurrency, "rx_timestamps": manifest["clock"]["rx_timestamps"],
         "ms": errors_ms,
-        "client": {k: client.get(k) for k in ("cpu_us_per_token", "loop_lag_ms_p99", "saturated", "read_pauses", "read_pause_ms")},
+        "client": {k: client.get(k) for k in ("cpu_us_per_token", "loop_lag_ms_p99", "saturated", "read_pauses",
+                                              "read_pause_ms")},
         "out": str(out),
     }, indent=2))
 

@@ -57,7 +57,8 @@ def _local_tokenizer(folder: Path) -> Path:
     tok.decoder = decoders.ByteLevel()
     rng = np.random.default_rng(0)
     corpus = [" ".join(WORDS[i] for i in rng.integers(0, len(WORDS), size=60)) for _ in range(500)]
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=2000, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    trainer = trainers.BpeTrainer(vocab_size=2000, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus, trainer)
     tok.save(str(folder / "tokenizer.json"))
     return folder / "tokenizer.json"
 
@@ -75,7 +76,8 @@ def main() -> int:
         ("mixture 128/512/4096, chat", RunConfig(dataset="random:128:64@25%,512:128@50%,4096:256@25%")),
         ("shared-prefix preset, chat", RunConfig(dataset="shared-prefix", output_len=800)),
         ("random 1024 tokens, chat, --tokenizer (local)", RunConfig(input_len=1024, tokenizer=str(local))),
-        ("sharegpt multi-turn, chat, --tokenizer (local)", RunConfig(dataset=f"sharegpt:{chats}", tokenizer=str(local))),
+        ("sharegpt multi-turn, chat, --tokenizer (local)",
+         RunConfig(dataset=f"sharegpt:{chats}", tokenizer=str(local))),
         ("sharegpt multi-turn, chat, server /tokenize", RunConfig(dataset=f"sharegpt:{chats}")),
     ]
     with EmulatorThread("tiny") as emu:
@@ -84,7 +86,8 @@ def main() -> int:
             if "server /tokenize" not in name:  # one /tokenize call per dataset request: reported, not gated
                 ok &= wall < TARGET_S
             print(f"{N:,} requests, {name}: {wall:.2f} s ({'ok' if wall < TARGET_S else 'SLOW'}, "
-                  f"target < {TARGET_S:.0f} s); lengths: {info['lengths']}; /tokenize calls: {info.get('tokenize_calls')}")
+                  f"target < {TARGET_S:.0f} s); lengths: {info['lengths']}; "
+                  f"/tokenize calls: {info.get('tokenize_calls')}")
 
         # no tokenization in the request loop: count /tokenize calls while Shard.run is running
         app = emu.app

@@ -288,7 +288,8 @@ def test_cli_contract_errors() -> None:
     p = subprocess.run([sys.executable, "-m", "servebench.emulator.server", "--profile", "no-such-profile"],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and p.stdout == "" and "unknown profile" in p.stderr
-    p = subprocess.run([sys.executable, "-m", "servebench.emulator.server", "--fault-500", "0.8", "--fault-drop", "0.5"],
+    p = subprocess.run([sys.executable, "-m", "servebench.emulator.server",
+                        "--fault-500", "0.8", "--fault-drop", "0.5"],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and "fault" in p.stderr
     p = subprocess.run([sys.executable, "-m", "servebench.emulator.server", "--realtime-priority", "120"],

@@ -49,7 +49,8 @@ def run(srv: RealServer, out: Path, *args: str, timeout_s: float = 240) -> dict[
     proc = servebench("run", "--url", srv.url, "--model", MODEL, "--out", str(out), "--quiet", "--seed", "1",
                       *args, timeout_s=timeout_s)
     if proc.returncode != 0:  # aiohttp's "Unclosed connector" dumps drown the real message: drop them
-        err = "\n".join(ln[:500] for ln in proc.stderr.splitlines() if not ln.startswith(("connections:", "connector:")))
+        err = "\n".join(ln[:500] for ln in proc.stderr.splitlines()
+                        if not ln.startswith(("connections:", "connector:")))
         pytest.fail(f"servebench exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{err[-4000:]}")
     return json.loads((out / "summary.json").read_text())
 

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from itertools import pairwise
 from pathlib import Path
 
 from servebench.client.openai import build_body, encode_body
@@ -34,7 +35,7 @@ def test_multi_turn_sessions_send_turns_in_order_with_think_time(scripted_server
     for recs in by_session.values():
         recs.sort(key=lambda r: r.turn)
         assert [r.turn for r in recs] == [0, 1, 2]
-        for prev, nxt in zip(recs, recs[1:]):
+        for prev, nxt in pairwise(recs):
             # the next turn waits for the previous answer plus 50 ms of think time
             assert nxt.t_send_ns >= prev.t_end_ns + 50_000_000
     # concurrency counts sessions: never more than 2 sessions' requests in flight at once

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +107,7 @@ def test_sharegpt_three_turns_send_every_turn_with_growing_history(tmp_path: Pat
         assert ins[0] < ins[1] < ins[2], ins
         assert ins[1] - ins[0] > 60 and ins[2] - ins[1] > 90, ins
         # one at a time, in order, with the think time between
-        for a, b in zip(recs, recs[1:]):
+        for a, b in pairwise(recs):
             assert b.t_send_ns >= a.t_last_ns + 0.05e9 * 0.9, (a, b)
         # the workload's own input lengths match what the server counted
         assert all(abs(r.input_len - r.input_tokens) <= 2 for r in recs), [(r.input_len, r.input_tokens) for r in recs]

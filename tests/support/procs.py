@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -16,9 +17,11 @@ SCRIPTED = ROOT / "tests" / "support" / "scripted_server.py"
 class ServerProcess:
     def __init__(self, cmd: list[str], timeout_s: float = 30.0) -> None:
         self.cmd = cmd
-        self.log = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        with contextlib.ExitStack() as stack:  # the log closes here if the process does not start
+            self.log = stack.enter_context(tempfile.TemporaryFile(mode="w+"))
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True,
+                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            self._files = stack.pop_all()  # from here on, stop() closes it
         deadline = time.monotonic() + timeout_s
         assert self.proc.stdout is not None
         while time.monotonic() < deadline:
@@ -28,11 +31,17 @@ class ServerProcess:
                 return
             if not line and self.proc.poll() is not None:
                 break
+        self._end_process()
         self.log.seek(0)
+        log = self.log.read()
         self.stop()
-        raise RuntimeError(f"server did not start: {' '.join(cmd)}\n{self.log.read()[-2000:]}")
+        raise RuntimeError(f"server did not start: {' '.join(cmd)}\n{log[-2000:]}")
 
     def stop(self) -> None:
+        self._end_process()
+        self._files.close()
+
+    def _end_process(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
             try:

@@ -97,6 +97,7 @@ class Handler(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.busy = False
         self.closed = False
+        self.serving: asyncio.Task[None] | None = None  # the request being answered (a strong reference)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -128,7 +129,7 @@ class Handler(asyncio.Protocol):
         self.buf = self.buf[head_end + 4 + length:]
         t_arrival = time.perf_counter()
         self.busy = True
-        asyncio.ensure_future(self._serve(method, path, body, t_arrival))
+        self.serving = asyncio.ensure_future(self._serve(method, path, body, t_arrival))
 
     def _send_simple(self, status: str, obj: object) -> None:
         payload = json.dumps(obj).encode()
@@ -195,8 +196,8 @@ class Handler(asyncio.Protocol):
                 choice["message"] = {"role": "assistant", "content": text}
             else:
                 choice["text"] = text
-            self._send_simple("200 OK", {"id": "x", "choices": [choice],
-                                         "usage": {"prompt_tokens": 7, "completion_tokens": n_out, "total_tokens": n_out + 7}})
+            usage = {"prompt_tokens": 7, "completion_tokens": n_out, "total_tokens": n_out + 7}
+            self._send_simple("200 OK", {"id": "x", "choices": [choice], "usage": usage})
             return
         rid = cfg.count
         token_ns: list[int] = []
@@ -272,7 +273,7 @@ class Handler(asyncio.Protocol):
 def _trtllm_page(cfg: Config) -> str:
     """What trtllm-serve's /prometheus/metrics says (prometheus_client text), from what this server served."""
     s = cfg.served
-    lab = 'engine_type="trtllm",model_name="%s"' % cfg.model
+    lab = f'engine_type="trtllm",model_name="{cfg.model}"'
     return "".join([
         "# HELP trtllm_num_requests_running Number of requests currently running.\n",
         "# TYPE trtllm_num_requests_running gauge\n",

@@ -219,12 +219,12 @@ def test_llamacpp_style_target_on_completions() -> None:
 
 
 def test_refusal_that_names_no_length_field_stops_before_the_clock() -> None:
-    with pytest.raises(ProtocolError, match="HTTP 422.*stops before the clock"):
+    with pytest.raises(ProtocolError, match=r"HTTP 422.*stops before the clock"):
         run_probe("bad_model")
 
 
 def test_extra_body_field_the_server_refuses_stops_before_the_clock() -> None:
-    with pytest.raises(ProtocolError, match="HTTP 422.*top_k"):
+    with pytest.raises(ProtocolError, match=r"HTTP 422.*top_k"):
         run_probe("transformers", extra_body={"top_k": 1})
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import statistics
+from itertools import pairwise
 
 import pytest
 
@@ -19,8 +20,8 @@ COST = StepCost(dense_weight_bytes=2e9, kv_bytes_per_token=2e5, flops_per_token=
 
 
 def config(**kw: object) -> EngineConfig:
-    base = dict(cost=COST, kv_blocks=100_000, block_size=16, max_num_seqs=16, max_num_batched_tokens=2048,
-                max_model_len=8192)
+    base: dict[str, object] = {"cost": COST, "kv_blocks": 100_000, "block_size": 16, "max_num_seqs": 16,
+                               "max_num_batched_tokens": 2048, "max_model_len": 8192}
     base.update(kw)
     return EngineConfig(**base)  # type: ignore[arg-type]
 
@@ -42,7 +43,7 @@ def itls(run: SimRun, reqs: list[SimRequest]) -> list[float]:
     out: list[float] = []
     for r in reqs:
         t = run.token_times_s(r)
-        out += [b - a for a, b in zip(t, t[1:])]
+        out += [b - a for a, b in pairwise(t)]
     return out
 
 
@@ -136,7 +137,7 @@ def test_chunked_prefill_interleaves_with_decode() -> None:
     run = simulate(cfg, [a, b])
     # b's prefill needs 16 steps of 256 tokens; a keeps decoding in every one of them
     ta = run.token_times_s(a)
-    gaps = [y - x for x, y in zip(ta, ta[1:])]
+    gaps = [y - x for x, y in pairwise(ta)]
     assert max(gaps) < 0.02
     assert run.first_token_s(b) - b.arrival_s > 15 * 0.003
     # without chunking, the whole prompt goes in one step and a's ITL spikes
@@ -144,7 +145,7 @@ def test_chunked_prefill_interleaves_with_decode() -> None:
     a2, b2 = SimRequest("a", 64, 100), SimRequest("b", 4096, 4, arrival_s=0.05)
     run2 = simulate(cfg2, [a2, b2])
     t2 = run2.token_times_s(a2)
-    assert max(y - x for x, y in zip(t2, t2[1:])) > max(gaps)
+    assert max(y - x for x, y in pairwise(t2)) > max(gaps)
 
 
 def test_step_tokens_match_fast_path() -> None:
@@ -216,7 +217,7 @@ def test_block_hashes_chain() -> None:
     a = block_hashes(list(range(40)), 16)
     b = block_hashes(list(range(32)) + [0] * 8, 16)
     assert len(a) == 2 and a == b  # the partial third block is not hashed
-    c = block_hashes([1] + list(range(1, 40)), 16)
+    c = block_hashes([1, *range(1, 40)], 16)
     assert c[0] != a[0] and c[1] != a[1]  # a change in block 0 changes every later hash
 
 
@@ -249,7 +250,7 @@ def test_block_accounting_invariant_under_random_load(seed: int) -> None:
     live: list[SimRequest] = []
     now = 0.0
     added = 0
-    for step in range(3000):
+    for _step in range(3000):
         if added < 60 and rng.random() < 0.3:
             p = rng.choice(prefixes) + [rng.randrange(50_000) for _ in range(rng.randrange(1, 60))]
             r = SimRequest(added, len(p), rng.randrange(1, 120), arrival_s=now, prompt_token_ids=p)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,7 @@ def _drive(wire: bytes, cuts: list[int], api: str, bulk: bool) -> tuple[Any, ...
         conn = Connection(None)  # type: ignore[arg-type]
         conn.transport = _NullTransport()  # type: ignore[assignment]
         done = conn.start(b"", b"", wrapper)  # type: ignore[arg-type]
-        for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
+        for i, (a, b) in enumerate(pairwise(bounds)):
             conn.on_data(wire[a:b], 1000 * (i + 1))  # each read its own arrival time
         exc = done.exception() if done.done() else None
         state = (acc.chunk_ns, acc.chunk_chars, acc.t_first_answer_ns, acc.usage, acc.done, acc.error,
@@ -132,7 +133,8 @@ def _streams(draw: st.DrawFn) -> tuple[str, list[bytes]]:
             kind = "tok"
         if kind == "raw":  # bytes written by hand: the text escaped where JSON needs no escape, and
             # a plain "ab" (or another text) under the same key elsewhere: no template may be cut there
-            other = b"ab" if draw(st.booleans()) else text.encode("ascii", "ignore").replace(b"\\", b"").replace(b'"', b"")
+            other = (b"ab" if draw(st.booleans())
+                     else text.encode("ascii", "ignore").replace(b"\\", b"").replace(b'"', b""))
             key = b"text" if api == "completions" else b"content"
             where = b'"text":"a\\u0062"' if api == "completions" else b'"delta":{"content":"a\\u0062"}'
             payloads.append(b'{"id":"x","choices":[{"index":0,%s,"x":{"%s":"%s"}}]}' % (where, key, other))
@@ -198,7 +200,7 @@ def test_a_plain_stream_read_in_bulk_goes_through_the_bulk_path() -> None:
     payloads = [orjson.dumps({"id": "c", "choices": [{"index": 0, "text": f" w{i}", "finish_reason": None}]})
                 for i in range(64)]
     payloads.append(orjson.dumps({"id": "c", "choices": [{"index": 0, "text": "!", "finish_reason": "length"}]}))
-    wire = HEAD + _frame(payloads + [b"[DONE]"], set(), set(), set())
+    wire = HEAD + _frame([*payloads, b"[DONE]"], set(), set(), set())
     cuts = [len(HEAD) + 200 * i for i in range(1, 4)] + [len(wire) // 2]
     (chunk_ns, chars, *_rest), taken = _drive(wire, cuts, "completions", bulk=True)
     assert len(chunk_ns) == 65 and chars[:3] == [3, 3, 3]

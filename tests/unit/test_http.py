@@ -6,6 +6,7 @@ import asyncio
 import socket
 import threading
 import time
+from itertools import pairwise
 
 import pytest
 from hypothesis import given
@@ -37,7 +38,8 @@ def _one_shot_server(respond) -> tuple[str, threading.Thread]:
             while b"\r\n\r\n" not in buf:
                 buf += conn.recv(65536)
             head, _, body = buf.partition(b"\r\n\r\n")
-            length = int(next(ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")))
+            length = int(next(ln.split(b":")[1] for ln in head.split(b"\r\n")
+                              if ln.lower().startswith(b"content-length")))
             while len(body) < length:
                 body += conn.recv(1 << 20)
             respond(conn, body)
@@ -157,7 +159,7 @@ def test_chunked_body_decodes_the_same_however_the_reads_fall(chunks: list[bytes
         conn.transport = _NullTransport()  # type: ignore[assignment]
         sink = _Collect()
         done = conn.start(b"", b"", sink)
-        for a, b in zip(bounds, bounds[1:]):
+        for a, b in pairwise(bounds):
             conn.on_data(wire[a:b], 0)
         assert done.done() and done.exception() is None
         return b"".join(p for p, _ in sink.parts)

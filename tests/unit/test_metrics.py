@@ -62,7 +62,7 @@ def test_failures_count_as_infinite_in_error_adjusted_percentiles() -> None:
 def test_cancelled_requests_are_not_server_failures() -> None:
     ok = [rec(i, send=0, chunks=[10 * MS, 20 * MS]) for i in range(10)]
     cut = rec(99, send=0, chunks=[], status="error", kind="cancelled", out=0)
-    s = summarize(ok + [cut])
+    s = summarize([*ok, cut])
     assert s["latency_ms_error_adjusted"]["ttft"]["p99"] == pytest.approx(10.0)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import orjson
 import pytest
 from hypothesis import given
@@ -39,7 +41,7 @@ def test_byte_by_byte_equals_whole() -> None:
 def test_unicode_line_separators_stay_inside_the_line() -> None:
     text = "a\u2028b\u2029c\u0085d\x1ce"
     raw = b"data: " + orjson.dumps({"t": text}) + b"\n\n"
-    (ev, data), = feed_all([raw])
+    (_ev, data), = feed_all([raw])
     assert orjson.loads(data)["t"] == text
 
 
@@ -70,7 +72,7 @@ def test_any_split_of_any_stream_decodes_like_byte_by_byte(pieces: list[bytes], 
     raw = b"".join(pieces)
     reference = feed_all([raw[i:i + 1] for i in range(len(raw))])  # never takes the fast path
     bounds = sorted({min(c, len(raw)) for c in cuts} | {0, len(raw)})
-    assert feed_all([raw[a:b] for a, b in zip(bounds, bounds[1:])]) == reference
+    assert feed_all([raw[a:b] for a, b in pairwise(bounds)]) == reference
     assert feed_all([raw]) == reference
 
 

@@ -126,7 +126,7 @@ def test_local_hf_tokenizer_exact(tmp_path: Path) -> None:
 
 
 def test_local_tokenizer_missing_is_a_config_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="tokenizer.json"):
+    with pytest.raises(ConfigError, match=r"tokenizer\.json"):
         LocalCounter(str(tmp_path))
 
 

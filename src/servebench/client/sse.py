@@ -59,12 +59,10 @@ class SSEDecoder:
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         lines = chunk.split(b"\n")
         tail = lines.pop()  # after the last "\n": an unfinished line (often b"")
-        if self._pending:
-            if lines:
-                self._pending.append(lines[0])
-                lines[0] = b"".join(self._pending)
-                self._pending.clear()
-            # else: the whole read is part of a line that has not ended yet
+        if self._pending and lines:  # without lines, the whole read is part of a line that has not ended yet
+            self._pending.append(lines[0])
+            lines[0] = b"".join(self._pending)
+            self._pending.clear()
         out = []
         for line in lines:
             if not line:
@@ -79,7 +77,7 @@ class SSEDecoder:
             elif line[:1] == b":":
                 continue
             else:
-                field, sep, value = line.partition(b":")
+                field, _sep, value = line.partition(b":")
                 if field == b"event":
                     self._event = value[1:] if value[:1] == b" " else value
                 continue  # id:, retry: and unknown fields do not concern a benchmark

@@ -137,7 +137,8 @@ def plan_requests(cfg: RunConfig, items: list[WorkItem], model: str, ignore_reje
     if mode == "rate" or mode == "offline":
         offsets = open_loop_offsets_ns(n, cfg.rate or math.inf, burstiness=cfg.burstiness, seed=cfg.seed)
     elif mode == "ramp":
-        rates = ramp_rates(n, cfg.ramp_up_start_rps or 0.0, cfg.ramp_up_end_rps or 0.0, cfg.ramp_up_strategy or "linear")
+        rates = ramp_rates(n, cfg.ramp_up_start_rps or 0.0, cfg.ramp_up_end_rps or 0.0,
+                           cfg.ramp_up_strategy or "linear")
         rates = np.maximum(rates, 1e-3)
         offsets = open_loop_offsets_ns(n, rates, burstiness=cfg.burstiness, seed=cfg.seed)
     prepared = []
@@ -165,7 +166,7 @@ def _n_total(cfg: RunConfig) -> int:
         return n + cfg.warmup
     # --duration without --num-requests
     if cfg.load_mode == "rate":
-        return min(_MAX_SCHEDULED, int(math.ceil((cfg.rate or 1) * (cfg.duration or 0) * 1.5)) + 16 + cfg.warmup)
+        return min(_MAX_SCHEDULED, math.ceil((cfg.rate or 1) * (cfg.duration or 0) * 1.5) + 16 + cfg.warmup)
     return _POOL_FOR_DURATION + cfg.warmup
 
 

@@ -150,7 +150,8 @@ class RunConfig:
         doc = dataclasses.asdict(self)
         masked = []
         for k, v in parse_headers(self.headers).items():
-            masked.append(f"{k}: {'***' if k.lower() in _SECRET_HEADERS or 'key' in k.lower() or 'token' in k.lower() else v}")
+            secret = k.lower() in _SECRET_HEADERS or "key" in k.lower() or "token" in k.lower()
+            masked.append(f"{k}: {'***' if secret else v}")
         doc["headers"] = masked
         if doc.get("rate") is not None and math.isinf(doc["rate"]):
             doc["rate"] = "inf"

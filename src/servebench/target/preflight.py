@@ -9,6 +9,7 @@ competes with the client's event loop for the GIL.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -110,11 +111,13 @@ class EmulatorProcess:
         cmd = [sys.executable, "-m", "servebench.emulator.server", "--profile", self.profile,
                "--host", "127.0.0.1", "--port", "0", *self.extra_args]
         # stderr goes to a file: a pipe nobody reads would block the emulator once it fills.
-        self._stderr = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
+        with contextlib.ExitStack() as stack:  # the file closes here if the process does not start
+            self._stderr = stack.enter_context(tempfile.TemporaryFile(mode="w+"))
+            self.proc = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+            self._files = stack.pop_all()  # from here on, stop() closes it
         deadline = time.monotonic() + self.start_timeout_s
         assert self.proc.stdout is not None
         while time.monotonic() < deadline:
@@ -143,7 +146,7 @@ class EmulatorProcess:
                 self.proc.wait()
         if self.proc.stdout:
             self.proc.stdout.close()
-        self._stderr.close()
+        self._files.close()
         self.proc = None
 
     def __enter__(self) -> EmulatorProcess:

@@ -191,7 +191,8 @@ class LocalCounter:
         try:
             from tokenizers import Tokenizer
         except ImportError:
-            raise ConfigError("--tokenizer needs the `tokenizers` package: pip install 'servebench[tokenizers]'") from None
+            raise ConfigError("--tokenizer needs the `tokenizers` package: "
+                              "pip install 'servebench[tokenizers]'") from None
         p = Path(path).expanduser()
         if p.is_dir():
             p = p / "tokenizer.json"
@@ -225,11 +226,11 @@ async def probe_usage(base_url: str, model: str, headers: dict[str, str], api: s
     h = {k: v for k, v in headers.items() if k.lower() != "accept"}
     h["Content-Type"] = "application/json"
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as s:
-            async with s.post(base_url.rstrip("/") + path, data=orjson.dumps(body), headers=h) as r:
-                if r.status != 200:
-                    return None
-                doc = orjson.loads(await r.read())
+        async with (aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as s,
+                    s.post(base_url.rstrip("/") + path, data=orjson.dumps(body), headers=h) as r):
+            if r.status != 200:
+                return None
+            doc = orjson.loads(await r.read())
     except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError):
         return None
     usage = doc.get("usage") if isinstance(doc, dict) else None
