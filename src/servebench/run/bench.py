@@ -30,7 +30,6 @@ from servebench.client.openai import API_PATHS, build_body, encode_body, normali
 from servebench.client.shard import Shard
 from servebench.client.spec import Prepared, ShardSpec
 from servebench.report.console import LiveProgress, print_spread, print_summary
-from servebench.report.html import write_report
 from servebench.results.metrics import assess_client, summarize
 from servebench.results.repeats import spread
 from servebench.results.schema import ApiKind, ClientMeasures, LoadMode, RunInfo, Summary, Target
@@ -312,6 +311,8 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
                          "read_coalescing": result.rx_timestamps == "kernel" and cfg.read_coalescing}
     write_json(out_dir / MANIFEST, manifest)
     if cfg.report:  # last: the report renders from the files as they will stay
+        from servebench.report.html import write_report  # after the clock: not on the way to the first request
+
         write_report(out_dir)
     if not cfg.quiet:
         print_summary(summary, console, str(out_dir))
