@@ -62,7 +62,7 @@ def test_no_figures_from_the_test_only_seed_documents() -> None:
 
 
 def _doc() -> dict:
-    name, text = corpus_files()[0]
+    _name, text = corpus_files()[0]
     return yaml.safe_load(text)
 
 

@@ -3,14 +3,18 @@ arithmetic, the fit, and the held-out accuracy of the committed calibration (a r
 
 from __future__ import annotations
 
-import statistics
-
 import pytest
 
-from servebench.deploy.calibration import corpus_digest, dump_calibration, load_calibration, Calibration
+from servebench.deploy.calibration import Calibration, corpus_digest, dump_calibration, load_calibration
 from servebench.plan.corpus import CorpusPoint, Source, corpus_files, load_corpus
-from servebench.plan.validate import (METRICS, Predictor, evaluate, fit_table, measured_for, median_abs_error,
-                                      setting_for)
+from servebench.plan.validate import (
+    METRICS,
+    Predictor,
+    evaluate,
+    fit_table,
+    measured_for,
+    median_abs_error,
+)
 from servebench.sim import catalog, memory
 from servebench.sim.knobs import DEFAULT_KNOBS, resolve_knobs
 
@@ -19,11 +23,12 @@ SRC = Source(id="hand", title="hand-made", url="https://example.org/x", publishe
 
 
 def _point(**kw: object) -> CorpusPoint:
-    base: dict[str, object] = dict(
-        source=SRC, id="p", engine="vllm", engine_version="0.10.0", gpu="h100", gpus=1, model="Llama-3.1-8B",
-        quant="bf16", kv_quant="", tp=1, pp=1, dp=1, ep=1, mode="closed", concurrency=1, request_rate=None,
-        num_prompts=8, input_len=128, output_len=128, dataset="random", speculative="",
-        measured={"output_tok_s": 100.0, "itl_ms_median": 10.0, "ttft_ms_mean": 20.0}, notes="n")
+    base: dict[str, object] = {
+        "source": SRC, "id": "p", "engine": "vllm", "engine_version": "0.10.0", "gpu": "h100", "gpus": 1,
+        "model": "Llama-3.1-8B", "quant": "bf16", "kv_quant": "", "tp": 1, "pp": 1, "dp": 1, "ep": 1,
+        "mode": "closed", "concurrency": 1, "request_rate": None, "num_prompts": 8, "input_len": 128,
+        "output_len": 128, "dataset": "random", "speculative": "",
+        "measured": {"output_tok_s": 100.0, "itl_ms_median": 10.0, "ttft_ms_mean": 20.0}, "notes": "n"}
     base.update(kw)
     return CorpusPoint(**base)  # type: ignore[arg-type]
 
@@ -50,7 +55,7 @@ def test_errors_are_relative_to_the_measurement() -> None:
     p = _point()
     pred = Predictor([p])
     [r] = evaluate(pred, DEFAULT_KNOBS)
-    for m, (stat, val) in r.measured.items():
+    for m, (_stat, val) in r.measured.items():
         assert r.error(m) == pytest.approx(r.predicted[m] / val - 1.0)
     assert median_abs_error([r], "itl")[0] == pytest.approx(abs(r.error("itl")))
 

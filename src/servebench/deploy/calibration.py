@@ -9,10 +9,11 @@ error), and a digest of the corpus they were fitted to. `plan/validate.py` fits 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from servebench.errors import ConfigError
 

@@ -13,10 +13,11 @@ predicts every point. Nothing here is fitted: the corpus is data.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from servebench.errors import ConfigError
 

@@ -23,8 +23,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Any, cast
 
 import numpy as np
 
@@ -33,8 +34,16 @@ from servebench.plan.corpus import CorpusPoint
 from servebench.plan.whatif import _median_itl_s
 from servebench.sim import catalog, memory
 from servebench.sim.config import EngineConfig
-from servebench.sim.knobs import (DEFAULT_KNOBS, StepKnobs, arch_class, engine_defaults, engine_family,
-                                  gpu_generation, knob_names_for, resolve_knobs)
+from servebench.sim.knobs import (
+    DEFAULT_KNOBS,
+    StepKnobs,
+    arch_class,
+    engine_defaults,
+    engine_family,
+    gpu_generation,
+    knob_names_for,
+    resolve_knobs,
+)
 from servebench.sim.request import SimRequest
 from servebench.sim.simulate import SimRun, simulate
 from servebench.sim.steptime import StepCost
@@ -96,7 +105,7 @@ class PointResult:
 
 
 def _int_len(x: float | None) -> int | None:
-    return None if x is None else max(1, int(round(x)))
+    return None if x is None else max(1, round(x))
 
 
 def _quant(q: str) -> tuple[str, bool]:
@@ -199,7 +208,9 @@ def setting_for(p: CorpusPoint) -> Setting:
     draft = _draft_tokens(p.speculative)
     if draft:
         extra["decode_tokens_per_seq"] = float(1 + draft)
-    base_cost = dataclasses.replace(cost, comm_bytes_per_token=comm_bytes, collectives=collectives, **extra)
+    base_cost = dataclasses.replace(cost, comm_bytes_per_token=comm_bytes, collectives=collectives)
+    if extra:  # float fields of StepCost only (flops_per_s, moe_token_multiplier, decode_tokens_per_seq)
+        base_cost = dataclasses.replace(base_cost, **cast("dict[str, Any]", extra))
     base = dataclasses.replace(engine_cfg, cost=base_cost)
     n_total = _requests(p)
     conc = math.ceil(p.concurrency / dp) if (p.mode == "closed" and p.concurrency) else None
@@ -361,7 +372,8 @@ def _metrics(run: SimRun, reqs: Sequence[SimRequest], s: Setting, accept: float)
     itl = {"itl_ms_median": 1e3 * itl_med, "itl_ms_mean": 1e3 * gaps / max(1.0, len(reqs) * (s.output_len - 1)),
            "tpot_ms_median": 1e3 * statistics.median(tpot), "tpot_ms_mean": 1e3 * statistics.fmean(tpot)}
     return Prediction(tok_s=tok_s, itl_ms=itl,
-                      ttft_ms={"ttft_ms_median": 1e3 * statistics.median(ttft), "ttft_ms_mean": 1e3 * statistics.fmean(ttft)})
+                      ttft_ms={"ttft_ms_median": 1e3 * statistics.median(ttft),
+                               "ttft_ms_mean": 1e3 * statistics.fmean(ttft)})
 
 
 def _compare(pred: Prediction, measured: Mapping[str, tuple[str, float]]) -> dict[str, float]:
@@ -424,8 +436,8 @@ def evaluate(pred: Predictor, table: Mapping[str, float], keys: Iterable[str] | 
 _WEIGHTS = {"tok_s": 1.0, "itl": 1.0, "ttft": 0.5}
 _RIDGE = 0.05  # pull of each knob's log towards its default (per knob, in squared log units)
 _STEP_H = 0.1  # finite-difference step in log space for the Jacobian
-_LOG_BOUNDS = 3.0
-_TOL = 0.01  # stop when an iteration improves the loss by less than 1%  # a knob moves at most e^3 ~ 20x from its default
+_LOG_BOUNDS = 3.0  # a knob moves at most e^3 ~ 20x from its default
+_TOL = 0.01  # stop when an iteration improves the loss by less than 1%
 
 
 def _fit_names(pred: Predictor, keys: Sequence[str]) -> list[str]:

@@ -22,8 +22,8 @@ GPU generation (`gpu_generation`: ampere, hopper, blackwell, cdna3) and architec
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 __all__ = ["StepKnobs", "EngineDefaults", "DEFAULT_KNOBS", "engine_family", "gpu_generation", "arch_class",
            "resolve_knobs", "engine_defaults", "knob_names_for", "FAMILIES", "GENERATIONS", "ARCH_CLASSES"]
