@@ -33,6 +33,7 @@ __all__ = [
     "distribution",
     "error_adjusted",
     "itl_gaps_ms",
+    "offered_rate",
     "request_latencies_ms",
     "meets_slo",
     "summarize",
@@ -148,6 +149,28 @@ def window_ns(measured: Iterable[RequestRecord]) -> tuple[int, int] | None:
     return min(sends), max(ends)
 
 
+def _closed_loop(run: RunInfo | None) -> bool:
+    """A closed-loop run (N workers, each sending when its last request ended); a trace replays its
+    own send times whatever the load mode says."""
+    return dig(run, "load", "mode") == "concurrency" and not dig(run, "workload", "trace")
+
+
+def offered_rate(sched_ns: Sequence[int], window_s: float, *, closed_loop: bool) -> float:
+    """Requests per second the client offered (docs/metrics.md, "The measured window and throughput").
+
+    Open loop: the schedule's rate, (n − 1) / (last − first scheduled send); every request at once
+    (one instant): n / window. Closed loop: the rate requests were sent over the measured window,
+    n / window — never a rate over the first wave's spread of slot times (c requests sent within
+    ~ms of each other would read as thousands of requests/s). 0 when there is no window.
+    """
+    n = len(sched_ns)
+    if not closed_loop and n > 1:
+        span_s = (max(sched_ns) - min(sched_ns)) / 1e9
+        if span_s > 0:
+            return (n - 1) / span_s
+    return n / window_s if window_s > 0 else 0.0
+
+
 def summarize(
     records: Sequence[RequestRecord],
     *,
@@ -187,9 +210,7 @@ def summarize(
     def rate(n: float) -> float:
         return n / window_s if window_s > 0 else 0.0
 
-    sched = sorted(r.t_sched_ns for r in measured)
-    offered_span_s = (sched[-1] - sched[0]) / 1e9 if len(sched) > 1 else 0.0
-    offered = (len(sched) - 1) / offered_span_s if offered_span_s > 0 else rate(len(measured))
+    offered = offered_rate([r.t_sched_ns for r in measured], window_s, closed_loop=_closed_loop(run))
 
     goodput: Goodput | None = None
     if slo:

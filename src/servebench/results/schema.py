@@ -38,6 +38,7 @@ __all__ = [
     "ErrorAdjustedLatency",
     "Goodput",
     "GoodputCheck",
+    "Interactivity",
     "Latency",
     "LatencyMetric",
     "ApiKind",
@@ -52,6 +53,7 @@ __all__ = [
     "Target",
     "Throughput",
     "Tokens",
+    "UserRateDistribution",
     "Workload",
 ]
 
@@ -117,7 +119,8 @@ class Requests(TypedDict, closed=True):
 
 
 class Throughput(TypedDict, closed=True):
-    """Rates over the measured window (first send to last end); offered: the schedule's send rate."""
+    """Rates over the measured window (first send to last end); offered: the schedule's send rate (open loop)
+    or requests sent over the window (closed loop), docs/metrics.md."""
 
     requests_per_s: float
     offered_requests_per_s: float
@@ -143,6 +146,31 @@ class PerUserRate(TypedDict, closed=True):
     median: float | None
     p10: float | None
     mean: float | None
+
+
+class UserRateDistribution(TypedDict, closed=True):
+    """Per request 1000 / TPOT (tokens/s per user) of completed requests with a TPOT: the low
+    percentiles are the slow users (p10: 90% of requests streamed at least this fast)."""
+
+    count: int
+    mean: float | None
+    median: float | None
+    p90: float | None
+    p10: float | None
+    p1: float | None
+
+
+class Interactivity(TypedDict, closed=True):
+    """What one user sees against what each GPU delivers (results.interactivity): tokens/s per
+    user = 1000 / median TPOT; per-GPU throughputs null when the GPU count is unknown. `gpus_source`:
+    "--gpus" or "emulator" (the built-in emulator's deployment)."""
+
+    tokens_per_s_per_user: float | None
+    per_request_tokens_per_s_per_user: UserRateDistribution
+    gpus: int | None
+    gpus_source: str | None
+    output_tokens_per_s_per_gpu: float | None
+    total_tokens_per_s_per_gpu: float | None
 
 
 class Goodput(TypedDict, closed=True):
@@ -328,6 +356,7 @@ class Summary(TypedDict, closed=True):
     latency_ms_error_adjusted: ErrorAdjustedLatency
     tokens: Tokens
     per_user_output_tokens_per_s: PerUserRate
+    interactivity: NotRequired[Interactivity]  # absent in summaries written before it
     goodput: Goodput | None
     client: Client
     server: NotRequired[ServerMetrics | None]
