@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from servebench.results.interactivity import interactivity_block
 from servebench.results.records import RequestRecord
 from servebench.results.schema import (
     SUMMARY_VERSION,
@@ -23,6 +24,7 @@ from servebench.results.schema import (
     Goodput,
     RunInfo,
     Summary,
+    Throughput,
 )
 
 __all__ = [
@@ -177,12 +179,15 @@ def summarize(
     run: RunInfo | None = None,
     slo: Mapping[str, float] | None = None,
     client: ClientMeasures | None = None,
+    gpus: int | None = None,
+    gpus_source: str | None = None,
 ) -> Summary:
     """The `summary.json` document (schema servebench.summary/1, results.schema.Summary) of a run's records.
 
     `run` carries what the records cannot know (run_id, started_at, target, load, workload); it is
     merged in as given. `slo` holds per-request limits (`ttft_ms`, `tpot_ms`, `e2e_ms`, `ttfat_ms`)
-    for goodput. `client` holds the client's self-measurements (CPU, loop lag).
+    for goodput. `client` holds the client's self-measurements (CPU, loop lag). `gpus`: the GPUs
+    serving the target, for the per-GPU throughputs (None: unknown; `gpus_source` says who said so).
     """
     measured = [r for r in records if not r.warmup and r.t_send_ns is not None]
     completed = [r for r in measured if r.status == "ok"]
@@ -223,6 +228,13 @@ def summarize(
         }
 
     client_doc: Client = {**(client or ClientMeasures()), "schedule_lag_ms": distribution(lag_ms)}
+    throughput: Throughput = {
+        "requests_per_s": rate(len(completed)),
+        "offered_requests_per_s": offered,
+        "input_tokens_per_s": rate(in_tokens),
+        "output_tokens_per_s": rate(out_tokens),
+        "total_tokens_per_s": rate(in_tokens + out_tokens),
+    }
     return {
         "schema": SCHEMA,
         **(run or RunInfo()),
@@ -234,13 +246,7 @@ def summarize(
             "errors": dict(sorted(errors.items())),
             "warmup": sum(1 for r in records if r.warmup),
         },
-        "throughput": {
-            "requests_per_s": rate(len(completed)),
-            "offered_requests_per_s": offered,
-            "input_tokens_per_s": rate(in_tokens),
-            "output_tokens_per_s": rate(out_tokens),
-            "total_tokens_per_s": rate(in_tokens + out_tokens),
-        },
+        "throughput": throughput,
         "latency_ms": {
             "ttft": distribution(col["ttft"]),
             "tpot": distribution(col["tpot"]),
@@ -265,6 +271,7 @@ def summarize(
             "p10": float(np.percentile(per_user, 10)) if per_user else None,
             "mean": float(np.mean(per_user)) if per_user else None,
         },
+        "interactivity": interactivity_block(col["tpot"], throughput, gpus, gpus_source),
         "goodput": goodput,
         "client": client_doc,
     }

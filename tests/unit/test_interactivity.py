@@ -1,0 +1,133 @@
+"""Interactivity (tokens/s per user), throughput per GPU, the Pareto front and the table read off it.
+
+Every expected number below is computed by hand in the comments, not by the code under test.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from servebench.errors import ConfigError
+from servebench.results.interactivity import (
+    DEFAULT_LEVELS,
+    ParetoPoint,
+    interactivity_block,
+    pareto_front,
+    parse_levels,
+    read_front,
+    usd_per_million,
+)
+
+# Seven runs of one deployment (x = tokens/s per user, y = output tokens/s per GPU), $2.00 per GPU-hour.
+PRICE = 2.0
+POINTS = [
+    ParetoPoint(10, 1000, "c=64", PRICE),
+    ParetoPoint(25, 800, "c=32", PRICE),
+    ParetoPoint(40, 500, "c=16", PRICE),
+    ParetoPoint(30, 400, "c=12", PRICE),  # dominated by c=16: slower users (30 < 40) AND less throughput (400 < 500)
+    ParetoPoint(80, 200, "c=4", PRICE),
+    ParetoPoint(120, 60, "c=1", PRICE),
+    ParetoPoint(60, 150, "c=6", PRICE),  # dominated by c=4 (80 > 60 and 200 > 150)
+]
+
+
+def test_front_keeps_exactly_the_undominated_points_by_interactivity() -> None:
+    front = pareto_front(POINTS)
+    assert [p.label for p in front] == ["c=64", "c=32", "c=16", "c=4", "c=1"]
+    xs, ys = [p.x for p in front], [p.y for p in front]
+    assert xs == sorted(xs) and ys == sorted(ys, reverse=True)
+
+
+def test_front_edge_cases() -> None:
+    assert pareto_front([]) == []
+    a = ParetoPoint(50, 100, "a")
+    # an identical copy is kept once; equal x with less y, and equal y with less x, are dominated
+    assert pareto_front([a, ParetoPoint(50, 100, "copy"), ParetoPoint(50, 90, "lower"),
+                         ParetoPoint(40, 100, "slower")]) == [a]
+    # non-finite and x <= 0 (no TPOT) points are left out
+    assert pareto_front([ParetoPoint(float("nan"), 1), ParetoPoint(0, 5), ParetoPoint(10, float("inf"))]) == []
+
+
+def test_table_matches_a_hand_computation() -> None:
+    front = pareto_front(POINTS)
+    # 20 tok/s/user lies between c=64 (10, 1000) and c=32 (25, 800):
+    #   t = (20 - 10) / (25 - 10) = 2/3;  y = 1000 + (800 - 1000)·2/3 = 866.67 tok/s/GPU
+    #   $ = 2.00 / (866.67 · 3600) · 1e6 = 2e6 / 3,120,000 = $0.6410 per 1M tokens
+    r20 = read_front(front, 20)
+    assert r20.status == "interpolated" and not r20.extrapolated
+    assert r20.y == pytest.approx(866.6667, abs=1e-3)
+    assert r20.left is not None and r20.right is not None
+    assert (r20.left.label, r20.right.label) == ("c=64", "c=32")
+    assert r20.usd_per_1m_tokens == pytest.approx(0.641026, abs=1e-6)
+    # 50 between c=16 (40, 500) and c=4 (80, 200): t = 10/40 = 0.25; y = 500 − 300·0.25 = 425
+    #   (the dominated c=6 at (60, 150) plays no part);  $ = 2e6 / (425 · 3600) = 2e6 / 1,530,000 = $1.3072
+    r50 = read_front(front, 50)
+    assert r50.y == pytest.approx(425.0) and r50.usd_per_1m_tokens == pytest.approx(1.307190, abs=1e-6)
+    # 100 between c=4 (80, 200) and c=1 (120, 60): t = 20/40 = 0.5; y = 200 − 140·0.5 = 130
+    #   $ = 2e6 / (130 · 3600) = 2e6 / 468,000 = $4.2735
+    r100 = read_front(front, 100)
+    assert r100.y == pytest.approx(130.0) and r100.usd_per_1m_tokens == pytest.approx(4.273504, abs=1e-6)
+    # never above either neighbour, never below the lower one
+    for r in (r20, r50, r100):
+        assert r.left is not None and r.right is not None and r.y is not None
+        assert r.right.y <= r.y <= r.left.y
+    # on a front point: its own value
+    r40 = read_front(front, 40)
+    assert r40.status == "measured" and r40.y == 500 and r40.left is not None and r40.left.label == "c=16"
+
+
+def test_outside_the_front_is_flagged() -> None:
+    front = pareto_front(POINTS)
+    # below the slowest point (10 tok/s/user): c=64 already serves 5 tok/s/user users with 1000
+    # tok/s/GPU, a lower bound for what a heavier load would give
+    low = read_front(front, 5)
+    assert low.status == "below_range" and low.extrapolated and low.y == 1000
+    # $ = 2e6 / (1000 · 3600) = $0.5556
+    assert low.usd_per_1m_tokens == pytest.approx(0.555556, abs=1e-6)
+    high = read_front(front, 150)  # no run reached 150 tok/s/user (fastest: 120 at c=1)
+    assert high.status == "not_reached" and high.extrapolated and high.y is None
+    assert high.left is not None and high.left.label == "c=1" and high.usd_per_1m_tokens is None
+    assert read_front([], 20).status == "no_data"
+
+
+def test_cost_and_energy_only_where_known() -> None:
+    a = ParetoPoint(10, 1000, "a", None, 0.5)
+    b = ParetoPoint(30, 600, "b", None, 0.9)
+    r = read_front(pareto_front([a, b]), 20)
+    # no price: no $; energy interpolated like throughput: 0.5 + (0.9 − 0.5)·0.5 = 0.7 J/token
+    assert r.usd_per_1m_tokens is None and r.j_per_token == pytest.approx(0.7)
+    # two different prices on one segment: no single price to read a cost with
+    mixed = pareto_front([ParetoPoint(10, 1000, "a", 2.0), ParetoPoint(30, 600, "b", 3.0)])
+    assert read_front(mixed, 20).usd_per_1m_tokens is None
+    assert usd_per_million(2.0, 0) is None and usd_per_million(None, 10) is None
+
+
+def test_interactivity_block_by_hand() -> None:
+    # TPOTs 10, 20, 40 ms: median 20 ms -> 1000 / 20 = 50 tokens/s per user.
+    # Per request 1000/TPOT = 100, 50, 25 (sorted 25, 50, 100): median 50, mean 175/3 = 58.33,
+    #   p10 at rank 0.1·2 = 0.2: 25 + 0.2·25 = 30;  p1 at rank 0.02: 25 + 0.02·25 = 25.5;
+    #   p90 at rank 1.8: 50 + 0.8·50 = 90.
+    # 1,200 output and 6,000 total tokens/s on 4 GPUs: 300 and 1,500 per GPU.
+    thr = {"output_tokens_per_s": 1200.0, "total_tokens_per_s": 6000.0}
+    b = interactivity_block([10.0, 20.0, 40.0, float("nan")], thr, 4, "--gpus")
+    assert b["tokens_per_s_per_user"] == pytest.approx(50.0)
+    d = b["per_request_tokens_per_s_per_user"]
+    assert d["count"] == 3 and d["median"] == pytest.approx(50.0) and d["mean"] == pytest.approx(175 / 3)
+    assert d["p10"] == pytest.approx(30.0) and d["p1"] == pytest.approx(25.5) and d["p90"] == pytest.approx(90.0)
+    assert b["gpus"] == 4 and b["gpus_source"] == "--gpus"
+    assert b["output_tokens_per_s_per_gpu"] == pytest.approx(300.0)
+    assert b["total_tokens_per_s_per_gpu"] == pytest.approx(1500.0)
+    unknown = interactivity_block([10.0], thr, None)
+    assert unknown["gpus"] is None and unknown["output_tokens_per_s_per_gpu"] is None
+    assert unknown["total_tokens_per_s_per_gpu"] is None and unknown["tokens_per_s_per_user"] == 100.0
+    empty = interactivity_block([], thr, 1)
+    assert empty["tokens_per_s_per_user"] is None and empty["per_request_tokens_per_s_per_user"]["count"] == 0
+
+
+def test_parse_levels() -> None:
+    assert parse_levels(None) == DEFAULT_LEVELS == (20.0, 50.0, 100.0)
+    assert parse_levels("100, 20,50,20") == (20.0, 50.0, 100.0)
+    assert parse_levels([7.5]) == (7.5,)
+    for bad in ("fast", "0", "-5", "", "inf"):
+        with pytest.raises(ConfigError):
+            parse_levels(bad)
