@@ -37,7 +37,8 @@ def test_named_prices_and_errors() -> None:
         resolve_price(None, None, "nope")
     with pytest.raises(ConfigError):
         resolve_price(2.0, 1, "h100-aws-p5")
+    assert resolve_price(None, 8, None) is None  # --gpus alone: throughput per GPU, no price
     with pytest.raises(ConfigError):
-        resolve_price(None, 8, None)
+        resolve_price(None, 0, None)
     with pytest.raises(ConfigError):
         resolve_price(-1.0, 1, None)

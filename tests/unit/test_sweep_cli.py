@@ -19,7 +19,7 @@ from servebench.sweep.command import sweep_command
     (["--lengths", "10:5", "--input-len", "10"], "drop --input-len"),
     (["--concurrency", "0"], "at least 1"),
     (["--slo", "mlperf:nope"], "unknown MLPerf preset"),
-    (["--gpus", "8"], "needs a price"),
+    (["--gpus", "0"], "--gpus must be at least 1"),
     (["--gpu-price", "h100-nope"], "unknown"),
     (["--url", "http://127.0.0.1:9", "--emulator-args", "--max-num-seqs 4"], "--emulator-args"),
 ])

@@ -207,7 +207,8 @@ class Emulator:
 
     def _info(self) -> dict[str, Any]:
         e = self.profile.engine
-        return {"profile": self.profile.name, "model": self.model, "description": self.profile.description,
+        return {"profile": self.profile.name, "model": self.model, "gpus": self.profile.gpus, "gpu": self.profile.gpu,
+                "description": self.profile.description,
                 "max_model_len": e.max_model_len, "max_num_seqs": e.max_num_seqs, "kv_tokens": e.kv_tokens,
                 "block_size": e.block_size, "max_num_batched_tokens": e.max_num_batched_tokens,
                 "reasoning": self.profile.reasoning, "faults": {

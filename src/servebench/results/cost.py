@@ -80,9 +80,7 @@ def resolve_price(gpu_hour_price: float | None, gpus: int | None, gpu_price: str
                               "(or give --gpu-hour-price DOLLARS)")
         return Price(entry.usd_per_gpu_hour, gpus or 1,
                      f"{gpu_price.lower()}: {entry.what} ({entry.source}, {entry.as_of})")
-    if gpus is not None:
-        raise ConfigError("--gpus needs a price: --gpu-hour-price DOLLARS or --gpu-price NAME")
-    return None
+    return None  # --gpus alone: throughput per GPU, no cost
 
 
 def usd_per_million(usd_per_hour: float, tokens_per_s: float | None) -> float | None:

@@ -176,5 +176,8 @@ def load_run(path: str | Path, *, with_records: bool = True) -> RunResult:
     if (p / SUMMARY).is_file():
         summary = read_summary(p / SUMMARY)
     else:
-        summary = summarize(records, run=run_info_from_manifest(manifest))
+        gpus = (manifest.get("target") or {}).get("gpus")
+        summary = summarize(records, run=run_info_from_manifest(manifest),
+                            gpus=gpus if isinstance(gpus, int) else None,
+                            gpus_source=(manifest.get("target") or {}).get("gpus_source"))
     return RunResult(path=p, summary=summary, manifest=manifest, records=records)

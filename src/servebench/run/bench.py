@@ -48,6 +48,7 @@ from servebench.results.store import (
 from servebench.run.config import RunConfig
 from servebench.target import servermetrics
 from servebench.target.preflight import DEFAULT_PROFILE, EmulatorProcess, TargetInfo, preflight
+from servebench.urls import server_root
 from servebench.workload import WorkItem, prepare_workload
 from servebench.workload.schedule import open_loop_offsets_ns, ramp_rates
 
@@ -174,6 +175,7 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     base = normalize_base_url(url)
     headers = cfg.request_headers()
     info = await preflight(base, cfg.model, headers)
+    gpus, gpus_source = await _gpus(cfg, info.base_url, headers, emulated=emulated)
     caps = await _probe(cfg, info, headers)
     rejected = set(caps.rejected_fields) if caps is not None else set()
 
@@ -190,6 +192,7 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     run_id = uuid.uuid4().hex[:12]
     manifest = _manifest(cfg, info, caps, run_id, started, emulated)
     manifest["workload"] = workload.info
+    manifest["target"].update({"gpus": gpus, "gpus_source": gpus_source})
     write_json(out_dir / MANIFEST, manifest)
     metrics_path = getattr(caps, "metrics_path", None)  # where the probe found the page (TRT-LLM: elsewhere)
     metrics_before = await servermetrics.scrape(info.base_url, headers, path=metrics_path)
@@ -279,7 +282,8 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
         "workload": workload_doc,
         "interrupted": interrupted,
     }
-    summary = summarize(result.records, run=run_doc, slo=cfg.slo or None, client=client)
+    summary = summarize(result.records, run=run_doc, slo=cfg.slo or None, client=client, gpus=gpus,
+                        gpus_source=gpus_source)
 
     saturated, reasons, advice = assess_client(summary, open_loop=cfg.load_mode in ("rate", "ramp"))
     summary["client"].update({"saturated": saturated, "reasons": reasons, "advice": advice})
@@ -322,6 +326,24 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
         Console(stderr=True).print(f"[bold red]servebench: error:[/bold red] {result.failure}; the run stopped "
                                    f"early (results so far in {out_dir})", highlight=False)
     return RunOutcome(out_dir=out_dir, summary=summary, interrupted=interrupted, failure=result.failure)
+
+
+async def _gpus(cfg: RunConfig, base_url: str, headers: dict[str, str], *,
+                emulated: bool) -> tuple[int | None, str | None]:
+    """The GPUs serving the target, for throughput per GPU: `--gpus`, else the built-in emulator's
+    deployment (`GET /_servebench/info`, before the clock), else unknown (None)."""
+    if cfg.gpus is not None:
+        return cfg.gpus, "--gpus"
+    if not emulated:
+        return None, None
+    try:
+        async with (aiohttp.ClientSession(headers=headers, timeout=aiohttp.ClientTimeout(total=5)) as session,
+                    session.get(server_root(base_url) + "/_servebench/info") as resp):
+            doc = await resp.json(content_type=None) if resp.status == 200 else None
+    except (TimeoutError, aiohttp.ClientError, ValueError):
+        return None, None
+    n = doc.get("gpus") if isinstance(doc, dict) else None
+    return (n, "emulator") if isinstance(n, int) and not isinstance(n, bool) and n > 0 else (None, None)
 
 
 async def _probe(cfg: RunConfig, info: TargetInfo, headers: dict[str, str]) -> Capabilities | None:

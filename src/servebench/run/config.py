@@ -62,6 +62,7 @@ class RunConfig:
     out: str | None = None
     quiet: bool = False
     profile: str | None = None  # emulator profile when url is None
+    gpus: int | None = None  # GPUs serving the target, for throughput per GPU; None: unknown (emulator: its own)
     tokenizer: str | None = None
     probe: bool = True
     repeat: int = 1  # run the same configuration N times (DIR/repeat-k) and report the spread
@@ -93,6 +94,8 @@ class RunConfig:
             raise ConfigError(f"--api must be chat or completions, not {self.api!r}")
         if self.concurrency is not None and self.concurrency < 1:
             raise ConfigError("--concurrency must be at least 1")
+        if self.gpus is not None and self.gpus < 1:
+            raise ConfigError("--gpus must be at least 1")
         if self.rate is not None and not self.rate > 0:
             raise ConfigError("--rate must be > 0 (use inf to send every request at once)")
         if not self.burstiness > 0:

@@ -87,6 +87,9 @@ def run_options(fn: Callable[..., Any] | None = None, *, lists: bool = False) ->
                      help="SLO: per-request limits for goodput (ttft_ms=2000,tpot_ms=80), run limits "
                           "(ttft_p99_ms=2000,itl_p99_ms=50) or mlperf:<benchmark>."),
         click.option("--profile", help="Emulator profile when no --url is given. [default: llama-3.1-8b]"),
+        click.option("--gpus", type=int,
+                     help="GPUs serving the target: throughput per GPU (sweep: also multiplies the GPU-hour "
+                          "price). [default: the built-in emulator's deployment; with --url unknown]"),
         click.option("--no-probe", "no_probe", is_flag=True, default=None,
                      help="Skip the capability probe before the clock."),
         click.option("--repeat", type=int,

@@ -77,7 +77,6 @@ def _lengths(options: dict[str, Any], settings: dict[str, Any]) -> list[tuple[in
 @click.option("--resume", is_flag=True, help="Skip points already complete in --out (summary.json, not interrupted).")
 @click.option("--gpu-hour-price", type=float, help="US dollars per GPU-hour, for $ per 1M tokens.")
 @click.option("--gpu-price", help=f"A named GPU-hour list price: {', '.join(costmod.GPU_PRICES)}.")
-@click.option("--gpus", type=int, help="GPUs of the deployment (multiplies the GPU-hour price). [default: 1]")
 @click.option("--saturation-gain", type=float, help="Throughput has saturated when the next load step adds less "
               "than this fraction. [default: 0.10]")
 @click.option("--emulator-args", help="Extra flags for the built-in emulator (no --url), e.g. '--max-num-seqs 8'.")
@@ -101,7 +100,7 @@ def sweep_main(options: dict[str, Any], console: Console | None = None) -> int:
     """The sweep behind the command (options as click passes them); returns the exit code."""
     options = dict(options)
     spec = slomod.parse_slo_spec(options.pop("slo", None))
-    price = costmod.resolve_price(options.pop("gpu_hour_price"), options.pop("gpus"), options.pop("gpu_price"))
+    price = costmod.resolve_price(options.pop("gpu_hour_price"), options.get("gpus"), options.pop("gpu_price"))
     find = options.pop("find_max")
     start = options.pop("start_load")
     max_load = options.pop("max_load")
