@@ -65,6 +65,7 @@ class Emulator:
         self._truth: deque[Stream] = deque(maxlen=truth_limit)
         self._inbox: deque[tuple[HttpConn, dict[str, str], bytes, bool, int]] = deque()
         self.metrics = Metrics()
+        self._resets: list[int] = []  # POST /reset_prefix_cache: cached blocks dropped by each
         self.framer = Framer(self.tok, reasoning=profile.reasoning, created=self._created, model=self.model)
         self.pacer = Pacer(self.engine, inbox=self._inbox, admit=self._admit, deliver=self._deliver,
                            iteration_tokens=self.metrics.iteration_tokens)
@@ -166,6 +167,8 @@ class Emulator:
                     return self._tokenize(conn, body)
                 if path in ("/detokenize", "/v1/detokenize"):
                     return self._detokenize(conn, body)
+                if path == "/reset_prefix_cache":
+                    return self._reset_prefix_cache(conn)
             elif method == "GET":
                 if path == "/metrics":
                     return conn.respond(200, self._metrics(), "text/plain; version=0.0.4; charset=utf-8")
@@ -211,7 +214,7 @@ class Emulator:
                 "description": self.profile.description,
                 "max_model_len": e.max_model_len, "max_num_seqs": e.max_num_seqs, "kv_tokens": e.kv_tokens,
                 "block_size": e.block_size, "max_num_batched_tokens": e.max_num_batched_tokens,
-                "reasoning": self.profile.reasoning, "faults": {
+                "reasoning": self.profile.reasoning, "prefix_cache_resets": list(self._resets), "faults": {
                     "error_500": self.faults.error_500, "error_429": self.faults.error_429,
                     "drop": self.faults.drop, "stall": self.faults.stall, "seed": self.faults.seed}}
 
@@ -262,6 +265,14 @@ class Emulator:
         if not isinstance(ids, list) or not all(isinstance(x, int) and 0 <= x < self.tok.vocab_size for x in ids):
             raise BadRequest("'tokens' must be a list of token ids")
         conn.respond(200, orjson.dumps({"prompt": self.tok.decode(ids)}))
+
+    def _reset_prefix_cache(self, conn: HttpConn) -> None:
+        """vLLM's `POST /reset_prefix_cache`: forget every cached prefix block (200, empty body), or,
+        while requests run or wait (their blocks are held), 409 as vLLM answers then."""
+        if self.engine.has_work() or self._inbox:
+            return conn.respond(409, orjson.dumps({"detail": "Prefix cache reset failed."}))
+        self._resets.append(self.engine.pool.drop_cached())
+        return conn.respond(200, b"", "text/plain")
 
     # ------------------------------------------------------------------ generate
     def _enqueue(self, conn: HttpConn, headers: dict[str, str], body: bytes, chat: bool) -> None:

@@ -14,9 +14,9 @@ from typing import Any, Protocol
 
 __all__ = ["HttpApp", "HttpConn", "REASONS"]
 
-REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 411: "Length Required",
-           413: "Payload Too Large", 429: "Too Many Requests", 431: "Request Header Fields Too Large",
-           500: "Internal Server Error", 503: "Service Unavailable"}
+REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 409: "Conflict",
+           411: "Length Required", 413: "Payload Too Large", 429: "Too Many Requests",
+           431: "Request Header Fields Too Large", 500: "Internal Server Error", 503: "Service Unavailable"}
 _MAX_HEAD = 64 * 1024
 _MAX_BODY = 64 * 1024 * 1024
 

@@ -23,8 +23,9 @@ Endpoints: `GET /v1/models`, `POST /v1/completions`, `POST /v1/chat/completions`
 `data: [DONE]`, or one JSON body; `usage`; `stream_options.include_usage` adds a final chunk with
 `choices: []`; `max_tokens`, `min_tokens`, `ignore_eos`; without `ignore_eos` the length ends at a
 seeded EOS), `POST /tokenize` and `/detokenize` (vLLM shapes), `GET /health`, `GET /version`,
-`GET /metrics` (Prometheus text, vLLM names). Reasoning profiles stream the chain of thought on
-`delta.reasoning_content` first, then `content`, and report
+`GET /metrics` (Prometheus text, vLLM names), `POST /reset_prefix_cache` (vLLM's: forgets every
+cached prefix block; 200 with an empty body, 409 while requests run or wait). Reasoning profiles
+stream the chain of thought on `delta.reasoning_content` first, then `content`, and report
 `usage.completion_tokens_details.reasoning_tokens`.
 
 Ground truth, for checking a client's measurements: `GET /_servebench/truth` returns

@@ -261,6 +261,8 @@ class Workload(TypedDict):
     tokenize_calls: NotRequired[int]
     notes: NotRequired[list[str]]
     intended_prefix_hit_rate: NotRequired[float]
+    # "template": a random workload shares only the chat template, so the rate is a ceiling
+    intended_prefix_hit_rate_basis: NotRequired[str]
 
 
 class ServerMetrics(TypedDict):

@@ -51,6 +51,7 @@ from servebench.target.preflight import DEFAULT_PROFILE, EmulatorProcess, Target
 from servebench.urls import server_root
 from servebench.workload import WorkItem, prepare_workload
 from servebench.workload.schedule import open_loop_offsets_ns, ramp_rates
+from servebench.workload.seeds import derive_seed
 
 if TYPE_CHECKING:
     from servebench.target.capabilities import Capabilities
@@ -109,7 +110,9 @@ async def _run_or_repeat(cfg: RunConfig, url: str, console: Console, *, emulated
     root = prepare_out_dir(cfg.out or default_out_dir(cfg.slug() + f"-x{cfg.repeat}"))
     outcomes: list[RunOutcome] = []
     for k in range(1, cfg.repeat + 1):
-        sub = dataclasses.replace(cfg, out=str(root / f"repeat-{k}"), repeat=1)
+        # each repeat its own prompts (a prefix cache would serve the same ones warm), unless --same-prompts
+        seed = cfg.seed if cfg.same_prompts or k == 1 else derive_seed(cfg.seed, f"repeat-{k}")
+        sub = dataclasses.replace(cfg, out=str(root / f"repeat-{k}"), repeat=1, seed=seed)
         if not cfg.quiet:
             console.rule(f"repeat {k} of {cfg.repeat}")
         outcome = await run_against(sub, url, console, emulated=emulated)
@@ -186,11 +189,19 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     prepared = plan_requests(cfg, items, info.model, rejected)
     trace = any("t_s" in item.meta for item in items)
     open_loop = cfg.load_mode != "concurrency" or trace
+    cache_reset = None
+    if cfg.reset_cache:  # after the workload's own requests to the server (tokenize, probes), before the clock
+        from servebench.target.cachereset import plan_reset, reset_prefix_cache
+
+        plan = plan_reset(caps.engine if caps is not None else None, emulated=emulated)
+        cache_reset = await reset_prefix_cache(info.base_url, headers, plan)
 
     out_dir = prepare_out_dir(cfg.out or default_out_dir(cfg.slug(info.model)))
     started = _dt.datetime.now(_dt.UTC)
     run_id = uuid.uuid4().hex[:12]
     manifest = _manifest(cfg, info, caps, run_id, started, emulated)
+    if cache_reset is not None:
+        manifest["cache_reset"] = cache_reset  # the server's reply: status, head of the body
     manifest["workload"] = workload.info
     manifest["target"].update({"gpus": gpus, "gpus_source": gpus_source})
     write_json(out_dir / MANIFEST, manifest)
@@ -297,6 +308,8 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
         if slo_spec.has_run_limits:
             summary["slo_check"] = evaluate_slo(summary, slo_spec)
     summary["notes"] = _notes(cfg, summary, caps, len(prepared))
+    if cache_reset is not None and cache_reset.get("note"):
+        summary["notes"].append(cache_reset["note"])
     if shortfall:
         summary["notes"].append(
             f"{result.preconnected} of {spec.preconnect} connections opened before the clock: the other "
@@ -386,7 +399,9 @@ def _notes(cfg: RunConfig, summary: Summary, caps: Capabilities | None, n_items:
     if summary["tokens"]["input_source"] != "usage" and summary["requests"]["completed"]:
         notes.append("the server sent no usage.prompt_tokens: input tokens are the requested (approximate) lengths")
     notes.extend(summary["workload"].get("notes") or [])  # workload: how lengths were made, if not exact
-    prefix = servermetrics.prefix_cache_note(summary["workload"].get("intended_prefix_hit_rate"), summary.get("server"))
+    wl = summary["workload"]
+    prefix = servermetrics.prefix_cache_note(wl.get("intended_prefix_hit_rate"), summary.get("server"),
+                                             at_most=wl.get("intended_prefix_hit_rate_basis") == "template")
     if prefix:
         notes.append(prefix)
     return notes

@@ -67,6 +67,9 @@ class RunConfig:
     probe: bool = True
     repeat: int = 1  # run the same configuration N times (DIR/repeat-k) and report the spread
     report: bool = True  # write report.html (and charts/) beside the results
+    # Sweep points and repeats each get their own prompts (a seed derived from `seed`) unless same_prompts
+    same_prompts: bool = False
+    reset_cache: bool = False  # empty the target's prefix cache before the run (target/cachereset.py)
 
     # ------------------------------------------------------------------ derived
     @property

@@ -95,6 +95,13 @@ def run_options(fn: Callable[..., Any] | None = None, *, lists: bool = False) ->
         click.option("--repeat", type=int,
                      help="Run the same configuration N times (DIR/repeat-1..N) and report the spread."),
         click.option("--report/--no-report", default=None, help="Write report.html beside the results. [default: on]"),
+        click.option("--same-prompts", is_flag=True, default=None,
+                     help="Send the same prompts at every sweep point and repeat (--seed as given). By default each "
+                          "gets its own (a seed derived from --seed), so a prefix cache cannot serve later ones warm."),
+        click.option("--reset-cache", is_flag=True, default=None,
+                     help="Before each run (each sweep point, each repeat) empty the server's prefix cache: vLLM's "
+                          "POST /reset_prefix_cache (needs VLLM_SERVER_DEV_MODE=1), SGLang's POST /flush_cache, the "
+                          "built-in emulator's; the reply is kept in the manifest."),
         click.option("--quiet", "-q", is_flag=True, default=None, help="No progress display and no summary table."),
     ]
     for opt in reversed(opts):

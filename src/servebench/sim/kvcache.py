@@ -80,3 +80,13 @@ class BlockPool:
             if rc == 0:
                 lru[h] = None
         self.free += private
+
+    def drop_cached(self) -> int:
+        """Forget every cached block no request holds (a prefix-cache reset); returns how many."""
+        lru, table = self.lru, self.table
+        n = len(lru)
+        for h in lru:
+            del table[h]
+        lru.clear()
+        self.free += n
+        return n

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-__all__ = ["COUNTER_ROLES", "HISTOGRAMS", "HISTOGRAM_ROLES", "KNOWN_ENGINES", "METRICS", "METRICS_PATHS",
-           "METRIC_PREFIXES", "ROLES", "VERSION_PATHS", "EngineProfile"]
+__all__ = ["CACHE_RESET_PATHS", "COUNTER_ROLES", "HISTOGRAMS", "HISTOGRAM_ROLES", "KNOWN_ENGINES", "METRICS",
+           "METRICS_PATHS", "METRIC_PREFIXES", "ROLES", "VERSION_PATHS", "EngineProfile"]
 
 # Gauge and counter roles, in the order a summary lists them; counters are deltas over the window.
 ROLES = ("running", "waiting", "kv_usage", "prompt_tokens", "generation_tokens", "prefix_queries",
@@ -47,6 +47,9 @@ class EngineProfile:
     # role -> names, first present wins (newer name first, then the names older releases used)
     metrics: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     histograms: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # POST path that empties the prefix cache (`--reset-cache`), and what it needs when it is not served
+    cache_reset: str | None = None
+    cache_reset_hint: str | None = None
 
 
 _ENGINES = (
@@ -54,6 +57,8 @@ _ENGINES = (
         name="vllm", accepts_ignore_eos=True, accepts_min_tokens=True, rejects_unknown_fields=False,
         sends_done=True, stream_usage="include_usage", tokenize=("/tokenize", "prompt"),
         version_path="/version", metrics_path="/metrics", metric_prefix="vllm:",
+        cache_reset="/reset_prefix_cache",  # 200, empty body; 409 while requests hold blocks (newer builds)
+        cache_reset_hint="vLLM serves it only when started with VLLM_SERVER_DEV_MODE=1",
         metrics={
             "running": ("vllm:num_requests_running",),
             "waiting": ("vllm:num_requests_waiting",),
@@ -74,6 +79,7 @@ _ENGINES = (
         name="sglang", accepts_ignore_eos=True, accepts_min_tokens=True, rejects_unknown_fields=False,
         sends_done=True, stream_usage="include_usage", tokenize=("/v1/tokenize", "prompt"),
         version_path="/version", metrics_path="/metrics", metric_prefix="sglang:",
+        cache_reset="/flush_cache",  # 200 "Cache flushed. ..." (text); 400 while requests run or wait
         metrics={
             "running": ("sglang:num_running_reqs",),
             "waiting": ("sglang:num_queue_reqs",),
@@ -153,6 +159,8 @@ def _by_role(roles: tuple[str, ...], table: str) -> Mapping[str, tuple[str, ...]
 # What the probe asks, in order (and the scrape, when no probe said where the page is).
 METRICS_PATHS = _unique([e.metrics_path for e in _ENGINES])
 VERSION_PATHS = _unique([e.version_path for e in _ENGINES])
+# --reset-cache on an engine the probe did not recognise: each engine's reset path, in table order.
+CACHE_RESET_PATHS = _unique([e.cache_reset for e in _ENGINES])
 METRIC_PREFIXES: tuple[tuple[str, str], ...] = tuple((e.metric_prefix, e.name) for e in _ENGINES if e.metric_prefix)
 # role -> every engine's names for it, in table order: the scrape tries them in this order.
 METRICS = _by_role(ROLES, "metrics")

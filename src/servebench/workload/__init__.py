@@ -7,7 +7,11 @@ the first request is sent; nothing here runs on the hot path.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from servebench.run.config import RunConfig
+    from servebench.target.capabilities import Capabilities
 
 __all__ = ["WorkItem", "Workload", "prepare_workload"]
 
@@ -33,9 +37,10 @@ class Workload:
 
 
 async def prepare_workload(
-    cfg: Any, n_total: int, *, base_url: str, model: str, headers: dict[str, str], caps: Any = None
+    cfg: RunConfig, n_total: int, *, base_url: str, model: str, headers: dict[str, str],
+    caps: Capabilities | None = None,
 ) -> Workload:
-    """Every prompt of the run, before the clock (`cfg` is a RunConfig).
+    """Every prompt of the run, before the clock.
 
     This is the one entry point `bench` calls. `cfg.dataset` says what to build (workload/spec.py);
     exact token lengths come from `cfg.tokenizer` (a local Hugging Face tokenizer) or the server's own

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from servebench.workload.counter import LocalCounter, ServerCounter, TokenCounter, detect_server_counter, probe_usage
 from servebench.workload.exact import ANCHOR, UnitPool, Units, approximate_units, calibrate_units
+
+if TYPE_CHECKING:
+    from servebench.target.capabilities import Capabilities
 
 __all__ = ["PromptBuilder", "Target"]
 
@@ -29,7 +32,7 @@ class Target:
     model: str
     headers: dict[str, str]
     api: str
-    caps: Any = None
+    caps: Capabilities | None = None
     allow_probe: bool = True  # False with --no-probe: no real request before the clock
 
 

@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 import orjson
 
 from servebench.errors import ConfigError
 from servebench.urls import server_root
+
+if TYPE_CHECKING:
+    from servebench.target.capabilities import Capabilities
 
 __all__ = ["LocalCounter", "ServerCounter", "TokenCounter", "detect_server_counter", "probe_usage"]
 
@@ -158,14 +161,14 @@ class ServerCounter:
 
 
 async def detect_server_counter(base_url: str, model: str, headers: dict[str, str],
-                                caps: Any = None) -> ServerCounter | None:
+                                caps: Capabilities | None = None) -> ServerCounter | None:
     """The /tokenize dialect that answers with a plausible count, or None (no exact lengths from the server)."""
     root = server_root(base_url)
     tried: list[tuple[str, str]] = []
-    known = getattr(caps, "tokenize", None)
-    if isinstance(known, dict) and known.get("path") and known.get("body"):
+    known = caps.tokenize if caps is not None else None
+    if known and known.get("path") and known.get("body"):
         tried.append((str(known["path"]), str(known["body"])))
-    elif caps is not None and hasattr(caps, "tokenize"):
+    elif caps is not None:
         return None  # the capability probe already looked and found none
     tried += [d for d in _DIALECTS if d not in tried]
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servebench.errors import ConfigError
 from servebench.workload import Workload
 from servebench.workload.builder import PromptBuilder, Target
 from servebench.workload.spec import parse_dataset
+
+if TYPE_CHECKING:
+    from servebench.run.config import RunConfig
+    from servebench.target.capabilities import Capabilities
 
 __all__ = ["prepare"]
 
@@ -28,13 +32,13 @@ def _output_mode(v: str | None) -> bool:
     raise ConfigError(f"--dataset: output={v!r}: use output=dataset (the dataset's reply lengths) or output=fixed")
 
 
-async def prepare(cfg: Any, n_total: int, *, base_url: str, model: str, headers: dict[str, str],
-                  caps: Any = None) -> Workload:
+async def prepare(cfg: RunConfig, n_total: int, *, base_url: str, model: str, headers: dict[str, str],
+                  caps: Capabilities | None = None) -> Workload:
     t_start = time.perf_counter()
     spec = parse_dataset(cfg.dataset)
     target = Target(base_url=base_url, model=model, headers=headers, api=cfg.api, caps=caps,
-                    allow_probe=bool(getattr(cfg, "probe", True)))
-    builder = await PromptBuilder.create(target, getattr(cfg, "tokenizer", None))
+                    allow_probe=cfg.probe)
+    builder = await PromptBuilder.create(target, cfg.tokenizer)
     try:
         if spec.kind == "random":
             from servebench.workload.synthetic import random_items

@@ -13,13 +13,16 @@ for `--output-len`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from servebench.workload import WorkItem
 from servebench.workload.builder import PromptBuilder
 from servebench.workload.files import Record
+
+if TYPE_CHECKING:
+    from servebench.run.config import RunConfig
 
 __all__ = ["records_to_items", "flatten"]
 
@@ -31,7 +34,7 @@ def flatten(messages: list[dict[str, str]]) -> str:
     return "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages) + "Assistant:"
 
 
-async def records_to_items(records: list[Record], cfg: Any, n: int, builder: PromptBuilder, *,
+async def records_to_items(records: list[Record], cfg: RunConfig, n: int, builder: PromptBuilder, *,
                            multi_turn: bool, think_s: float = 0.0, max_turns: int | None = None,
                            shuffle: bool = True, fixed_output: bool = False) -> tuple[list[WorkItem], dict[str, Any]]:
     order = list(range(len(records)))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -11,10 +11,13 @@ from servebench.workload.builder import PromptBuilder
 from servebench.workload.random import mixture_lengths
 from servebench.workload.spec import SHARED_PREFIX_PRESET, DatasetSpec
 
-__all__ = ["random_items", "shared_prefix_items", "intended_hit_rate"]
+if TYPE_CHECKING:
+    from servebench.run.config import RunConfig
+
+__all__ = ["intended_hit_rate", "random_items", "shared_prefix_items", "template_hit_rate"]
 
 
-async def random_items(spec: DatasetSpec, cfg: Any, n: int,
+async def random_items(spec: DatasetSpec, cfg: RunConfig, n: int,
                        builder: PromptBuilder) -> tuple[list[WorkItem], dict[str, Any]]:
     rng = np.random.default_rng(cfg.seed)
     mix = [(m.input_len, m.output_len, m.weight) for m in spec.mix] or [(cfg.input_len, cfg.output_len, 1.0)]
@@ -25,9 +28,21 @@ async def random_items(spec: DatasetSpec, cfg: Any, n: int,
     texts = pool.texts(content)
     items = [WorkItem(prompt=t, input_len=int(i), output_len=o) for t, i, o in zip(texts, ins.tolist(), outs)]
     info: dict[str, Any] = {"overhead_tokens": overhead}
+    if n:
+        info["intended_prefix_hit_rate"] = round(template_hit_rate(overhead, content), 4)
+        info["intended_prefix_hit_rate_basis"] = "template"
     if spec.mix:
         info["mix"] = [{"input_len": a, "output_len": b, "weight": round(w, 6)} for a, b, w in mix]
     return items, info
+
+
+def template_hit_rate(overhead: int, content: np.ndarray) -> float:
+    """The designed prefix-cache hit rate of prompts that share nothing but what the server adds around
+    them (chat template, BOS) and the anchor: `overhead` tokens of every prompt of `overhead + content`
+    tokens. An upper bound: the overhead also counts the template's tail (after the content, not a
+    prefix), and caches hit whole blocks only (vLLM: 16 tokens), so a few shared tokens hit nothing."""
+    total = int(np.sum(content)) + overhead * len(content)
+    return overhead * len(content) / total if total else 0.0
 
 
 def intended_hit_rate(groups: list[int], shared: int, totals: list[int]) -> float:
@@ -43,7 +58,7 @@ def intended_hit_rate(groups: list[int], shared: int, totals: list[int]) -> floa
     return hits / total if total else 0.0
 
 
-async def shared_prefix_items(spec: DatasetSpec, cfg: Any, n: int,
+async def shared_prefix_items(spec: DatasetSpec, cfg: RunConfig, n: int,
                               builder: PromptBuilder) -> tuple[list[WorkItem], dict[str, Any]]:
     """G groups × P prompts: a system prompt of S tokens shared within a group + a unique question.
 

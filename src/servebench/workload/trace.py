@@ -11,7 +11,7 @@ the runner sends at those absolute offsets.
 from __future__ import annotations
 
 import math
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from servebench.workload.builder import PromptBuilder
 from servebench.workload.exact import ANCHOR
 from servebench.workload.files import _file, _messages, _read_json_any
 from servebench.workload.sessions import flatten
+
+if TYPE_CHECKING:
+    from servebench.run.config import RunConfig
 
 __all__ = ["trace_items", "read_trace"]
 
@@ -109,7 +112,7 @@ def _hashed_prompts(rows: list[dict[str, Any]], gen: list[int], hashed: list[int
     return hits / total if total else 0.0
 
 
-async def trace_items(path: str, cfg: Any, n: int, builder: PromptBuilder,
+async def trace_items(path: str, cfg: RunConfig, n: int, builder: PromptBuilder,
                       speedup: float, block_tokens: int = 512) -> tuple[list[WorkItem], dict[str, Any]]:
     if not speedup > 0:
         raise ConfigError("--dataset trace: speedup must be > 0")
