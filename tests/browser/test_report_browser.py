@@ -7,7 +7,10 @@ from pathlib import Path
 import pytest
 
 from servebench.report.compare import compare_sides, load_side, write_compare_html
+from servebench.report.data import SweepResult, load_results
 from servebench.report.html import write_report
+from servebench.report.pareto import frontiers, interactivity_rows
+from servebench.results.interactivity import DEFAULT_LEVELS
 from tests.browser.conftest import OfflinePage
 from tests.support.synth import synth_records, write_synth_run, write_synth_sweep
 
@@ -66,17 +69,57 @@ def test_run_report_renders_offline_and_server_text_is_inert(offline_page: Offli
     page.screenshot(path=str(artifacts / "report-run.png"), full_page=True)
 
 
+def _expected_readings(sweeps: list[tuple[str, Path]]) -> list[str]:
+    """The interactivity table's throughput cells, computed from the summaries on disk by the pure
+    core (results.interactivity), formatted as the report formats them."""
+    sides = []
+    for name, path in sweeps:
+        sw = load_results(path)
+        assert isinstance(sw, SweepResult)
+        sides.append((name, [(p.label, p.run.summary) for p in sw.points]))
+    fronts, per_gpu = frontiers(sides)
+    assert per_gpu
+    cells = []
+    for _side, r in interactivity_rows(fronts, DEFAULT_LEVELS):
+        cells.append("—" if r.y is None else ("≥ " if r.status == "below_range" else "") + f"{r.y:,.1f}")
+    return cells
+
+
+def _pareto_ok(page: OfflinePage, expected: list[str], col: int) -> None:
+    """The Pareto chart is drawn (front line, faint dominated points or not) and the table's numbers show."""
+    fig = page.page.locator("#fig-pareto svg.sb-chart")
+    assert fig.count() == 1 and fig.is_visible()
+    box = fig.bounding_box()
+    assert box is not None and box["width"] > 300 and box["height"] > 200
+    assert fig.get_attribute("aria-label") is not None and "interactivity" in (fig.get_attribute("aria-label") or "")
+    assert fig.locator("path[stroke-linejoin]").count() >= 1  # the front as a line
+    tbl = page.page.locator("table.interactivity")
+    assert tbl.count() == 1 and tbl.is_visible()
+    cells = [c.strip() for c in tbl.locator(f"tbody tr td:nth-child({col + 1})").all_inner_texts()]
+    assert cells == expected
+    for text in {c for c in expected if c != "—"}:
+        assert tbl.get_by_text(text, exact=True).first.is_visible()
+    assert tbl.get_by_text("extrapolated", exact=False).count() >= 1
+
+
 def test_sweep_and_compare_reports_render(offline_page: OfflinePage, tmp_path: Path, artifacts: Path) -> None:
-    a = write_synth_sweep(tmp_path / "a", [1, 2, 4, 8, 16, 32], n=50, seed=1)
-    b = write_synth_sweep(tmp_path / "b", [1, 2, 4, 8, 16, 32], n=50, seed=2, time_scale=1.3)
+    a = write_synth_sweep(tmp_path / "a", [1, 2, 4, 8, 16, 32], n=50, seed=1, gpus=2, usd_per_hour=5.0)
+    b = write_synth_sweep(tmp_path / "b", [1, 2, 4, 8, 16, 32], n=50, seed=2, time_scale=1.3, gpus=2,
+                          usd_per_hour=5.0)
     _open(offline_page, write_report(a))
-    assert _charts_ok(offline_page) == 9
+    assert _charts_ok(offline_page) == 11  # the sweep's 9, the cost chart, and the Pareto chart
+    _pareto_ok(offline_page, _expected_readings([("a", a)]), col=1)  # tok/s per user, then the value
     _clean(offline_page)
     offline_page.page.screenshot(path=str(artifacts / "report-sweep.png"), full_page=True)
+    offline_page.page.locator("#interactivity").scroll_into_view_if_needed()
+    offline_page.page.locator("#fig-pareto").screenshot(path=str(artifacts / "report-sweep-pareto.png"))
+    offline_page.page.locator("table.interactivity").screenshot(path=str(artifacts / "report-sweep-pareto-table.png"))
     sides = [load_side(str(a), "A"), load_side(str(b), "B")]
     html = write_compare_html(sides, compare_sides(sides, resamples=200), tmp_path / "cmp")
     _open(offline_page, html)
-    assert _charts_ok(offline_page) == 7
+    assert _charts_ok(offline_page) == 9  # 7 overlaid, the cost chart, and the Pareto chart
+    _pareto_ok(offline_page, _expected_readings([("A", a), ("B", b)]), col=2)  # side first
     assert offline_page.page.get_by_text("95% CI").first.is_visible()
     _clean(offline_page)
     offline_page.page.screenshot(path=str(artifacts / "report-compare.png"), full_page=True)
+    offline_page.page.locator("#fig-pareto").screenshot(path=str(artifacts / "report-compare-pareto.png"))

@@ -93,7 +93,7 @@ def synth_run_info(name: str, records: list[RequestRecord], *, model: str = "syn
 
 
 def synth_summary(records: list[RequestRecord], run: RunInfo, *, slo: dict[str, float] | None = None,
-                  server: ServerMetrics | None = None) -> Summary:
+                  server: ServerMetrics | None = None, gpus: int | None = None) -> Summary:
     """The summary `servebench run` writes, through the same code: metrics.summarize, the client
     verdict, server metrics (None: a target without /metrics) and notes."""
     out_tokens = sum(r.output_tokens or 0 for r in records if r.status == "ok" and not r.warmup)
@@ -103,7 +103,8 @@ def synth_summary(records: list[RequestRecord], run: RunInfo, *, slo: dict[str, 
         "cpu_busy_peak": 0.25, "loop_lag_ms_p99": 0.5, "read_pauses": 0, "read_pause_ms": 0.0,
         "elapsed_s": 0.0,
     }
-    summary = metrics.summarize(records, run=run, slo=slo, client=client)
+    summary = metrics.summarize(records, run=run, slo=slo, client=client, gpus=gpus,
+                                gpus_source="--gpus" if gpus else None)
     summary["client"]["elapsed_s"] = summary["duration_s"]
     load = run.get("load")
     saturated, reasons, advice = metrics.assess_client(summary, open_loop=bool(load and load.get("mode") == "rate"))
@@ -117,7 +118,7 @@ def synth_summary(records: list[RequestRecord], run: RunInfo, *, slo: dict[str, 
 def write_synth_run(path: str | Path, records: list[RequestRecord], *, model: str = "synthetic-8b",
                     concurrency: int = 8, rate_rps: float | None = None, slo: dict[str, float] | None = None,
                     server: ServerMetrics | None = None, slo_check: SloCheck | None = None, cost: Cost | None = None,
-                    extra_summary: Mapping[str, object] | None = None) -> Path:
+                    extra_summary: Mapping[str, object] | None = None, gpus: int | None = None) -> Path:
     """Write a result directory (summary.json, requests.jsonl, manifest.json) through the store.
 
     The summary has the shape a real run writes (synth_summary); `slo_check` and `cost` are what a
@@ -125,7 +126,7 @@ def write_synth_run(path: str | Path, records: list[RequestRecord], *, model: st
     writes (tests/unit/test_schema.py checks the helper's own output without it)."""
     p = prepare_out_dir(path)
     summary = synth_summary(records, synth_run_info(p.name, records, model=model, concurrency=concurrency,
-                                                    rate_rps=rate_rps), slo=slo, server=server)
+                                                    rate_rps=rate_rps), slo=slo, server=server, gpus=gpus)
     if slo_check is not None:
         summary["slo_check"] = slo_check
     if cost is not None:
@@ -143,14 +144,14 @@ def write_synth_run(path: str | Path, records: list[RequestRecord], *, model: st
 def write_synth_sweep(path: str | Path, concurrencies: list[int], *, seed: int = 0, n: int = 120,
                       time_scale: float = 1.0, model: str = "synthetic-8b",
                       lengths: list[tuple[int, int]] | None = None, itl_p99_limit_ms: float | None = None,
-                      usd_per_hour: float | None = None) -> Path:
+                      usd_per_hour: float | None = None, gpus: int | None = None) -> Path:
     """A sweep directory shaped like `servebench sweep`'s: one run per (concurrency, lengths) point
     and sweep.json (schema servebench.sweep.command/1) with x_key, points, and optionally an aggregate SLO
     (`slo_check` in each summary, `slo_capacity` in sweep.json) and a price (`cost` per summary), both
     computed by the code the sweep uses (results.slo.evaluate, results.cost.cost_block)."""
     p = prepare_out_dir(path)
     spec = parse_slo_spec(f"itl_p99_ms={itl_p99_limit_ms:g}") if itl_p99_limit_ms is not None else None
-    price = Price(usd_per_hour, 1) if usd_per_hour is not None else None
+    price = Price(usd_per_hour / (gpus or 1), gpus or 1) if usd_per_hour is not None else None
     points = []
     capacity = []
     for li, (input_len, output_len) in enumerate(lengths or [(256, 64)]):
@@ -166,7 +167,7 @@ def write_synth_sweep(path: str | Path, concurrencies: list[int], *, seed: int =
             if check is not None:
                 best = c if check["passed"] else best
             cost = cost_block(summary["throughput"], price) if price is not None else None
-            write_synth_run(p / sub, recs, model=model, concurrency=c, slo_check=check, cost=cost)
+            write_synth_run(p / sub, recs, model=model, concurrency=c, slo_check=check, cost=cost, gpus=gpus)
             points.append({"dir": sub, "concurrency": c, "rate_rps": None, "input_len": input_len,
                            "output_len": output_len, "kind": "grid", "load_label": f"c={c}", "status": "complete"})
         if spec is not None:

@@ -131,3 +131,52 @@ def test_parse_levels() -> None:
     for bad in ("fast", "0", "-5", "", "inf"):
         with pytest.raises(ConfigError):
             parse_levels(bad)
+
+
+def _summary(x: float, y: float, *, gpus: int | None = 4, usd_per_gpu_hour: float | None = PRICE) -> dict:
+    """Just what the Pareto section reads: tokens/s per user, per-GPU output throughput, the price."""
+    s: dict = {"interactivity": {"tokens_per_s_per_user": x, "gpus": gpus,
+                                 "output_tokens_per_s_per_gpu": y if gpus else None},
+               "throughput": {"output_tokens_per_s": y * (gpus or 1)},
+               "latency_ms": {"tpot": {"median": 1000.0 / x}}}
+    if usd_per_gpu_hour is not None:
+        s["cost"] = {"usd_per_gpu_hour": usd_per_gpu_hour, "usd_per_hour": usd_per_gpu_hour * (gpus or 1)}
+    return s
+
+
+def test_report_section_shows_the_hand_computed_table_and_draws_dominated_points_faint() -> None:
+    from servebench.report.pareto import pareto_section
+
+    runs = [(p.label, _summary(p.x, p.y)) for p in POINTS]
+    html, figs = pareto_section([("sweep", runs)], (5, 20, 50, 100, 150))
+    cells = [c.split("</td>")[0] for c in html.split("<td")[1:]]
+    cells = [c.split(">", 1)[1] for c in cells]
+    rows = [cells[i:i + 4] for i in range(0, len(cells), 4)]  # level, tok/s per GPU, $/1M, where
+    # the values of test_table_matches_a_hand_computation / test_outside_the_front_is_flagged, as shown
+    assert [r[:3] for r in rows] == [
+        ["5", "≥ 1,000.0", "≤ $0.556"],
+        ["20", "866.7", "$0.641"],
+        ["50", "425.0", "$1.307"],
+        ["100", "130.0", "$4.274"],
+        ["150", "—", "—"],
+    ]
+    assert "between c=64" in rows[1][3] and "c=32" in rows[1][3] and "extrapolated" in rows[0][3]
+    assert "not reached" in rows[4][3] and "c=1" in rows[4][3]
+    assert "J per output token" not in html  # no energy measured: no column
+    svg = figs["pareto"]
+    assert svg.count('opacity="0.30"') == 3  # the two dominated runs (c=12, c=6) and their legend swatch
+    assert "Throughput per GPU vs interactivity" in svg and "output tok/s per GPU" in svg
+    for label in ("c=64", "c=32", "c=16", "c=4", "c=1"):
+        assert f">{label}</text>" in svg  # front points are labelled
+
+
+def test_report_section_falls_back_to_the_deployment_when_a_gpu_count_is_unknown() -> None:
+    from servebench.report.pareto import pareto_section
+
+    runs = [("a", _summary(10, 100, gpus=None, usd_per_gpu_hour=None)), ("b", _summary(20, 50))]
+    html, figs = pareto_section([("s", runs)])
+    assert "--gpus" in html and "whole deployment" in figs["pareto"]
+    # per deployment: a gives 100 tok/s at 10/user, b 50 × 4 GPUs = 200 at 20/user: b dominates a, so
+    # 20 tok/s/user reads b itself (measured: 200.0) and b's is the whole front
+    assert ">200.0<" in html and "measured: b" in html and "throughput vs tokens/s per user" in html
+    assert pareto_section([("s", [("none", {"latency_ms": {}})])]) == ("", {})

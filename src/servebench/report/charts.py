@@ -67,6 +67,7 @@ class Series:
     lines: bool = True
     step: bool = False  # draw as a step function (value holds until the next x)
     fill: bool = False  # shade the area under the line
+    opacity: float = 1.0  # < 1: drawn faint (e.g. the points a Pareto front dominates)
 
 
 @dataclass(slots=True)
@@ -306,11 +307,14 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str = "", y_lab
             x = px(r.value)
             svg.add(f'<line x1="{_f(x)}" y1="{_f(top)}" x2="{_f(x)}" y2="{_f(bottom)}" stroke="{r.color}" '
                     f'stroke-width="1.2" stroke-dasharray="6 4"/>')
-            if r.label:
+            if r.label and x + 4 + _text_width(r.label, 11) > right:  # no room right of the line: left of it
+                svg.text(x - 4, top + 12, r.label, anchor="end", size=11, fill=r.color)
+            elif r.label:
                 svg.text(x + 4, top + 12, r.label, size=11, fill=r.color)
 
     for i, s in enumerate(clean):
         color = s.color or PALETTE[i % len(PALETTE)]
+        faint = f' opacity="{s.opacity:.2f}"' if s.opacity < 1 else ""
         pts = [(px(x), py(y)) for x, y in zip(s.xs, s.ys)]
         if s.step and len(pts) > 1:
             stepped = [pts[0]]
@@ -326,11 +330,12 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str = "", y_lab
         if s.lines and len(pts_line) > 1:
             d = "M" + " L".join(f"{_f(x)},{_f(y)}" for x, y in pts_line)
             dash = ' stroke-dasharray="7 4"' if s.dashed else ""
-            svg.add(f'<path d="{d}" fill="none" stroke="{color}" stroke-width="2" stroke-linejoin="round"{dash}/>')
+            svg.add(f'<path d="{d}" fill="none" stroke="{color}" stroke-width="2" stroke-linejoin="round"{dash}'
+                    f'{faint}/>')
         markers = s.markers if s.markers is not None else (len(pts) <= _MAX_MARKERS or not s.lines)
         if markers and len(pts) > _MAX_TOOLTIPS:  # a dense scatter: one path of dots, no tooltips
             d = "".join(f"M{_f(x - 1.6)},{_f(y)}a1.6,1.6 0 1,0 3.2,0a1.6,1.6 0 1,0 -3.2,0" for x, y in pts)
-            svg.add(f'<path d="{d}" fill="{color}" fill-opacity="0.75" stroke="none"/>')
+            svg.add(f'<path d="{d}" fill="{color}" fill-opacity="0.75" stroke="none"{faint}/>')
         elif markers:
             radius = 3.5 if s.lines else 2.5
             for j, ((x, y), (dx, dy)) in enumerate(zip(pts, zip(s.xs, s.ys))):
@@ -338,7 +343,7 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str = "", y_lab
                 if s.labels and j < len(s.labels):
                     tip = f"{s.name} [{s.labels[j]}]: x={format_number(dx)}, y={format_number(dy)}"
                 svg.add(f'<circle cx="{_f(x)}" cy="{_f(y)}" r="{radius}" fill="{color}" stroke="#ffffff" '
-                        f'stroke-width="1"><title>{escape(tip)}</title></circle>')
+                        f'stroke-width="1"{faint}><title>{escape(tip)}</title></circle>')
         if s.labels:
             for (x, y), lab in zip(pts, s.labels):
                 if lab:
@@ -355,8 +360,9 @@ def _legend(svg: _Svg, rows: list, series: Sequence[Series], top: float) -> None
             s = series[i]
             color = s.color or PALETTE[i % len(PALETTE)]
             dash = ' stroke-dasharray="5 3"' if s.dashed else ""
+            faint = f' opacity="{s.opacity:.2f}"' if s.opacity < 1 else ""
             svg.add(f'<line x1="{_f(x)}" y1="{_f(y - 4)}" x2="{_f(x + 16)}" y2="{_f(y - 4)}" stroke="{color}" '
-                    f'stroke-width="3"{dash}/>')
+                    f'stroke-width="3"{dash}{faint}/>')
             svg.text(x + 22, y, name, size=12, fill=_INK)
             x += w
         y += 18
@@ -368,7 +374,7 @@ def _clean(s: Series) -> Series:
             if x is not None and y is not None and math.isfinite(x) and math.isfinite(y)]
     labels = [s.labels[i] for i in keep] if s.labels else None
     return Series(s.name, [float(s.xs[i]) for i in keep], [float(s.ys[i]) for i in keep], s.color,
-                  s.dashed, s.markers, labels, s.lines, s.step, s.fill)
+                  s.dashed, s.markers, labels, s.lines, s.step, s.fill, s.opacity)
 
 
 def _finite_sorted(values: Sequence[float] | np.ndarray, positive: bool = False) -> np.ndarray:

@@ -18,8 +18,11 @@ __all__ = ["compare_command", "report_command"]
 @click.option("--out", type=click.Path(dir_okay=False),
               help="Report file. [default: DIR/report.html; with several DIRs, "
                    "./servebench-results/overlay/report.html]")
+@click.option("--interactivity-levels", "levels_text", metavar="LIST",
+              help="Tokens/s per user at which the Pareto table reads the best throughput per GPU. "
+                   "[default: 20,50,100]")
 @handle_errors
-def report_command(dirs: tuple[str, ...], out: str | None) -> None:
+def report_command(dirs: tuple[str, ...], out: str | None, levels_text: str | None) -> None:
     """Re-render the HTML report of saved results (a run or a sweep directory).
 
     Several DIRs: each gets its own report, and one more report overlays them on shared axes.
@@ -27,15 +30,18 @@ def report_command(dirs: tuple[str, ...], out: str | None) -> None:
     gives byte-identical files.
     """
     from servebench.report.html import write_overlay_report, write_report
+    from servebench.results.interactivity import parse_levels
 
+    levels = parse_levels(levels_text)
     console = Console()
     if len(dirs) == 1:
-        path = write_report(dirs[0], out)
+        path = write_report(dirs[0], out, levels=levels)
         console.print(f"report: {path}", highlight=False)
         return
     for d in dirs:
-        console.print(f"report: {write_report(d)}", highlight=False)
-    path = write_overlay_report(list(dirs), out or Path("servebench-results") / "overlay" / "report.html")
+        console.print(f"report: {write_report(d, levels=levels)}", highlight=False)
+    path = write_overlay_report(list(dirs), out or Path("servebench-results") / "overlay" / "report.html",
+                                levels=levels)
     console.print(f"overlay: {path}", highlight=False)
 
 
@@ -49,9 +55,12 @@ def report_command(dirs: tuple[str, ...], out: str | None) -> None:
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed (same seed, same intervals).")
 @click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True)
 @click.option("--html/--no-html", default=True, show_default=True, help="Write compare.html.")
+@click.option("--interactivity-levels", "levels_text", metavar="LIST",
+              help="Tokens/s per user at which the Pareto table reads the best throughput per GPU. "
+                   "[default: 20,50,100]")
 @handle_errors
 def compare_command(sides: tuple[str, ...], out: str | None, resamples: int, seed: int, confidence: float,
-                    html: bool) -> None:
+                    html: bool, levels_text: str | None) -> None:
     """Compare results A B [C...]: each against A, ratio B/A with a bootstrap confidence interval.
 
     A side is a run directory, a sweep directory, or repeats of one configuration written as
@@ -62,9 +71,13 @@ def compare_command(sides: tuple[str, ...], out: str | None, resamples: int, see
         compare_sides,
         load_side,
         print_comparison,
+        print_interactivity,
         write_compare_html,
         write_compare_json,
     )
+    from servebench.results.interactivity import parse_levels
+
+    levels = parse_levels(levels_text)
 
     if len(sides) < 2:
         raise ConfigError("compare needs at least two result directories: servebench compare A B [C...]")
@@ -79,7 +92,9 @@ def compare_command(sides: tuple[str, ...], out: str | None, resamples: int, see
     names = [Path(s.split(",")[0]).resolve().name for s in sides[:2]]
     out_dir = Path(out) if out else Path("servebench-results") / f"compare-{names[0]}-vs-{names[1]}"
     out_dir.mkdir(parents=True, exist_ok=True)
-    console.print(f"ratios: {write_compare_json(loaded, comparisons, out_dir / 'compare.json', confidence)}",
+    print_interactivity(loaded, levels, console)
+    console.print(f"ratios: {write_compare_json(loaded, comparisons, out_dir / 'compare.json', confidence, levels)}",
                   highlight=False)
     if html:
-        console.print(f"report: {write_compare_html(loaded, comparisons, out_dir, confidence)}", highlight=False)
+        console.print(f"report: {write_compare_html(loaded, comparisons, out_dir, confidence, levels)}",
+                      highlight=False)

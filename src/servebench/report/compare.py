@@ -19,8 +19,11 @@ from rich.console import Console
 from rich.table import Table
 
 from servebench.errors import ConfigError
-from servebench.report.data import RepeatsResult, SweepResult, load_results, measured
+from servebench.report.console import print_interactivity_table
+from servebench.report.data import RepeatsResult, SweepResult, load_results, measured, split_groups
 from servebench.report.html import esc, fmt, render_overlay, write_page
+from servebench.report.multi import point_label
+from servebench.report.pareto import frontiers, interactivity_rows
 from servebench.report.stats import (
     METRICS,
     MetricSpec,
@@ -29,6 +32,7 @@ from servebench.report.stats import (
     ratio_ci,
 )
 from servebench.results import metrics
+from servebench.results.interactivity import DEFAULT_LEVELS
 from servebench.results.metrics import dig
 from servebench.results.schema import Summary
 from servebench.results.store import RunResult
@@ -41,6 +45,7 @@ __all__ = [
     "differences",
     "load_side",
     "print_comparison",
+    "print_interactivity",
     "sentence",
     "side_data",
     "write_compare_html",
@@ -288,7 +293,7 @@ def fmt_count(comparisons: Sequence[Comparison]) -> int:
 
 
 def write_compare_html(sides: Sequence[Side], comparisons: Sequence[Comparison], out_dir: str | Path,
-                       confidence: float = 0.95) -> Path:
+                       confidence: float = 0.95, levels: Sequence[float] = DEFAULT_LEVELS) -> Path:
     items: list[tuple[str, RunResult | SweepResult]] = []
     for s in sides:
         if s.sweep is not None:
@@ -296,13 +301,43 @@ def write_compare_html(sides: Sequence[Side], comparisons: Sequence[Comparison],
         else:
             items.extend((s.name if len(s.runs) == 1 else f"{s.name} #{i + 1}", r) for i, r in enumerate(s.runs))
     html, figs = render_overlay(items, title="servebench compare · " + " vs ".join(s.name for s in sides),
-                                prelude=_compare_table_html(comparisons, confidence))
+                                prelude=_compare_table_html(comparisons, confidence), levels=levels)
     return write_page(Path(out_dir) / "compare.html", html, figs)
 
 
+def _pareto_sides(sides: Sequence[Side]) -> list[tuple[str, list[tuple[str, Summary]]]]:
+    """Each side's runs as Pareto points: a sweep's load levels (one side per length pair), or its runs."""
+    named: list[tuple[str, list[tuple[str, Summary]]]] = []
+    for s in sides:
+        if s.sweep is not None:
+            groups = split_groups(s.sweep)
+            named += [(s.name if len(groups) == 1 else f"{s.name} · {gn}",
+                       [(point_label(gs, p), p.run.summary) for p in gs.points]) for gn, gs in groups]
+        else:
+            named.append((s.name, [(r.path.name, r.summary) for r in s.runs]))
+    return named
+
+
+def print_interactivity(sides: Sequence[Side], levels: Sequence[float], console: Console | None = None) -> None:
+    """The Pareto table in the terminal: each side's best throughput at each interactivity level."""
+    fronts, per_gpu = frontiers(_pareto_sides(sides))
+    print_interactivity_table(interactivity_rows(fronts, levels), per_gpu, console or Console())
+
+
+def _interactivity_json(sides: Sequence[Side], levels: Sequence[float]) -> dict[str, Any]:
+    """Each side's best output throughput (per GPU when every run knows its GPUs) at each level."""
+    fronts, per_gpu = frontiers(_pareto_sides(sides))
+    return {"per_gpu": per_gpu, "levels": list(levels), "readings": [
+        {"side": f.name, "tokens_per_s_per_user": r.level, "status": r.status, "extrapolated": r.extrapolated,
+         "output_tokens_per_s": r.y, "usd_per_1m_output_tokens": r.usd_per_1m_tokens,
+         "j_per_output_token": r.j_per_token}
+        for f, r in interactivity_rows(fronts, levels)]}
+
+
 def write_compare_json(sides: Sequence[Side], comparisons: Sequence[Comparison], path: str | Path,
-                       confidence: float = 0.95) -> Path:
-    """Ratios as JSON (schema servebench.compare/1): what the table shows, for scripts."""
+                       confidence: float = 0.95, levels: Sequence[float] = DEFAULT_LEVELS) -> Path:
+    """Ratios as JSON (schema servebench.compare/1): what the table shows, for scripts; `interactivity`
+    holds the Pareto table (output_tokens_per_s is per GPU when `per_gpu`)."""
     doc = {
         "schema": "servebench.compare/1",
         "confidence": confidence,
@@ -318,6 +353,7 @@ def write_compare_json(sides: Sequence[Side], comparisons: Sequence[Comparison],
                           "ratio": _json_num(e.ratio), "ci_low": _json_num(e.lo), "ci_high": _json_num(e.hi),
                           "verdict": e.verdict} for e in c.estimates]}
             for c in comparisons],
+        "interactivity": _interactivity_json(sides, levels),
     }
     p = Path(path)
     p.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -12,10 +12,11 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from servebench.results.interactivity import LevelReading
 from servebench.results.metrics import dig
 from servebench.results.schema import Summary
 
-__all__ = ["LiveProgress", "print_spread", "print_summary", "summary_table"]
+__all__ = ["LiveProgress", "print_interactivity_table", "print_spread", "print_summary", "summary_table"]
 
 
 class LiveProgress:
@@ -115,6 +116,7 @@ def print_summary(summary: Summary, console: Console, out_dir: str | None = None
         f"output {_fmt(thr.get('output_tokens_per_s'))} tok/s, "
         f"total {_fmt(thr.get('total_tokens_per_s'))} tok/s"
     )
+    _print_interactivity(summary, console)
     reasoning = tok.get("reasoning_total") or 0
     console.print(
         f"  tokens  input {tok.get('input_total', 0):,} ({tok.get('input_source')}), "
@@ -150,6 +152,46 @@ def print_summary(summary: Summary, console: Console, out_dir: str | None = None
         )
     if out_dir:
         console.print(f"  results  {out_dir}")
+
+
+def _print_interactivity(summary: Summary, console: Console) -> None:
+    ia = summary.get("interactivity")
+    if not ia or ia.get("tokens_per_s_per_user") is None:
+        return
+    gpus = ia.get("gpus")
+    per_gpu = (f", output {_fmt(ia.get('output_tokens_per_s_per_gpu'))} tok/s per GPU "
+               f"({gpus} GPU{'s' if gpus != 1 else ''}, {ia.get('gpus_source')})" if gpus
+               else " (per GPU: give --gpus)")
+    p10 = ia["per_request_tokens_per_s_per_user"].get("p10")
+    console.print(f"  interactivity  {_fmt(ia['tokens_per_s_per_user'])} tok/s per user "
+                  f"(1000 / median TPOT; P10 of requests {_fmt(p10)}){per_gpu}", highlight=False)
+
+
+def print_interactivity_table(rows: Sequence[tuple[Any, LevelReading]], per_gpu: bool, console: Console) -> None:
+    """The Pareto table: (side with a `.name`, reading) rows; values outside the front are marked."""
+    if not rows:
+        return
+    table = Table(title="Best throughput at each interactivity level (read off the Pareto front)",
+                  title_justify="left", show_edge=False, pad_edge=False, box=None)
+    multi = len({side.name for side, _ in rows}) > 1
+    has_cost = any(r.usd_per_1m_tokens is not None for _, r in rows)
+    if multi:
+        table.add_column("side")
+    table.add_column("tok/s per user", justify="right")
+    table.add_column("out tok/s per GPU" if per_gpu else "out tok/s (deployment)", justify="right")
+    if has_cost:
+        table.add_column("$ per 1M out", justify="right")
+    table.add_column("")
+    for side, r in rows:
+        bound = "≥ " if r.status == "below_range" else ""
+        cells = [f"{r.level:g}", "—" if r.y is None else bound + _fmt(r.y)]
+        if has_cost:
+            usd = r.usd_per_1m_tokens
+            cells.append("—" if usd is None else ("≤ " if bound else "") + f"${usd:,.3f}")
+        cells.append({"below_range": "below the measured range (lower bound)", "not_reached": "not reached",
+                      "no_data": "no data"}.get(r.status, ""))
+        table.add_row(*([side.name] if multi else []), *cells)
+    console.print(table)
 
 
 def _load_words(load: Mapping[str, Any]) -> str:

@@ -32,6 +32,7 @@ from servebench.report.layout import (
     table,
 )
 from servebench.report.multi import render_overlay, render_repeats, render_sweep
+from servebench.results.interactivity import DEFAULT_LEVELS
 from servebench.results.schema import ServerMetrics, Summary
 from servebench.results.store import RunResult
 
@@ -184,7 +185,19 @@ def _run_cards(s: Summary) -> list[str]:
         card("Failures", fmt(failed), f"{fmt(100.0 * failed / total if total else 0.0, '%', 1)} of requests",
               "bad" if failed else "good"),
     ]
-    return cards + _cost_cards(s)
+    return cards + _interactivity_cards(s) + _cost_cards(s)
+
+
+def _interactivity_cards(s: Summary) -> list[str]:
+    """Tokens/s per user (1000 / median TPOT) and output tokens/s per GPU, when the summary has them."""
+    ia = s.get("interactivity")
+    if not isinstance(ia, dict):
+        return []
+    gpus = ia.get("gpus")
+    per_gpu = (f"{fmt(ia.get('output_tokens_per_s_per_gpu'), 'out tok/s', 1)} per GPU ({fmt(gpus)} GPU"
+               f"{'s' if gpus != 1 else ''})" if gpus else "GPU count unknown (--gpus)")
+    return [card("Interactivity", fmt(ia.get("tokens_per_s_per_user"), "tok/s/user", 1),
+                 f"1000 / median TPOT · {esc(per_gpu)}")]
 
 
 def _s(ms: Any) -> Any:
@@ -243,15 +256,17 @@ def write_page(out_html: Path, html: str, figs: dict[str, str]) -> Path:
     return out_html
 
 
-def write_report(path: str | Path, out: str | Path | None = None) -> Path:
-    """Render DIR (a run or a sweep) to DIR/report.html (or `out`); a sweep also renders each point."""
+def write_report(path: str | Path, out: str | Path | None = None,
+                 levels: Sequence[float] = DEFAULT_LEVELS) -> Path:
+    """Render DIR (a run or a sweep) to DIR/report.html (or `out`); a sweep also renders each point.
+    `levels`: the interactivity levels (tokens/s per user) of a sweep's Pareto table."""
     results = load_results(path)
     target = Path(out) if out else Path(path) / REPORT
     if isinstance(results, SweepResult):
         for p in results.points:
             html, figs = render_run(p.run)
             write_page(p.run.path / REPORT, html, figs)
-        html, figs = render_sweep(results, links=out is None)
+        html, figs = render_sweep(results, links=out is None, levels=levels)
     elif isinstance(results, RepeatsResult):
         for run in results.runs:
             html, figs = render_run(run)
@@ -262,8 +277,9 @@ def write_report(path: str | Path, out: str | Path | None = None) -> Path:
     return write_page(target, html, figs)
 
 
-def write_overlay_report(paths: Sequence[str | Path], out: str | Path) -> Path:
+def write_overlay_report(paths: Sequence[str | Path], out: str | Path,
+                         levels: Sequence[float] = DEFAULT_LEVELS) -> Path:
     sides = [(Path(p).resolve().name or str(p), load_results(p)) for p in paths]
-    html, figs = render_overlay(sides, title="servebench · " + " vs ".join(n for n, _ in sides))
+    html, figs = render_overlay(sides, title="servebench · " + " vs ".join(n for n, _ in sides), levels=levels)
     return write_page(Path(out), html, figs)
 

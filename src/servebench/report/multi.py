@@ -21,10 +21,12 @@ from servebench.report.figures import (
     sweep_limits,
 )
 from servebench.report.layout import REPORT, card, esc, figures_grid, fmt, page, table
+from servebench.report.pareto import pareto_section
+from servebench.results.interactivity import DEFAULT_LEVELS
 from servebench.results.schema import Summary
 from servebench.results.store import RunResult
 
-__all__ = ["render_overlay", "render_repeats", "render_sweep"]
+__all__ = ["point_label", "render_overlay", "render_repeats", "render_sweep"]
 
 
 def _capacity(sw: SweepResult) -> tuple[SweepPoint | None, str]:
@@ -83,9 +85,24 @@ def _slo_cell(s: Summary) -> str:
     return '<span class="better">pass</span>' if passed else '<span class="worse">fail</span>'
 
 
-def render_sweep(sw: SweepResult, links: bool = True) -> tuple[str, dict[str, str]]:
+def point_label(sw: SweepResult, p: SweepPoint) -> str:
+    """"c=16", "4 req/s", "in 1024": a load level as the Pareto chart labels it."""
+    given = p.entry.get("load_label")
+    if isinstance(given, str) and given:
+        return given
+    return {"concurrency": f"c={p.label}", "rate_rps": f"{p.label} req/s", "input_len": f"in {p.label}",
+            "output_len": f"out {p.label}"}.get(sw.x_key, p.label)
+
+
+def _pareto_sides(curves: Sequence[tuple[str, SweepResult]]) -> list[tuple[str, list[tuple[str, Summary]]]]:
+    return [(name, [(point_label(sw, p), p.run.summary) for p in sw.points]) for name, sw in curves]
+
+
+def render_sweep(sw: SweepResult, links: bool = True,
+                 levels: Sequence[float] = DEFAULT_LEVELS) -> tuple[str, dict[str, str]]:
     groups = split_groups(sw)
     figs = sweep_figures(groups, sweep_limits(sw))
+    pareto_html, pareto_figs = pareto_section(_pareto_sides(groups), levels)
     pts = sw.points
     best = max(pts, key=lambda p: get(p.run.summary, "throughput", "output_tokens_per_s") or 0.0) if pts else None
     cards = []
@@ -127,13 +144,14 @@ def render_sweep(sw: SweepResult, links: bool = True) -> tuple[str, dict[str, st
         ["$/1M out"] if has_cost else [])
     points_table = table(head, rows, txt_cols=2 if len(groups) > 1 else 1)
     body = [f'<div class="cards">{"".join(cards)}</div>', *_sweep_verdicts(sw), "<h2>Load levels</h2>", points_table,
+            pareto_html, figures_grid(pareto_figs) if pareto_figs else "",
             "<h2>Throughput and latency against load</h2>", figures_grid(figs)]
     first = pts[0].run.summary if pts else None
     title = f"servebench sweep · {get(first, 'target', 'model') or sw.path.name}"
-    levels = ", ".join(dict.fromkeys(p.label for p in pts))
-    sub = (f"{run_title(first, with_load=False, with_workload=len(groups) == 1)} · {sw.x_label} {levels}"
+    loads = ", ".join(dict.fromkeys(p.label for p in pts))
+    sub = (f"{run_title(first, with_load=False, with_workload=len(groups) == 1)} · {sw.x_label} {loads}"
            if pts else "empty sweep")
-    return page(title, sub, "\n".join(b for b in body if b)), figs
+    return page(title, sub, "\n".join(b for b in body if b)), {**pareto_figs, **figs}
 
 
 def _as_sweep(run: RunResult) -> SweepResult:
@@ -144,8 +162,11 @@ def _as_sweep(run: RunResult) -> SweepResult:
 
 def render_overlay(sides: Sequence[tuple[str, RunResult | SweepResult | RepeatsResult]], *,
                    title: str = "servebench overlay",
-                   prelude: str = "") -> tuple[str, dict[str, str]]:
-    """Several runs or sweeps on shared axes (sweeps as curves; single runs as distributions)."""
+                   prelude: str = "", levels: Sequence[float] | None = DEFAULT_LEVELS) -> tuple[str, dict[str, str]]:
+    """Several runs or sweeps on shared axes (sweeps as curves; single runs as distributions).
+
+    With `levels` (None: left out, as for repeats of one configuration), the Pareto chart and the
+    interactivity table: one front per sweep (per length pair), one front across the single runs."""
     flat: list[tuple[str, RunResult | SweepResult]] = []
     for n, r in sides:  # repeats: each repeat is a run of its own here
         if isinstance(r, RepeatsResult):
@@ -153,6 +174,14 @@ def render_overlay(sides: Sequence[tuple[str, RunResult | SweepResult | RepeatsR
         else:
             flat.append((n, r))
     sides = flat
+    pareto_html, pareto_figs = "", dict[str, str]()
+    if levels is not None:
+        psides = _pareto_sides([(n if len(g) == 1 else f"{n} · {gn}", gs) for n, r in sides
+                                if isinstance(r, SweepResult) for g in [split_groups(r)] for gn, gs in g])
+        runs = [(n, r.summary) for n, r in sides if isinstance(r, RunResult)]
+        if runs:
+            psides.append(("runs", runs))
+        pareto_html, pareto_figs = pareto_section(psides, levels)
     if any(isinstance(r, SweepResult) for _, r in sides):
         curves: list[tuple[str, SweepResult]] = []
         for n, r in sides:
@@ -169,9 +198,10 @@ def render_overlay(sides: Sequence[tuple[str, RunResult | SweepResult | RepeatsR
         rows.append([esc(name), esc(kind), esc(run_title(first, with_load=isinstance(r, RunResult))),
                      esc(str(r.path))])
     body = [prelude, "<h2>Inputs</h2>", table(["name", "kind", "what", "directory"], rows, txt_cols=4),
+            pareto_html, figures_grid(pareto_figs) if pareto_figs else "",
             "<h2>Overlaid</h2>", figures_grid(figs)]
     sub = " vs ".join(n for n, _ in flat)
-    return page(title, sub, "\n".join(b for b in body if b)), figs
+    return page(title, sub, "\n".join(b for b in body if b)), {**pareto_figs, **figs}
 
 
 def render_repeats(rep: RepeatsResult, links: bool = True) -> tuple[str, dict[str, str]]:
@@ -196,6 +226,6 @@ def render_repeats(rep: RepeatsResult, links: bool = True) -> tuple[str, dict[st
     first = rep.runs[0].summary if rep.runs else None
     html, figs = render_overlay([(n, r) for n, r in zip(names, rep.runs)],
                                 title=f"servebench repeats · {get(first, 'target', 'model') or rep.path.name}",
-                                prelude=prelude)
+                                prelude=prelude, levels=None)
     return html, figs
 
