@@ -33,6 +33,8 @@ PURE = (
     "servebench.results.cost",
     "servebench.results.repeats",
     "servebench.results.schema",
+    "servebench.results.validation",
+    "servebench.results.precision",
     "servebench.client.sse",
     "servebench.client.fastpath",
     "servebench.workload.schedule",

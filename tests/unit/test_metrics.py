@@ -106,8 +106,17 @@ def test_client_verdict() -> None:
     calm = {"client": {"loop_lag_ms_p99": 0.4, "cpu_busy_peak": 0.3, "schedule_lag_ms": {"p99": 1.0}}}
     assert assess_client(calm, open_loop=True)[0] is False
     busy = {"client": {"loop_lag_ms_p99": 12.0, "cpu_busy_peak": 0.99, "schedule_lag_ms": {"p99": 40.0}}}
-    saturated, reasons, advice = assess_client(busy, open_loop=True)
+    saturated, reasons, advice = assess_client(busy, open_loop=True, rx_timestamps="read")
     assert saturated and len(reasons) == 3 and "--concurrency" in advice
+    # with kernel receive stamps loop lag delays reading, not timing: reported, never a reason alone
+    lagging = {"client": {"loop_lag_ms_p99": 8.0, "cpu_s": 3.0, "elapsed_s": 10.0, "cpu_busy_peak": 0.99,
+                          "schedule_lag_ms": {"p99": 1.0}, "concurrency_held": 0.998}}
+    assert assess_client(lagging, open_loop=False) == (False, [], "")
+    assert assess_client(lagging, open_loop=False, rx_timestamps="read")[0] is True
+    # a closed loop that left slots empty, and a client busy over the whole run
+    assert "held 80%" in assess_client({"client": {**lagging["client"], "concurrency_held": 0.8}},
+                                       open_loop=False)[1][0]
+    assert "ceiling" in assess_client({"client": {**lagging["client"], "cpu_s": 9.5}}, open_loop=False)[1][0]
 
 
 def test_summarize_writes_the_keys_the_schema_declares_and_merges_the_run_in_order() -> None:

@@ -31,7 +31,7 @@ import gc
 import itertools
 import resource
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from servebench.client.openai import StreamAccumulator
 from servebench.client.outcome import classify_status, exception_kind, fail, finish_stream, finish_unary
@@ -75,10 +75,15 @@ class Shard:
         *,
         on_record: Callable[[RequestRecord], None] | None = None,
         stop: asyncio.Event | None = None,
+        enough: Callable[[Sequence[RequestRecord]], str | None] | None = None,
     ) -> None:
         self.spec = spec
         self.on_record = on_record
         self.stop = stop or asyncio.Event()
+        # a stop rule (--target-precision): asked every few seconds, off the hot path, whether the
+        # records so far say enough; its answer (why) stops new sends like a limit does
+        self.enough = enough
+        self.stopped_by: str | None = None
         self.records: list[RequestRecord] = []
         self.t0_ns = 0
         self.in_flight: set[asyncio.Task[None]] = set()
@@ -116,6 +121,7 @@ class Shard:
             if spec.duration_s is not None:
                 self._deadline_ns = int(spec.duration_s * 1e9)
             watch = asyncio.ensure_future(self._watch(lag, cpu_peak))
+            rule = asyncio.ensure_future(self._ask_enough()) if self.enough is not None else None
             interrupted = False
             try:
                 if spec.open_loop:
@@ -130,6 +136,8 @@ class Shard:
                     interrupted = True
                 await self._cancel_in_flight()
                 watch.cancel()
+                if rule is not None:
+                    rule.cancel()
             elapsed = (_perf_ns() - self.t0_ns) / 1e9
             cpu = _cpu_s() - cpu0
         finally:
@@ -171,7 +179,8 @@ class Shard:
         return self._deadline_ns is not None and now_rel_ns >= self._deadline_ns
 
     def _may_send(self) -> bool:
-        return self.failure is None and not self.stop.is_set() and self._started < self._total()
+        return (self.failure is None and self.stopped_by is None and not self.stop.is_set()
+                and self._started < self._total())
 
     async def _run_unit(self, unit: list[Prepared], first_sched_ns: int) -> None:
         """Send a unit's requests in order: a multi-turn session waits for each answer, then its
@@ -345,6 +354,17 @@ class Shard:
             self.failure = why
 
     # ------------------------------------------------------------------ support
+    async def _ask_enough(self) -> None:
+        """The stop rule, every 2 s at first; a check that took d waits at least 100·d before the next,
+        so it never takes more than ~1% of the loop (it runs on the loop, between reads)."""
+        assert self.enough is not None
+        wait_s = 2.0
+        while self.stopped_by is None:
+            await asyncio.sleep(wait_s)
+            t = _perf_ns()
+            self.stopped_by = self.enough(self.records)
+            wait_s = max(2.0, 100 * (_perf_ns() - t) / 1e9)
+
     async def _watch(self, lag: list[float], cpu_peak: list[float]) -> None:
         """Samples event-loop oversleep every 20 ms and this process's CPU share every second."""
         interval_ns = 20_000_000

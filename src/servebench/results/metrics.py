@@ -296,31 +296,44 @@ def _output_source(completed: Sequence[RequestRecord]) -> Literal["usage", "coun
 # Client self-check thresholds (docs/metrics.md, "Client self-check").
 LOOP_LAG_P99_MS = 5.0
 SCHEDULE_LAG_P99_MS = 10.0
+CONCURRENCY_HELD_MIN = 0.9
+CPU_MEAN_CEILING = 0.9
 CPU_BUSY_PEAK = 0.95
 
 
-def assess_client(summary: Summary, *, open_loop: bool) -> tuple[bool, list[str], str]:
-    """Is the client the bottleneck? (saturated, reasons, advice) from the summary's client block.
+def assess_client(summary: Summary, *, open_loop: bool, rx_timestamps: str = "kernel") -> tuple[bool, list[str], str]:
+    """Did the client limit the run? (saturated, reasons, advice) from the summary's client block.
 
-    Saturated when the event loop oversleeps (p99 > 5 ms: chunks wait to be timestamped), when an
-    open-loop schedule falls behind (schedule lag p99 > 10 ms), or when the client process used
-    ≥ 95% of a core in some second of the run.
+    Only what harms the figures counts: sends that lag the schedule (open loop: schedule lag p99 >
+    10 ms; closed loop: less than 90% of --concurrency held between the first wave and the last
+    send), the client's CPU at its ceiling (≥ 90% of a core over the run; where the run's CPU time
+    is not known, a one-second peak ≥ 95%), and, only where arrivals are stamped when the loop gets
+    to read them (`rx_timestamps` "read": TLS, other systems, or asked for), event-loop lag p99 >
+    5 ms, which then delays every stamp. With kernel receive stamps loop lag delays reading, not
+    timing: it stays in `client.loop_lag_ms_p99` and is not a reason.
     """
     client = summary["client"]
     reasons = []
-    loop_lag = client.get("loop_lag_ms_p99") or 0.0
-    if loop_lag > LOOP_LAG_P99_MS:
-        reasons.append(f"event-loop lag p99 {loop_lag:.1f} ms > {LOOP_LAG_P99_MS:g} ms")
     lag = client["schedule_lag_ms"]["p99"] or 0.0
     if open_loop and lag > SCHEDULE_LAG_P99_MS:
-        reasons.append(f"schedule lag p99 {lag:.1f} ms > {SCHEDULE_LAG_P99_MS:g} ms")
-    cpu = client.get("cpu_busy_peak") or 0.0
-    if cpu >= CPU_BUSY_PEAK:
-        reasons.append(f"client CPU peaked at {cpu * 100:.0f}% of a core")
+        reasons.append(f"sends lag the schedule: schedule lag p99 {lag:.1f} ms > {SCHEDULE_LAG_P99_MS:g} ms")
+    held = client.get("concurrency_held")
+    if not open_loop and held is not None and held < CONCURRENCY_HELD_MIN:
+        reasons.append(f"sends lag: the closed loop held {held:.0%} of --concurrency in flight "
+                       f"(< {CONCURRENCY_HELD_MIN:.0%}): slots waited on the client to refill them")
+    cpu_s, elapsed = client.get("cpu_s"), client.get("elapsed_s")
+    if cpu_s is not None and elapsed:
+        if cpu_s / elapsed >= CPU_MEAN_CEILING:
+            reasons.append(f"client CPU at its ceiling: {cpu_s / elapsed:.0%} of a core over the run")
+    elif (peak := client.get("cpu_busy_peak") or 0.0) >= CPU_BUSY_PEAK:
+        reasons.append(f"client CPU peaked at {peak * 100:.0f}% of a core")
+    loop_lag = client.get("loop_lag_ms_p99") or 0.0
+    if rx_timestamps != "kernel" and loop_lag > LOOP_LAG_P99_MS:
+        reasons.append(f"arrivals stamped at read time and the event loop lags: loop lag p99 {loop_lag:.1f} ms "
+                       f"> {LOOP_LAG_P99_MS:g} ms")
     advice = ""
     if reasons:
         advice = ("the client, not the server, may be limiting this run ("
-                  + "; ".join(reasons) + "). Latencies include client queueing. Lower "
-                  "--concurrency/--rate, close other work on this machine, or split the load "
-                  "over more client processes.")
+                  + "; ".join(reasons) + "). Lower --concurrency/--rate, close other work on this "
+                  "machine, or split the load over more client processes.")
     return bool(reasons), reasons, advice

@@ -45,6 +45,8 @@ __all__ = [
     "LoadMode",
     "Load",
     "PerUserRate",
+    "PercentileInterval",
+    "Precision",
     "Requests",
     "RunInfo",
     "ServerMetrics",
@@ -199,9 +201,10 @@ class Client(TypedDict, closed=True):
 
     `schedule_lag_ms` (send time - scheduled time) comes from the records; the rest from the run:
     `preconnect_shortfall` counts connections asked for before the clock but opened inside it,
-    `failure` says why the client stopped sending early on an error of its own (null: it did not).
-    Absent in summaries written before them: `read_pauses`, `read_pause_ms`, `preconnect_shortfall`,
-    `failure`."""
+    `failure` says why the client stopped sending early on an error of its own (null: it did not),
+    `concurrency_held` the closed loop's mean in flight between the first wave and the last send as
+    a share of --concurrency (null: open loop, or no refill to judge). Absent in summaries written
+    before them: `read_pauses`, `read_pause_ms`, `preconnect_shortfall`, `failure`, `concurrency_held`."""
 
     cpu_s: NotRequired[float]
     cpu_us_per_token: NotRequired[float | None]
@@ -216,6 +219,7 @@ class Client(TypedDict, closed=True):
     advice: NotRequired[str]
     preconnect_shortfall: NotRequired[int]
     failure: NotRequired[str | None]
+    concurrency_held: NotRequired[float | None]
 
 
 class Target(TypedDict, closed=True):
@@ -329,6 +333,40 @@ class Cost(TypedDict, closed=True):
     usd_per_1m_total_tokens: float | None
 
 
+class ValidationCheck(TypedDict, closed=True):
+    """One self-check of the run's figures (results.validation): what it compared (`figures`), the
+    outcome, and why (the tolerance it used, or what was missing when skipped)."""
+
+    name: str
+    status: Literal["pass", "fail", "skipped"]
+    figures: dict[str, float | int | str | None]
+    why: str
+
+
+class PercentileInterval(TypedDict, closed=True):
+    """A percentile (ms) and its 95% confidence interval from this run alone (results.precision);
+    `low`/`high` null: the data do not bound it on that side; `half_width_pct`: the larger side as %
+    of the estimate (null when a side is open)."""
+
+    estimate: float
+    low: float | None
+    high: float | None
+    half_width_pct: float | None
+
+
+class Precision(TypedDict, closed=True):
+    """How well this run knows its headline percentiles (docs/metrics.md, "Precision"): per metric
+    (ttft, tpot, itl, e2e), `median` and `p99` intervals (null: too few values). With
+    --target-precision: the target (± %), whether it was met, and why the run stopped."""
+
+    method: str
+    confidence: float
+    metrics: dict[str, dict[str, PercentileInterval | None]]
+    target_pct: NotRequired[float]
+    met: NotRequired[bool]
+    stop_reason: NotRequired[str]
+
+
 class RunInfo(TypedDict, total=False, closed=True):
     """What the records cannot know, given to metrics.summarize by the run (or from a manifest)."""
 
@@ -363,5 +401,7 @@ class Summary(TypedDict, closed=True):
     client: Client
     server: NotRequired[ServerMetrics | None]
     slo_check: NotRequired[SloCheck]
+    validation: NotRequired[list[ValidationCheck]]
+    precision: NotRequired[Precision]
     notes: NotRequired[list[str]]
     cost: NotRequired[Cost]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as _dt
+import functools
 import math
 import os
 import platform
@@ -30,6 +31,7 @@ from servebench.client.openai import API_PATHS, build_body, encode_body, normali
 from servebench.client.shard import Shard
 from servebench.client.spec import Prepared, ShardSpec
 from servebench.report.console import LiveProgress, print_spread, print_summary
+from servebench.results import precision
 from servebench.results.metrics import assess_client, summarize
 from servebench.results.repeats import spread
 from servebench.results.schema import ApiKind, ClientMeasures, LoadMode, RunInfo, Summary, Target
@@ -45,6 +47,7 @@ from servebench.results.store import (
     prepare_out_dir,
     write_json,
 )
+from servebench.results.validation import Bounds, bounds_from_cost, concurrency_held, validate
 from servebench.run.config import RunConfig
 from servebench.target import servermetrics
 from servebench.target.preflight import DEFAULT_PROFILE, EmulatorProcess, TargetInfo, preflight
@@ -239,7 +242,9 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
 
     loop.add_signal_handler(signal.SIGINT, on_sigint)
     writer = RecordWriter(out_dir / RECORDS)
-    shard = Shard(spec, on_record=writer.write, stop=stop)
+    target_pct = cfg.target_precision
+    shard = Shard(spec, on_record=writer.write, stop=stop,
+                  enough=None if target_pct is None else functools.partial(precision.enough, target_pct=target_pct))
     progress = None
     if not cfg.quiet and console.is_terminal:
         progress = LiveProgress(console, shard, spec.num_requests)
@@ -296,7 +301,10 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     summary = summarize(result.records, run=run_doc, slo=cfg.slo or None, client=client, gpus=gpus,
                         gpus_source=gpus_source)
 
-    saturated, reasons, advice = assess_client(summary, open_loop=cfg.load_mode in ("rate", "ramp"))
+    if not open_loop:  # the closed loop's share of --concurrency held while refilling (results.validation)
+        summary["client"]["concurrency_held"] = concurrency_held(result.records, spec.concurrency)
+    saturated, reasons, advice = assess_client(summary, open_loop=cfg.load_mode in ("rate", "ramp"),
+                                               rx_timestamps=result.rx_timestamps)
     summary["client"].update({"saturated": saturated, "reasons": reasons, "advice": advice})
     # connections asked for before the clock but not opened (so opened inside it), and why the
     # client stopped sending early, if it did (client.shard)
@@ -307,6 +315,13 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
         slo_spec = parse_slo_spec(cfg.slo_text)
         if slo_spec.has_run_limits:
             summary["slo_check"] = evaluate_slo(summary, slo_spec)
+    summary["validation"] = validate(result.records, summary, bounds=_bounds(cfg, emulated))
+    summary["precision"] = precision.precision_block(result.records)
+    if target_pct is not None:
+        otherwise = ("interrupted" if interrupted else "the client stopped on an error" if result.failure
+                     else "the limit came first (--num-requests or --duration)")
+        summary["precision"] = precision.with_target(summary["precision"], result.records, target_pct,
+                                                     shard.stopped_by, otherwise)
     summary["notes"] = _notes(cfg, summary, caps, len(prepared))
     if cache_reset is not None and cache_reset.get("note"):
         summary["notes"].append(cache_reset["note"])
@@ -367,6 +382,17 @@ async def _probe(cfg: RunConfig, info: TargetInfo, headers: dict[str, str]) -> C
 
     async with aiohttp.ClientSession(headers=headers) as session:
         return await capabilities.probe(session, info.base_url, info.model, cfg.api, extra_body=cfg.extra_body)
+
+
+def _bounds(cfg: RunConfig, emulated: bool) -> Bounds | None:
+    """Physical bounds of the deployment behind the target, where it is known: the built-in emulator's
+    profile (one model replica). None for any other target."""
+    if not emulated:
+        return None
+    from servebench.deploy.loader import load_profile
+
+    name = cfg.profile or DEFAULT_PROFILE
+    return bounds_from_cost(load_profile(name).engine.cost, replicas=1, source=f"emulator profile {name}")
 
 
 def _enforced(cfg: RunConfig, caps: Capabilities | None) -> bool | None:

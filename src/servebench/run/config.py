@@ -67,6 +67,8 @@ class RunConfig:
     probe: bool = True
     repeat: int = 1  # run the same configuration N times (DIR/repeat-k) and report the spread
     report: bool = True  # write report.html (and charts/) beside the results
+    # stop once the median and P99 of TTFT and TPOT are known to ±this % at 95% (results.precision)
+    target_precision: float | None = None
     # Sweep points and repeats each get their own prompts (a seed derived from `seed`) unless same_prompts
     same_prompts: bool = False
     reset_cache: bool = False  # empty the target's prefix cache before the run (target/cachereset.py)
@@ -124,6 +126,11 @@ class RunConfig:
             raise ConfigError("--duration must be > 0 seconds")
         if self.duration is not None and self.load_mode == "offline":
             raise ConfigError("--rate inf sends every request at once; give --num-requests, not --duration")
+        if self.target_precision is not None:
+            self.target_precision = parse_percent(self.target_precision, "--target-precision")
+            if self.num_requests is None and self.duration is None:
+                raise ConfigError("--target-precision needs a limit: --num-requests N or --duration S (the run "
+                                  "stops at whichever comes first, the precision or the limit)")
         if self.repeat < 1:
             raise ConfigError("--repeat must be at least 1")
         if self.warmup < 0:
@@ -184,6 +191,17 @@ def parse_headers(items: list[str]) -> dict[str, str]:
             raise ConfigError(f"--header {item!r}: expected KEY:VALUE")
         out[key.strip()] = value.strip()
     return out
+
+
+def parse_percent(value: float | str, flag: str) -> float:
+    """A percentage in (0, 100): `5%`, `5` or 5.0 all mean 5 %."""
+    try:
+        pct = float(str(value).strip().removesuffix("%"))
+    except ValueError:
+        raise ConfigError(f"{flag} {value!r}: expected a percentage such as 5%") from None
+    if not 0 < pct < 100:
+        raise ConfigError(f"{flag} must be between 0% and 100%, not {value!r}")
+    return pct
 
 
 def parse_extra_body(text: str) -> dict[str, Any]:

@@ -92,6 +92,9 @@ def run_options(fn: Callable[..., Any] | None = None, *, lists: bool = False) ->
                           "price). [default: the built-in emulator's deployment; with --url unknown]"),
         click.option("--no-probe", "no_probe", is_flag=True, default=None,
                      help="Skip the capability probe before the clock."),
+        click.option("--target-precision",
+                     help="Stop once the median and P99 of TTFT and TPOT are known to ±this at 95% "
+                          "confidence (e.g. 5%), checked every few seconds; within --num-requests/--duration."),
         click.option("--repeat", type=int,
                      help="Run the same configuration N times (DIR/repeat-1..N) and report the spread."),
         click.option("--report/--no-report", default=None, help="Write report.html beside the results. [default: on]"),

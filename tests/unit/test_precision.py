@@ -1,0 +1,102 @@
+"""Confidence intervals of one run's percentiles (results/precision.py): coverage on autocorrelated
+data with known quantiles, the open side below the sample floor, batching by request."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from servebench.results import precision
+from servebench.results.precision import half_width_pct, percentile_floor, quantile_interval, run_intervals
+
+_Z = {0.5: 0.0, 0.99: 2.3263478740408408}  # standard normal quantiles
+_SIGMA = 0.5  # log-scale spread: lognormal latencies, median 100 ms, P99 ~320 ms
+
+
+def _ar1_lognormal(runs: int, n: int, phi: float, seed: int) -> np.ndarray:
+    """`runs` series of n latencies: 100·exp(σ·z), z a stationary AR(1) with unit variance (so every
+    value has the same known marginal distribution, and neighbours are correlated by phi)."""
+    rng = np.random.default_rng(seed)
+    e = rng.standard_normal((runs, n))
+    z = np.empty((runs, n))
+    z[:, 0] = e[:, 0]
+    s = math.sqrt(1 - phi * phi)
+    for t in range(1, n):
+        z[:, t] = phi * z[:, t - 1] + s * e[:, t]
+    return 100.0 * np.exp(_SIGMA * z)
+
+
+def _coverage(x: np.ndarray, q: float, *, iid: bool = False) -> tuple[float, int]:
+    """Share of runs whose interval covers the true quantile, and runs with an open side."""
+    truth = 100.0 * math.exp(_SIGMA * _Z[q])
+    hit = opened = 0
+    for row in x:
+        if iid:  # the same interval without the batches: as if requests were independent
+            se = math.sqrt(q * (1 - q) / row.size)
+            lo, hi = np.percentile(row, [100 * (q - 1.96 * se), 100 * min(1.0, q + 1.96 * se)])
+            iv = {"low": float(lo), "high": float(hi)}
+        else:
+            got = quantile_interval(row, q)
+            assert got is not None
+            iv = {"low": got["low"], "high": got["high"]}
+        opened += iv["high"] is None or iv["low"] is None
+        lo = -math.inf if iv["low"] is None else iv["low"]
+        hi = math.inf if iv["high"] is None else iv["high"]
+        hit += lo <= truth <= hi
+    return hit / len(x), opened
+
+
+@pytest.mark.parametrize("n", [2000, 5000])
+def test_interval_covers_the_true_percentile_in_at_least_90_percent_of_200_autocorrelated_runs(n: int) -> None:
+    x = _ar1_lognormal(200, n, phi=0.8, seed=n)
+    for q in (0.5, 0.99):
+        covered, opened = _coverage(x, q)
+        assert covered >= 0.90, (q, covered)
+        assert opened <= 20, (q, opened)  # and it says something: open in at most 10% of runs
+    # the batches matter: an interval that treats neighbours as independent covers far less often
+    naive, _ = _coverage(x, 0.5, iid=True)
+    assert naive < 0.85, naive
+
+
+def test_interval_is_as_tight_as_the_data_allow() -> None:
+    x = _ar1_lognormal(1, 20_000, phi=0.5, seed=3)[0]
+    iv = quantile_interval(x, 0.5)
+    assert iv is not None and iv["low"] is not None and iv["high"] is not None
+    assert iv["low"] < iv["estimate"] < iv["high"]
+    assert iv["estimate"] == pytest.approx(float(np.median(x)))
+    assert (half_width_pct(iv) or 100) < 3  # 20,000 values: the median to within a few %
+
+
+def test_p99_has_no_upper_end_below_its_sample_floor() -> None:
+    assert percentile_floor(0.99) == 368 and percentile_floor(0.999) == 3688
+    rng = np.random.default_rng(0)
+    few = quantile_interval(rng.lognormal(size=300), 0.99)
+    assert few is not None and few["high"] is None and half_width_pct(few) is None
+    many = quantile_interval(rng.lognormal(size=3000), 0.99)
+    assert many is not None and many["high"] is not None
+
+
+def test_too_few_values_give_no_interval() -> None:
+    assert quantile_interval([1.0] * 10, 0.5) is None
+    assert precision.batch_count(15) == 0 and precision.batch_count(16) == 2
+    assert precision.batch_count(10_000) == precision.MAX_BATCHES
+
+
+def test_itl_batches_keep_each_request_whole() -> None:
+    """Two kinds of requests alternate in blocks: fast tokens (10 ms) then slow (30 ms). Batching by
+    request sees the blocks; the interval for the median ITL is wide, not the per-token binomial."""
+    rng = np.random.default_rng(1)
+    gaps = [np.full(100, 10.0 if (i // 50) % 2 == 0 else 30.0) + rng.normal(0, 0.1, 100) for i in range(400)]
+    out = run_intervals({"ttft": [float(g[0]) for g in gaps]}, itl=gaps)
+    itl = out["itl"]["median"]
+    assert itl is not None and itl["low"] is not None and itl["high"] is not None
+    assert itl["low"] < 15 and itl["high"] > 25  # half the requests slow, half fast: the median is unknown
+    assert set(out) == {"ttft", "itl"} and set(out["ttft"]) == {"median", "p99"}
+
+
+def test_values_that_are_none_are_left_out() -> None:
+    out = run_intervals({"tpot": [None, *[float(v) for v in range(1, 201)]]})
+    iv = out["tpot"]["median"]
+    assert iv is not None and iv["estimate"] == pytest.approx(100.5)

@@ -1,0 +1,134 @@
+"""Self-validation (results/validation.py): each check passes on a consistent synthetic run and fails
+on a crafted one that breaks exactly what it checks."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from servebench.results import metrics
+from servebench.results.records import RequestRecord
+from servebench.results.schema import ServerMetrics, Summary
+from servebench.results.validation import (
+    Bounds,
+    bounds_from_cost,
+    concurrency_held,
+    e2e_consistency,
+    littles_law,
+    percentile_floors,
+    physical_bounds,
+    token_counts,
+    validate,
+)
+from servebench.sim.steptime import StepCost
+from tests.support.synth import synth_records, synth_run_info
+
+
+def _summary(records: list[RequestRecord], server: ServerMetrics | None = None) -> Summary:
+    s = metrics.summarize(records, run=synth_run_info("v", records))
+    s["server"] = server
+    return s
+
+
+def _server(generated: float) -> ServerMetrics:
+    return {"metrics_used": {}, "prefix_cache_hit_rate": 0.0, "generation_tokens": generated,
+            "prompt_tokens": 1000.0}
+
+
+@pytest.fixture
+def records() -> list[RequestRecord]:
+    return synth_records(400, concurrency=16, seed=3, warmup=4)
+
+
+def test_a_consistent_run_passes_every_check(records: list[RequestRecord]) -> None:
+    gen = sum(r.output_tokens or 0 for r in records)
+    s = _summary(records, _server(gen))
+    bounds: Bounds = {"itl_floor_ms": 5.0, "tokens_per_s_ceiling": 1e6, "source": "test"}
+    checks = validate(records, s, bounds=bounds)
+    assert [c["name"] for c in checks] == ["token_counts", "littles_law", "e2e_consistency", "physical_bounds",
+                                           "percentile_floors"]
+    assert all(c["status"] == "pass" for c in checks), checks
+
+
+def test_token_counts_fail_when_the_server_counted_other_traffic(records: list[RequestRecord]) -> None:
+    gen = sum(r.output_tokens or 0 for r in records)
+    assert token_counts(records, _server(gen * 1.005))["status"] == "pass"  # within 1%
+    c = token_counts(records, _server(gen * 1.5))
+    assert c["status"] == "fail" and "counter" in c["why"], c
+    assert c["figures"]["server_generation_tokens"] == gen * 1.5
+
+
+def test_token_counts_fail_when_chunks_outnumber_usage(records: list[RequestRecord]) -> None:
+    bad = [dataclasses.replace(r, chunks=(r.output_tokens or 0) + 3) if r.id % 10 == 0 else r for r in records]
+    c = token_counts(bad, None)
+    assert c["status"] == "fail" and c["figures"]["requests_more_chunks_than_usage"] == 41, c
+    assert token_counts(records, None)["status"] == "pass"
+
+
+def test_token_counts_skip_without_usage_or_counter(records: list[RequestRecord]) -> None:
+    counted = [dataclasses.replace(r, output_tokens_source="counted") for r in records]
+    assert token_counts(counted, None)["status"] == "skipped"
+
+
+def test_littles_law_fails_when_responses_linger_after_their_last_token(records: list[RequestRecord]) -> None:
+    assert littles_law(records, _summary(records))["status"] == "pass"
+    # every response ends 2 s after its last token: in flight, yet outside every latency figure
+    slow = [dataclasses.replace(r, t_end_ns=(r.t_end_ns or 0) + 2_000_000_000) for r in records]
+    c = littles_law(slow, _summary(slow))
+    assert c["status"] == "fail", c
+    assert c["figures"]["mean_in_flight"] > c["figures"]["throughput_x_latency"]  # type: ignore[operator]
+
+
+def test_e2e_consistency_fails_when_usage_disagrees_with_the_chunks(records: list[RequestRecord]) -> None:
+    assert e2e_consistency(records)["status"] == "pass"
+    # a fifth of the requests report twice the tokens their chunks carried
+    bad = [dataclasses.replace(r, output_tokens=2 * (r.output_tokens or 0)) if r.id % 5 == 0 and r.ok else r
+           for r in records]
+    c = e2e_consistency(bad)
+    assert c["status"] == "fail" and c["figures"]["share_off"] > 0.15, c  # type: ignore[operator]
+
+
+def test_physical_bounds(records: list[RequestRecord]) -> None:
+    s = _summary(records)
+    itl = s["latency_ms"]["itl"]["mean"]
+    assert itl is not None
+    ok: Bounds = {"itl_floor_ms": itl * 0.5, "tokens_per_s_ceiling": 1e6, "source": "t"}
+    assert physical_bounds(s, ok)["status"] == "pass"
+    too_fast = physical_bounds(s, {**ok, "itl_floor_ms": itl * 1.5})
+    assert too_fast["status"] == "fail" and "stream the weights" in too_fast["why"]
+    over = physical_bounds(s, {**ok, "tokens_per_s_ceiling": s["throughput"]["output_tokens_per_s"] / 2})
+    assert over["status"] == "fail" and "roofline" in over["why"]
+    assert physical_bounds(s, None)["status"] == "skipped"
+
+
+def test_bounds_from_a_step_cost_by_hand() -> None:
+    # 16 GB of weights at 3.35 TB/s: 4.776 ms a step; 2 tokens a step (speculative): 2.388 ms a token.
+    # 989.5 TFLOP/s over 16 GFLOP a token: 61,844 tokens/s a replica, 2 replicas.
+    cost = StepCost(dense_weight_bytes=16e9, kv_bytes_per_token=1e5, flops_per_token=16e9, hbm_bytes_per_s=3.35e12,
+                    flops_per_s=989.5e12, decode_tokens_per_seq=2.0)
+    b = bounds_from_cost(cost, replicas=2, source="x")
+    assert b["itl_floor_ms"] == pytest.approx(16e9 / 3.35e12 * 1e3 / 2)
+    assert b["tokens_per_s_ceiling"] == pytest.approx(2 * 989.5e12 / 16e9)
+
+
+def test_percentile_floors_mark_an_under_sampled_p99() -> None:
+    few = synth_records(200, seed=1)
+    c = percentile_floors(_summary(few))
+    assert c["status"] == "fail" and "TTFT P99 from 200" in c["why"] and "ITL" not in c["why"], c
+    assert percentile_floors(_summary(synth_records(400, seed=1)))["status"] == "pass"
+
+
+def test_concurrency_held_sees_slots_left_empty(records: list[RequestRecord]) -> None:
+    held = concurrency_held(records, 16)
+    assert held is not None and held > 0.97
+    # every refill waits 200 ms after its slot freed (a request lives ~1.4 s: 1.4 / 1.6 of the time held)
+    late = synth_records(400, concurrency=16, seed=3)
+    for r in late[16:]:
+        r.t_send_ns = (r.t_send_ns or 0) + 200_000_000 * (1 + (r.id - 16) // 16)
+        shift = 200_000_000 * (1 + (r.id - 16) // 16)
+        r.t_end_ns = (r.t_end_ns or 0) + shift
+        r.t_first_ns, r.t_last_ns = (r.t_first_ns or 0) + shift, (r.t_last_ns or 0) + shift
+    lagged = concurrency_held(late, 16)
+    assert lagged is not None and lagged == pytest.approx(1.38 / 1.58, abs=0.04), lagged
+    assert concurrency_held(records[:10], 16) is None  # no refill: nothing to judge
