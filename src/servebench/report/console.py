@@ -9,12 +9,15 @@ from typing import Any
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from servebench.results.interactivity import LevelReading
 from servebench.results.metrics import dig
+from servebench.results.precision import plus_minus
 from servebench.results.schema import Summary
+from servebench.results.validation import summary_line
 
 __all__ = ["LiveProgress", "print_interactivity_table", "print_spread", "print_summary", "summary_table"]
 
@@ -85,7 +88,10 @@ def summary_table(summary: Summary) -> Table:
         d: Mapping[str, Any] = dig(lat, name) or {}
         if not d.get("count"):
             continue
-        table.add_row(label, *(_fmt(d.get(c), 2 if name in ("tpot", "itl") else 1)
+        digits = 2 if name in ("tpot", "itl") else 1
+        ivs = dig(summary, "precision", "metrics", name) or {}  # 95% intervals (results.precision)
+        table.add_row(label, *(_fmt(d.get(c), digits)
+                               + (f" {plus_minus(ivs.get(c), digits)}" if ivs.get(c) else "")
                                for c in ("mean", "median", "p90", "p99", "max")))
     return table
 
@@ -124,6 +130,10 @@ def print_summary(summary: Summary, console: Console, out_dir: str | None = None
         + (f", of which reasoning {reasoning:,}" if reasoning else "")
     )
     console.print(summary_table(summary))
+    if summary.get("precision"):
+        console.print("  [dim]± 95% interval from this run (batch means in send order); ±?: too few requests "
+                      "to bound it[/dim]")
+    _print_validation(summary, console)
     good = summary.get("goodput")
     if good:
         console.print(
@@ -148,10 +158,24 @@ def print_summary(summary: Summary, console: Console, out_dir: str | None = None
         lag = (client.get("schedule_lag_ms") or {}).get("p99")
         console.print(
             f"  client  ok: schedule lag p99 {_fmt(lag, 2)} ms, "
-            f"CPU {_fmt(client.get('cpu_us_per_token'), 1)} µs/token"
+            f"CPU {_fmt(client.get('cpu_us_per_token'), 1)} µs/token, "
+            f"loop lag p99 {_fmt(client.get('loop_lag_ms_p99'), 1)} ms"
         )
     if out_dir:
         console.print(f"  results  {out_dir}")
+
+
+def _print_validation(summary: Summary, console: Console) -> None:
+    """One line: the run's self-checks (results.validation), failures spelled out."""
+    checks = summary.get("validation")
+    if not checks:
+        return
+    ok = all(c["status"] != "fail" for c in checks)
+    console.print(f"  validation  {'[green]' if ok else '[yellow]'}{escape(summary_line(checks))}"
+                  f"{'[/green]' if ok else '[/yellow]'}", highlight=False)
+    target = summary.get("precision", {}).get("stop_reason")
+    if target:
+        console.print(f"  precision  {escape(target)}", highlight=False)
 
 
 def _print_interactivity(summary: Summary, console: Console) -> None:

@@ -33,8 +33,10 @@ from servebench.report.layout import (
 )
 from servebench.report.multi import render_overlay, render_repeats, render_sweep
 from servebench.results.interactivity import DEFAULT_LEVELS
+from servebench.results.precision import plus_minus
 from servebench.results.schema import ServerMetrics, Summary
 from servebench.results.store import RunResult
+from servebench.results.validation import summary_line
 
 __all__ = [
     "esc",
@@ -136,8 +138,25 @@ def _latency_table(summary: Summary) -> str:
         d = get(summary, "latency_ms", key) or {}
         if not d or d.get("count") == 0 or d.get("median") is None:
             continue
-        rows.append([esc(name)] + [fmt(d.get(c), digits=1) for c in _LAT_COLS])
-    return table(["ms"] + [c.upper() if c.startswith("p") else c for c in _LAT_COLS], rows)
+        ivs = get(summary, "precision", "metrics", key) or {}  # 95% intervals (results.precision)
+        rows.append([esc(name)] + [fmt(d.get(c), digits=1) + (f" {plus_minus(ivs.get(c))}" if ivs.get(c) else "")
+                                   for c in _LAT_COLS])
+    note = ('<p class="muted">± a 95% interval from this run alone (batch means in send order, '
+            "docs/metrics.md); ±?: too few requests to bound it.</p>" if summary.get("precision") else "")
+    return table(["ms"] + [c.upper() if c.startswith("p") else c for c in _LAT_COLS], rows) + note
+
+
+def _validation(summary: Summary) -> str:
+    """The run's self-checks (results.validation): a verdict line and one row per check."""
+    checks = summary.get("validation") or []
+    if not checks:
+        return ""
+    cls = "good" if all(c["status"] != "fail" for c in checks) else "warn"
+    rows = [[esc(c["name"]), esc(c["status"]), esc(c["why"]),
+             esc(", ".join(f"{k} {format_number(float(v)) if isinstance(v, (int, float)) else v}"
+                           for k, v in c["figures"].items()))] for c in checks]
+    return (f'<h2>Self-validation</h2><p class="verdict {cls}">Validation: {esc(summary_line(checks))}.</p>'
+            + table(["check", "result", "why", "figures"], rows, txt_cols=4))
 
 
 def _failures(run: RunResult) -> str:
@@ -224,6 +243,7 @@ def render_run(run: RunResult) -> tuple[str, dict[str, str]]:
     body.append("<h2>Latency distributions</h2>")
     body.append(figures_grid({k: figs[k] for k in ("ttft_hist", "itl_hist", "e2e_hist", "latency_cdf")}))
     body.append("<h3>Latency summary (completed requests)</h3>" + _latency_table(s))
+    body.append(_validation(s))
     body.append("<h2>Timeline</h2>")
     body.append(figures_grid({k: figs[k] for k in ("requests_gantt", "inflight", "tokens_per_s", "ttft_over_time")}))
     body.append("<h2>Client self-check</h2>")

@@ -41,6 +41,7 @@ __all__ = [
     "half_width_pct",
     "imprecise",
     "percentile_floor",
+    "plus_minus",
     "precision_block",
     "quantile_interval",
     "run_intervals",
@@ -205,3 +206,14 @@ def with_target(block: Precision, records: Sequence[RequestRecord], target_pct: 
     reason = stopped_by or (otherwise + (f"; still wider than ±{target_pct:g}%: {', '.join(missing)}"
                                          if missing else ""))
     return {**block, "target_pct": target_pct, "met": not missing, "stop_reason": reason}
+
+
+def plus_minus(iv: PercentileInterval | None, digits: int = 1) -> str:
+    """The interval as "±x" (ms, the larger side), "±?" when the data leave a side open, "" with no
+    interval (too few values to batch)."""
+    if iv is None:
+        return ""
+    low, high, est = iv["low"], iv["high"], iv["estimate"]
+    if low is None or high is None:
+        return "±?"
+    return f"±{max(high - est, est - low):.{digits}f}"

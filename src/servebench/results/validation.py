@@ -42,6 +42,7 @@ __all__ = [
     "littles_law",
     "percentile_floors",
     "physical_bounds",
+    "summary_line",
     "token_counts",
     "validate",
 ]
@@ -282,3 +283,15 @@ def validate(records: Sequence[RequestRecord], summary: Summary, *,
         physical_bounds(summary, bounds),
         percentile_floors(summary),
     ]
+
+
+def summary_line(checks: Sequence[ValidationCheck]) -> str:
+    """One line for the terminal and the report: "5 checks pass", or the failures and why."""
+    passed = [c for c in checks if c["status"] == "pass"]
+    failed = [c for c in checks if c["status"] == "fail"]
+    skipped = [c["name"] for c in checks if c["status"] == "skipped"]
+    skip = f" ({len(skipped)} skipped: {', '.join(skipped)})" if skipped else ""
+    if not failed:
+        return f"{len(passed)} check{'s' if len(passed) != 1 else ''} pass{skip}"
+    fails = "; ".join(f"{c['name']}: {c['why']}" for c in failed)
+    return f"{len(failed)} of {len(passed) + len(failed)} checks fail{skip}: {fails}"
