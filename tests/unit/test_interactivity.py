@@ -5,6 +5,9 @@ Every expected number below is computed by hand in the comments, not by the code
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from servebench.errors import ConfigError
@@ -180,3 +183,40 @@ def test_report_section_falls_back_to_the_deployment_when_a_gpu_count_is_unknown
     # 20 tok/s/user reads b itself (measured: 200.0) and b's is the whole front
     assert ">200.0<" in html and "measured: b" in html and "throughput vs tokens/s per user" in html
     assert pareto_section([("s", [("none", {"latency_ms": {}})])]) == ("", {})
+
+
+def test_compare_of_two_sweeps_prints_and_writes_the_table(tmp_path: Path) -> None:
+    """`servebench compare A B` of two sweeps: the terminal table and compare.json's `interactivity`,
+    equal to the pure core's readings of the summaries on disk."""
+    from click.testing import CliRunner
+
+    from servebench.report.commands import compare_command
+    from servebench.report.data import SweepResult, load_results
+    from tests.support.synth import write_synth_sweep
+
+    a = write_synth_sweep(tmp_path / "a", [1, 4, 16], n=30, seed=1, gpus=2, usd_per_hour=5.0)
+    b = write_synth_sweep(tmp_path / "b", [1, 4, 16], n=30, seed=2, time_scale=1.3, gpus=2, usd_per_hour=5.0)
+    res = CliRunner().invoke(compare_command, [str(a), str(b), "--out", str(tmp_path / "cmp"), "--resamples", "100",
+                                               "--interactivity-levels", "30,60", "--no-html"])
+    assert res.exit_code == 0, res.output
+    assert "Best throughput at each interactivity level" in res.output
+    doc = json.loads((tmp_path / "cmp" / "compare.json").read_text())["interactivity"]
+    assert doc["per_gpu"] is True and doc["levels"] == [30.0, 60.0]
+    got = [(r["side"], r["tokens_per_s_per_user"], r["status"], r["output_tokens_per_s"]) for r in doc["readings"]]
+    want = []
+    for name, path in (("A", a), ("B", b)):
+        sw = load_results(path)
+        assert isinstance(sw, SweepResult)
+        # per GPU: each point's output tok/s over 2 GPUs; x = 1000 / median TPOT
+        pts = []
+        for p in sw.points:
+            tpot = p.run.summary["latency_ms"]["tpot"]["median"]
+            assert tpot
+            pts.append(ParetoPoint(1000.0 / tpot, p.run.summary["throughput"]["output_tokens_per_s"] / 2))
+        for level in (30.0, 60.0):
+            r = read_front(pareto_front(pts), level)
+            want.append((name, level, r.status, r.y))
+    assert [g[:3] for g in got] == [w[:3] for w in want]
+    for g, w in zip(got, want):
+        assert (g[3] is None) == (w[3] is None) and (g[3] is None or g[3] == pytest.approx(w[3], rel=1e-9))
+    assert any(s != "not_reached" for _, _, s, _ in got)  # some reading is a number
