@@ -220,3 +220,21 @@ def test_compare_of_two_sweeps_prints_and_writes_the_table(tmp_path: Path) -> No
     for g, w in zip(got, want):
         assert (g[3] is None) == (w[3] is None) and (g[3] is None or g[3] == pytest.approx(w[3], rel=1e-9))
     assert any(s != "not_reached" for _, _, s, _ in got)  # some reading is a number
+
+
+def test_gpu_count_from_the_flag_else_the_emulators_deployment_else_unknown() -> None:
+    """run.bench asks the built-in emulator (real HTTP on loopback, /_servebench/info) for its
+    deployment's GPUs; --gpus wins; a target that is not our emulator stays unknown."""
+    import asyncio
+
+    from servebench.emulator.server import EmulatorThread
+    from servebench.run.bench import _gpus
+    from servebench.run.config import RunConfig
+
+    with EmulatorThread("llama-3.1-70b") as emu:  # Llama-3.1-70B on 4 H100s (its profile)
+        base = emu.url + "/v1"
+        assert asyncio.run(_gpus(RunConfig(), base, {}, emulated=True)) == (4, "emulator")
+        assert asyncio.run(_gpus(RunConfig(gpus=8), base, {}, emulated=True)) == (8, "--gpus")
+        assert asyncio.run(_gpus(RunConfig(), base, {}, emulated=False)) == (None, None)
+    with pytest.raises(ConfigError, match="--gpus must be at least 1"):
+        RunConfig(gpus=0).validate()
