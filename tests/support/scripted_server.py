@@ -14,6 +14,11 @@ thousands of chunks per second.
 --trtllm-metrics 404|json serves a TensorRT-LLM-shaped Prometheus page (`trtllm_` names, live counts of
 what it served) at GET /prometheus/metrics, and at GET /metrics a 404 or, as trtllm-serve does, JSON.
 
+--cache-reset vllm|sglang serves that engine's prefix-cache reset as the engine answers it (vLLM:
+POST /reset_prefix_cache, 200 with an empty body, 409 {"detail": ...} while requests run; SGLang:
+POST /flush_cache, 200 "Cache flushed. ..." text, 400 while requests run) and a /metrics page with one
+of that engine's gauges, so the capability probe recognises the engine; GET /stats counts the resets.
+
 --faults takes KIND:FRACTION pairs, assigned to requests by a seeded shuffle:
   500, 429        HTTP error with a JSON body
   reset           connection aborted after 3 chunks
@@ -62,6 +67,8 @@ class Config:
         self.truth: dict[str, dict] = {}
         self.trtllm_metrics: str | None = getattr(args, "trtllm_metrics", None)
         self.served = {"running": 0, "prompt": 0, "generated": 0, "ttft_sum": 0.0, "ttft_n": 0}
+        self.cache_reset: str | None = getattr(args, "cache_reset", None)
+        self.cache_resets = 0  # POSTs to the reset endpoint answered 200
 
     def next_fault(self) -> str:
         kind = self.faults[self.count % len(self.faults)]
@@ -139,6 +146,35 @@ class Handler(asyncio.Protocol):
             % (status.encode(), len(payload), payload)
         )
 
+    def _send_raw(self, status: str, payload: bytes, ctype: str | None) -> None:
+        assert self.transport is not None
+        head = b"HTTP/1.1 %s\r\n" % status.encode()
+        if ctype:
+            head += b"Content-Type: %s\r\n" % ctype.encode()
+        self.transport.write(head + b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload))
+
+    def _reset(self, path: str) -> bool:
+        """The engine's prefix-cache reset, with the replies its server sends (vllm/entrypoints/serve
+        cache router; sglang/srt/entrypoints/http_server.py flush_cache); False: not this engine's path."""
+        cfg = self.cfg
+        busy = cfg.served["running"] > 0
+        if cfg.cache_reset == "vllm" and path == "/reset_prefix_cache":
+            if busy:
+                self._send_simple("409 Conflict", {"detail": "Prefix cache reset failed."})
+            else:
+                cfg.cache_resets += 1
+                self._send_raw("200 OK", b"", None)  # FastAPI Response(status_code=200)
+            return True
+        if cfg.cache_reset == "sglang" and path == "/flush_cache":
+            text = (b"Cache flushed.\nPlease check backend logs for more details. (When there are running or "
+                    b"waiting requests, the operation will not be performed.)\n")
+            if not busy:
+                cfg.cache_resets += 1
+            self._send_raw("400 Bad Request" if busy else "200 OK", text if not busy else b"Flush cache failed.\n",
+                           "text/plain; charset=utf-8")
+            return True
+        return False
+
     def _send_text(self, text: str) -> None:
         payload = text.encode()
         assert self.transport is not None
@@ -148,11 +184,18 @@ class Handler(asyncio.Protocol):
     async def _serve(self, method: str, path: str, body: bytes, t0: float) -> None:
         try:
             if method == "GET" or not path.endswith("completions"):
-                if method == "GET" and path.endswith("/stats"):
+                if method == "POST" and self._reset(path):
+                    pass
+                elif method == "GET" and path.endswith("/stats"):
                     late = sorted(self.cfg.lateness_ms) or [0.0]
                     pick = lambda q: late[min(len(late) - 1, int(q * len(late)))]
                     self._send_simple("200 OK", {"writes": len(self.cfg.lateness_ms), "lateness_ms_p50": pick(0.5),
-                                                 "lateness_ms_p99": pick(0.99), "lateness_ms_max": late[-1]})
+                                                 "lateness_ms_p99": pick(0.99), "lateness_ms_max": late[-1],
+                                                 "cache_resets": self.cfg.cache_resets})
+                elif method == "GET" and self.cfg.cache_reset and path == "/metrics":
+                    gauge = "vllm:num_requests_running" if self.cfg.cache_reset == "vllm" else "sglang:num_running_reqs"
+                    self._send_text(f"# TYPE {gauge} gauge\n{gauge}{{model_name=\"{self.cfg.model}\"}} "
+                                    f"{float(self.cfg.served['running'])}\n")
                 elif method == "GET" and path.endswith("/truth"):
                     self._send_simple("200 OK", {"clock": "perf_counter_ns", "requests": self.cfg.truth})
                 elif method == "GET" and self.cfg.trtllm_metrics and path == "/prometheus/metrics":
@@ -312,6 +355,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model", default="m")
     ap.add_argument("--trtllm-metrics", choices=("404", "json"), help="serve TensorRT-LLM's /prometheus/metrics")
+    ap.add_argument("--cache-reset", choices=("vllm", "sglang"), help="serve that engine's prefix-cache reset")
     args = ap.parse_args()
     cfg = Config(args)
     try:

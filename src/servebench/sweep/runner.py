@@ -25,11 +25,15 @@ from servebench.results.store import SUMMARY, read_json, write_json
 from servebench.run.config import RunConfig
 from servebench.sweep.points import Point
 from servebench.sweep.table import point_row
+from servebench.workload.seeds import derive_seed
 
-__all__ = ["SWEEP_FILE", "SCHEMA", "Sweep", "SweepInterrupted", "point_complete"]
+__all__ = ["CACHE_NOTE_PREFIXES", "SWEEP_FILE", "SCHEMA", "Sweep", "SweepInterrupted", "point_complete"]
 
 SWEEP_FILE = "sweep.json"
 SCHEMA = "servebench.sweep.command/1"
+# A point's notes about its prefix cache (run.bench: a warm cache, a failed reset): shown for every point
+# they concern, and listed again at the end of the sweep (sweep.summary); other notes show once.
+CACHE_NOTE_PREFIXES = ("prefix cache:", "--reset-cache:")
 _SETTINGS_IGNORED = ("out", "quiet", "concurrency", "rate", "input_len", "output_len", "report")
 
 
@@ -69,6 +73,7 @@ class Sweep:
         self.url: str | None = None
         self.emulated = False
         self.entries: dict[str, dict[str, Any]] = {}
+        self.notes_shown: set[str] = set()  # a point's notes go to the terminal once each
         self.summaries: dict[str, Summary] = {}
         self.ran: list[str] = []
         self.skipped: list[str] = []
@@ -100,8 +105,8 @@ class Sweep:
             status = "skipped (complete)"
         else:
             # report=False: the sweep's report (rendered once at the end) renders every point.
-            cfg = RunConfig(**{**self.base, **point.run_settings(), "out": str(path), "quiet": True,
-                               "report": False}).validate()
+            cfg = RunConfig(**{**self.base, **point.run_settings(), "seed": self.point_seed(point),
+                               "out": str(path), "quiet": True, "report": False}).validate()
             assert self.url is not None
             outcome = loop.run(run_against(cfg, self.url, self.console, emulated=self.emulated))
             summary = outcome.summary
@@ -121,10 +126,21 @@ class Sweep:
         self.save()
         if not self.quiet:
             self.console.print(_point_line(point, summary, status), highlight=False)
+            for note in summary.get("notes") or ():
+                if note.startswith(CACHE_NOTE_PREFIXES) or note not in self.notes_shown:
+                    self.notes_shown.add(note)
+                    self.console.print(f"    [yellow]note[/yellow]: {note}", highlight=False)
         return summary
 
+    def point_seed(self, point: Point) -> int:
+        """The point's own seed, so that no point sends the prompts of another (a prefix cache would
+        serve them warm): derived from --seed and the point's name (stable across --resume), or
+        --seed itself with --same-prompts."""
+        seed = int(self.base.get("seed") or 0)
+        return seed if self.base.get("same_prompts") else derive_seed(seed, point.dir_name)
+
     def _record(self, point: Point, summary: Summary, status: str) -> None:
-        entry = {**point.entry(), "load_label": point.load_label, "status": status}
+        entry = {**point.entry(), "load_label": point.load_label, "status": status, "seed": self.point_seed(point)}
         if point.kind in ("synchronous", "throughput"):  # plotted at the request rate they reached
             entry["rate_rps"] = (summary.get("throughput") or {}).get("requests_per_s")
         entry["figures"] = point_row(entry, summary)
@@ -166,7 +182,9 @@ def _settings_doc(base: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_same_settings(old: dict[str, Any], new: dict[str, Any], out_dir: Path) -> None:
-    diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    # a setting added since the old sweep was written counts as its default there
+    defaults = RunConfig().as_manifest()
+    diff = sorted(k for k in set(old) | set(new) if old.get(k, defaults.get(k)) != new.get(k))
     if diff:
         raise ConfigError(f"--resume: the sweep in {out_dir} ran with other settings ({', '.join(diff)}); "
                           "give the same flags, or pick another --out")

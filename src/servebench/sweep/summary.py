@@ -5,15 +5,15 @@ summary table and answers into sweep-summary.txt (and on the console), the HTML 
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
 
-from servebench.sweep.runner import Sweep
+from servebench.sweep.runner import CACHE_NOTE_PREFIXES, Sweep
 from servebench.sweep.table import diagnose, fmt_load, render_table, slo_capacity, sort_load, x_of
 
-__all__ = ["SUMMARY_TEXT", "finish", "table_text"]
+__all__ = ["SUMMARY_TEXT", "cache_notes", "finish", "table_text"]
 
 SUMMARY_TEXT = "sweep-summary.txt"
 
@@ -37,6 +37,7 @@ def finish(sweep: Sweep, gain: float) -> str:
     sweep.doc["saturation"] = saturation
     if capacity:
         sweep.doc["slo_capacity"] = capacity
+    sweep.doc["notes"] = cache_notes(done, [sweep.summary(e) for e in done])
     if sweep.doc["status"] == "running":
         sweep.doc["status"] = "complete"
     sweep.save()
@@ -57,6 +58,7 @@ def finish(sweep: Sweep, gain: float) -> str:
                          + (f" ({c['note']})" if c.get("note") else ""))
     for f in sweep.doc.get("find_max") or []:
         lines.append(f["line"])
+    lines += [f"note: {n}" for n in sweep.doc["notes"]]
     text = "\n".join(lines).rstrip() + "\n"
     (sweep.out_dir / SUMMARY_TEXT).write_text(text)
     report = None
@@ -72,6 +74,17 @@ def finish(sweep: Sweep, gain: float) -> str:
         sweep.console.print(f"  results: {sweep.out_dir}  (ran {len(sweep.ran)}, skipped {len(sweep.skipped)} "
                             "complete)" + (f"  report: {report}" if report else ""), highlight=False)
     return text
+
+
+def cache_notes(entries: Sequence[dict[str, Any]], summaries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The points whose prefix cache did not behave as designed (a warm cache from an earlier point, a
+    reset that failed), one line each, from each point's notes (run.bench): the sweep's own notes."""
+    out = []
+    for e, s in zip(entries, summaries):
+        for note in s.get("notes") or ():
+            if isinstance(note, str) and note.startswith(CACHE_NOTE_PREFIXES):
+                out.append(f"{e.get('load_label')} (in {e.get('input_len')}, out {e.get('output_len')}): {note}")
+    return out
 
 
 def table_text(rows: Sequence[dict[str, Any]], *, title: str = "sweep", width: int = 160) -> str:

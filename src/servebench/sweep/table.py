@@ -51,6 +51,7 @@ def point_row(entry: dict[str, Any], summary: Mapping[str, Any]) -> dict[str, An
         "usd_per_1m_total_tokens": dig(summary, "cost", "usd_per_1m_total_tokens"),
         "client_saturated": dig(summary, "client", "saturated"),
         "server_waiting": dig(summary, "server", "waiting"),
+        "prefix_cache_hit_rate": dig(summary, "server", "prefix_cache_hit_rate"),
     }
 
 
@@ -134,8 +135,10 @@ def _n(v: Any, fmt: str = "{:,.1f}") -> str:
 def render_table(rows: Sequence[dict[str, Any]], *, title: str = "sweep") -> Table:
     t = Table(title=title, title_justify="left", header_style="bold")
     goodput = any(r.get("goodput_requests_per_s") is not None for r in rows)
+    cache = any(r.get("prefix_cache_hit_rate") is not None for r in rows)  # the server's counters
     cols = ["load", "in:out", "req/s offered", "req/s done", "out tok/s", "TTFT med", "TTFT p99",
-            "ITL med", "ITL p99", "E2E med", "E2E p99", *(["goodput/s"] if goodput else []), "SLO", "$/1M out"]
+            "ITL med", "ITL p99", "E2E med", "E2E p99", *(["goodput/s"] if goodput else []),
+            *(["prefix hit"] if cache else []), "SLO", "$/1M out"]
     for col in cols:
         t.add_column(col, justify="left" if col in ("load", "in:out") else "right")
     for r in rows:
@@ -148,6 +151,7 @@ def render_table(rows: Sequence[dict[str, Any]], *, title: str = "sweep") -> Tab
             _n(r.get("ttft_median_ms")), _n(r.get("ttft_p99_ms")), _n(r.get("itl_median_ms")),
             _n(r.get("itl_p99_ms")), _n(r.get("e2e_median_ms"), "{:,.0f}"), _n(r.get("e2e_p99_ms"), "{:,.0f}"),
             *([_n(r.get("goodput_requests_per_s"), "{:,.2f}")] if goodput else []),
+            *([_n(r.get("prefix_cache_hit_rate"), "{:.1%}")] if cache else []),
             slo, _n(r.get("usd_per_1m_output_tokens"), "${:,.3f}"),
         )
     return t
