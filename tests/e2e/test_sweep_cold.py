@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 from click.testing import CliRunner
 
+from servebench.report.html import write_report
 from servebench.sweep.command import sweep_command
 from tests.support.procs import servebench
 
@@ -78,6 +79,10 @@ def test_same_prompts_warm_points_are_flagged(tmp_path: Path) -> None:
     assert [n.split(" ", 1)[0] for n in doc["notes"]] == [f"c={c}" for c in CONC[1:]]
     assert text.count("note: prefix cache:") >= 3
     assert (tmp_path / "warm" / "sweep-summary.txt").read_text().count("note: c=") == 3
+    # and in the report: the sweep's page lists them, each point's page has its own note
+    html = write_report(tmp_path / "warm").read_text()
+    assert html.count("prefix cache: intended hit rate") == 3
+    assert "prefix cache: intended hit rate" in (dirs[64] / "report.html").read_text()
 
 
 def test_same_prompts_with_reset_cache_is_cold_again(tmp_path: Path) -> None:

@@ -69,6 +69,9 @@ def _sweep_verdicts(sw: SweepResult) -> list[str]:
                        f"({fmt(get(cap_pt.run.summary, 'throughput', 'output_tokens_per_s'), 'output tok/s')}).</p>")
         elif words:
             out.append(f'<p class="verdict bad">No load level met {esc(words)}.</p>')
+    notes = [str(n) for n in sw.meta.get("notes") or [] if n]  # points whose prefix cache was warm (sweep.summary)
+    if notes:
+        out.append('<div class="verdict warn"><ul>' + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul></div>")
     return out
 
 
