@@ -165,3 +165,19 @@ def test_rate_auto_spreads_rates_below_saturation(tmp_path: Path) -> None:
     for p in doc["points"]:
         f = p["figures"]
         assert f["offered_requests_per_s"] > 0 and f["completed_requests_per_s"] > 0
+
+
+def test_cost_without_gpus_charges_the_emulated_deployment(tmp_path: Path) -> None:
+    """No --gpus: the cost charges the GPUs the emulator says it serves on (llama-3.1-70b: 4xH100),
+    the same count as the throughput per GPU, not one."""
+    out = tmp_path / "sweep"
+    code, text = sweep("--profile", "llama-3.1-70b", "--concurrency", "2", "--input-len", "16",
+                       "--output-len", "8", "--num-requests", "4", "--gpu-hour-price", "2.5", "--out", str(out))
+    assert code == 0, text
+    doc = load(out / "sweep.json")
+    (point,) = doc["points"]
+    s = load(out / point["dir"] / "summary.json")
+    assert s["interactivity"]["gpus"] == 4
+    assert s["cost"]["gpus"] == 4 and s["cost"]["usd_per_hour"] == pytest.approx(10.0)
+    tp = s["throughput"]["output_tokens_per_s"]
+    assert s["cost"]["usd_per_1m_output_tokens"] == pytest.approx(10.0 / (tp * 3600) * 1e6)

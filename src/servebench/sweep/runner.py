@@ -10,6 +10,7 @@ The schema keeps its historical name (`servebench.sweep.command/1`) so sweeps wr
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as _dt
 from collections.abc import Mapping
 from pathlib import Path
@@ -120,7 +121,14 @@ class Sweep:
         if self.spec.has_run_limits:
             summary["slo_check"] = slomod.evaluate(summary, self.spec)
         if self.price is not None:
-            summary["cost"] = costmod.cost_block(summary.get("throughput") or {}, self.price)
+            price = self.price
+            inter = summary.get("interactivity")
+            served_by = inter.get("gpus") if inter else None
+            if self.base.get("gpus") is None and served_by and served_by != price.gpus:
+                # no --gpus: charge the GPUs the target said it runs on (the emulator's deployment),
+                # the same count its throughput per GPU uses
+                price = dataclasses.replace(price, gpus=int(served_by))
+            summary["cost"] = costmod.cost_block(summary.get("throughput") or {}, price)
         write_json(path / SUMMARY, summary)
         self._record(point, summary, "complete")
         self.save()
