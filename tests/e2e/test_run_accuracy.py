@@ -47,6 +47,8 @@ def test_concurrency_64_matches_truth(scripted_server, tmp_path: Path) -> None:
 
 
 def test_concurrency_512_matches_truth(scripted_server, tmp_path: Path) -> None:
+    """512 streams: the figures are judged against the truth, and the client verdict must agree with
+    them (issue 14): not "saturated" while TTFT and ITL are within 5 ms of the truth."""
     # Truth is when the server really wrote each chunk: a Python server pacing 512 streams on
     # two cores is itself some ms late at its P99, and that is not the client's error.
     srv = scripted_server("--ttft-ms", str(TRUE_TTFT_MS), "--itl-ms", str(TRUE_ITL_MS))
@@ -55,17 +57,34 @@ def test_concurrency_512_matches_truth(scripted_server, tmp_path: Path) -> None:
     assert s["requests"]["completed"] == 1024
     e = truth_vs_client(srv.url, tmp_path)
     assert s["latency_ms"]["itl"]["p99"] == pytest.approx(e["itl_p99"], abs=0.01)
-    accurate = (abs(e["ttft_median"] - e["true_ttft_median"]) <= 10.0
-                and abs(e["itl_p99"] - e["true_itl_p99"]) <= 3.0
-                and e["gap_error_p99"] <= 3.0)  # token by token, not only the two P99s
-    if not accurate:
-        # A client that falls more than one ITL behind reads two chunks of a stream at once and
-        # can only give both the newer one's kernel stamp. That may happen only when the client
-        # is the bottleneck, and then the run must say so; on a host this slow the accuracy
-        # itself cannot be judged here.
-        client = s["client"]
-        assert client["saturated"], f"inaccurate and not flagged as client-limited: {e} {client}"
-        pytest.skip(f"client saturated on this host ({'; '.join(client['reasons'])}): accuracy not judged: {e}")
+    client = s["client"]
+    errors = {"ttft_median": abs(e["ttft_median"] - e["true_ttft_median"]),
+              "itl_p99": abs(e["itl_p99"] - e["true_itl_p99"]), "gap_error_p99": e["gap_error_p99"]}
+    if errors["ttft_median"] <= 5.0 and errors["itl_p99"] <= 5.0:
+        # the figures are right: the client did not limit them, and must not say it did
+        assert not client["saturated"], (client, errors)
+    elif client["saturated"]:
+        # Only the figures that show the host could not keep up may excuse the run: sends that lagged
+        # (slots not refilled, the closed loop's concurrency_held) or a client CPU at its ceiling.
+        assert any("sends lag" in r or "CPU" in r for r in client["reasons"]), client
+        pytest.skip(f"the host could not keep up ({'; '.join(client['reasons'])}): accuracy not judged: {errors}")
+    # A client that falls more than one ITL behind reads two chunks of a stream at once and can only
+    # give both the newer one's kernel stamp; that may happen only when the client is the bottleneck.
+    assert errors["ttft_median"] <= 5.0 and errors["itl_p99"] <= 3.0 and errors["gap_error_p99"] <= 3.0, (errors, e)
+    assert client["concurrency_held"] is not None and client["concurrency_held"] >= 0.9, client
+    assert [c["status"] for c in s["validation"] if c["name"] == "e2e_consistency"] == ["pass"], s["validation"]
+
+
+def test_concurrency_512_sends_that_lag_are_called_saturated(scripted_server, tmp_path: Path) -> None:
+    """The same server and 512 streams, but an open-loop rate (20,000 requests/s) no client process
+    can send at: the schedule runs ahead of the sends, and the verdict says so, naming the figure."""
+    srv = scripted_server("--ttft-ms", str(TRUE_TTFT_MS), "--itl-ms", str(TRUE_ITL_MS))
+    s = _run(srv.url, tmp_path, "--api", "completions", "--rate", "20000", "--concurrency", "512",
+             "--num-requests", "1024", "--input-len", "16", "--output-len", "16")
+    client = s["client"]
+    assert client["schedule_lag_ms"]["p99"] > 10, client  # the sends really lagged...
+    assert client["saturated"], client  # ...and the verdict says so, and why
+    assert any(r.startswith("sends lag the schedule") for r in client["reasons"]), client["reasons"]
 
 
 @pytest.mark.skipif(not KERNEL_RX_TIMESTAMPS, reason="read coalescing needs kernel receive timestamps")

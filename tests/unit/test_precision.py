@@ -100,3 +100,20 @@ def test_values_that_are_none_are_left_out() -> None:
     out = run_intervals({"tpot": [None, *[float(v) for v in range(1, 201)]]})
     iv = out["tpot"]["median"]
     assert iv is not None and iv["estimate"] == pytest.approx(100.5)
+
+
+def test_stop_rule_needs_the_target_twice_in_a_row() -> None:
+    from tests.support.synth import synth_records
+
+    many = synth_records(4000, seed=2)
+    rule = precision.StopRule(10.0)
+    assert precision.imprecise(many, 10.0) == []
+    assert rule(many) is None  # the first look that meets the target only arms the rule
+    reason = rule(many)
+    assert reason is not None and reason.startswith("target precision reached") and "4,000" in reason
+    few = synth_records(100, seed=2)
+    fresh = precision.StopRule(10.0)
+    assert fresh(few) is None and fresh(few) is None  # a P99 from 100 requests is not bounded: never
+    assert "ttft p99" in precision.imprecise(few, 10.0)
+    block = precision.with_target(precision.precision_block(few), few, 10.0, None, "the limit came first")
+    assert block["met"] is False and block["stop_reason"].startswith("the limit came first; still wider")

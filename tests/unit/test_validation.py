@@ -71,12 +71,14 @@ def test_token_counts_skip_without_usage_or_counter(records: list[RequestRecord]
     assert token_counts(counted, None)["status"] == "skipped"
 
 
-def test_littles_law_fails_when_responses_linger_after_their_last_token(records: list[RequestRecord]) -> None:
+def test_littles_law_fails_when_failed_requests_hold_their_slots(records: list[RequestRecord]) -> None:
     assert littles_law(records, _summary(records))["status"] == "pass"
-    # every response ends 2 s after its last token: in flight, yet outside every latency figure
-    slow = [dataclasses.replace(r, t_end_ns=(r.t_end_ns or 0) + 2_000_000_000) for r in records]
-    c = littles_law(slow, _summary(slow))
-    assert c["status"] == "fail", c
+    # every tenth request times out after 10 s: in flight all that time, yet in no latency or throughput
+    # figure of completed requests
+    stuck = [dataclasses.replace(r, status="error", error_kind="timeout", t_end_ns=(r.t_send_ns or 0) + 10**10)
+             if r.id % 10 == 0 else r for r in records]
+    c = littles_law(stuck, _summary(stuck))
+    assert c["status"] == "fail" and "failed requests" in c["why"], c
     assert c["figures"]["mean_in_flight"] > c["figures"]["throughput_x_latency"]  # type: ignore[operator]
 
 

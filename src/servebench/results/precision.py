@@ -36,7 +36,7 @@ __all__ = [
     "CONFIDENCE",
     "HEADLINE",
     "batch_count",
-    "enough",
+    "StopRule",
     "STOP_METRICS",
     "half_width_pct",
     "imprecise",
@@ -188,24 +188,37 @@ def imprecise(records: Sequence[RequestRecord], target_pct: float) -> list[str]:
     return out
 
 
-def enough(records: Sequence[RequestRecord], target_pct: float) -> str | None:
-    """The --target-precision stop rule (client.shard asks it every few seconds): why the run may stop
-    now, or None while a headline percentile of TTFT or TPOT is not yet known to ±target_pct %."""
-    if imprecise(records, target_pct):
-        return None
-    n = sum(1 for r in records if not r.warmup and r.status == "ok")
-    return (f"target precision reached: the median and P99 of TTFT and TPOT known to ±{target_pct:g}% "
-            f"(95%) after {n:,} completed requests")
+class StopRule:
+    """The --target-precision stop rule (client.shard asks it every few seconds, off the hot path): why
+    the run may stop now, or None. The target must hold at two checks in a row, so one lucky check
+    (a tail that looked quiet for a moment) does not end the run."""
+
+    def __init__(self, target_pct: float) -> None:
+        self.target_pct = target_pct
+        self._streak = 0
+
+    def __call__(self, records: Sequence[RequestRecord]) -> str | None:
+        if imprecise(records, self.target_pct):
+            self._streak = 0
+            return None
+        self._streak += 1
+        if self._streak < 2:
+            return None
+        n = sum(1 for r in records if not r.warmup and r.status == "ok")
+        return (f"target precision reached: the median and P99 of TTFT and TPOT known to ±{self.target_pct:g}% "
+                f"(95%) at two checks in a row, after {n:,} completed requests")
 
 
 def with_target(block: Precision, records: Sequence[RequestRecord], target_pct: float,
                 stopped_by: str | None, otherwise: str) -> Precision:
-    """`block` with the --target-precision outcome: the target, whether the final records meet it,
-    and why the run stopped (`stopped_by` from the rule, else `otherwise`: the limit, an interrupt)."""
+    """`block` with the --target-precision outcome: the target, whether it was met (the rule stopped
+    the run, or the final records meet it), and why the run stopped (`stopped_by` from the rule, else
+    `otherwise`: the limit, an interrupt). The block's intervals cover every completed request,
+    those still in flight at the stop included, so they may differ a little from the rule's last look."""
     missing = imprecise(records, target_pct)
     reason = stopped_by or (otherwise + (f"; still wider than ±{target_pct:g}%: {', '.join(missing)}"
                                          if missing else ""))
-    return {**block, "target_pct": target_pct, "met": not missing, "stop_reason": reason}
+    return {**block, "target_pct": target_pct, "met": stopped_by is not None or not missing, "stop_reason": reason}
 
 
 def plus_minus(iv: PercentileInterval | None, digits: int = 1) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as _dt
-import functools
 import math
 import os
 import platform
@@ -244,7 +243,7 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     writer = RecordWriter(out_dir / RECORDS)
     target_pct = cfg.target_precision
     shard = Shard(spec, on_record=writer.write, stop=stop,
-                  enough=None if target_pct is None else functools.partial(precision.enough, target_pct=target_pct))
+                  enough=None if target_pct is None else precision.StopRule(target_pct))
     progress = None
     if not cfg.quiet and console.is_terminal:
         progress = LiveProgress(console, shard, spec.num_requests)
