@@ -5,7 +5,8 @@ date, kind, notes) and a `points:` list. Each point records the deployment (engi
 count, model, quantization, parallelism), the workload (mode offline / closed / rate, concurrency or
 request rate, number of prompts, input and output lengths, dataset, speculative decoding) and the
 figures measured (`measured:` output_tok_s, total_tok_s, req_s, ttft/itl/tpot/e2e in ms, mean or
-median). Facts only, copied from the source; `README.md` there says how each was read and its caveats.
+median) and, for prefill/decode-disaggregated serving, `disaggregated: {prefill_gpus, decode_gpus}`.
+Facts only, copied from the source; `README.md` there says how each was read and its caveats.
 
 `load_corpus()` reads the packaged files (or a directory) and checks the schema; `plan/validate.py`
 predicts every point. Nothing here is fitted: the corpus is data.
@@ -74,6 +75,9 @@ class CorpusPoint:
     speculative: str
     measured: Mapping[str, float] = field(default_factory=dict)
     notes: str = ""
+    # prefill/decode disaggregation: (GPUs running prefill workers, GPUs running decode workers), each
+    # worker `tp` GPUs wide; None when prefill and decode share the engine (the usual case).
+    disaggregated: tuple[int, int] | None = None
 
     @property
     def key(self) -> str:
@@ -87,6 +91,18 @@ def _opt_int(v: Any) -> int | None:
 
 def _opt_float(v: Any) -> float | None:
     return None if v is None or v == "" else float(v)
+
+
+def _disaggregated(raw: Any, gpus: int, where: str) -> tuple[int, int] | None:
+    """`disaggregated: {prefill_gpus: P, decode_gpus: D}` -> (P, D), checked to add up to the point's GPUs."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping) or set(raw) != {"prefill_gpus", "decode_gpus"}:
+        raise ConfigError(f"{where}: disaggregated must be {{prefill_gpus: P, decode_gpus: D}}")
+    pg, dg = int(raw["prefill_gpus"]), int(raw["decode_gpus"])
+    if pg < 1 or dg < 1 or pg + dg != gpus:
+        raise ConfigError(f"{where}: disaggregated prefill_gpus + decode_gpus must be the point's {gpus} GPUs")
+    return pg, dg
 
 
 def parse_source(data: Mapping[str, Any], *, origin: str = "corpus") -> tuple[Source, list[CorpusPoint]]:
@@ -141,7 +157,8 @@ def parse_source(data: Mapping[str, Any], *, origin: str = "corpus") -> tuple[So
                 concurrency=_opt_int(r.get("concurrency")), request_rate=_opt_float(r.get("request_rate")),
                 num_prompts=_opt_int(r.get("num_prompts")), input_len=_opt_float(r["input_len"]),
                 output_len=_opt_float(r["output_len"]), dataset=str(r["dataset"] or ""),
-                speculative=str(r.get("speculative") or ""), measured=vals, notes=str(r["notes"] or "")))
+                speculative=str(r.get("speculative") or ""), measured=vals, notes=str(r["notes"] or ""),
+                disaggregated=_disaggregated(r.get("disaggregated"), int(r["gpus"]), where)))
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{where}: {exc}") from exc
     return source, points
