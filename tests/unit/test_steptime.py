@@ -63,3 +63,17 @@ def test_small_batch_moe_decode_carries_fixed_overhead() -> None:
     assert fixed / t1 > 0.25
     experts = step_time_s(cost, StepShape(decode_seqs=15, decode_ctx_tokens=15 * 1024))
     assert experts > 1.4 * t1  # 15 streams hit ~97 experts per layer instead of 8
+
+
+def test_pd_decode_worker_does_not_pay_for_the_prompt() -> None:
+    """prefill_work = 0 (a PD decode worker: the KV arrived computed) drops the prompt's FLOPs and KV
+    reads but keeps the per-sequence overhead of admitting it."""
+    import dataclasses
+
+    dec = dataclasses.replace(DENSE, prefill_work=0.0, seq_overhead_s=1e-4)
+    decode_only = StepShape(decode_seqs=32, decode_ctx_tokens=32 * 1000)
+    with_prompt = StepShape(decode_seqs=32, decode_ctx_tokens=32 * 1000, prefill_seqs=1, prefill_tokens=4096,
+                            prefill_ctx_pairs=4096 * 2048.0, prefill_ctx_reads=0)
+    assert step_time_s(dec, with_prompt) == pytest.approx(step_time_s(dec, decode_only) + 1e-4)
+    colocated = dataclasses.replace(DENSE, seq_overhead_s=1e-4)
+    assert step_time_s(colocated, with_prompt) > 5 * step_time_s(colocated, decode_only)

@@ -28,6 +28,10 @@ GPU see the tokens of every DP rank: `moe_token_multiplier` = dp. Speculative de
 `decode_tokens_per_seq` tokens per decoding sequence per step (1 + draft length): FLOPs and experts
 grow with it, weight bytes do not.
 
+Prefill/decode disaggregation: a decode worker receives each prompt's KV from a prefill worker (SGLang
+PD, NIXL/Mooncake transfer) and computes none of it: `prefill_work` = 0 drops the prompt tokens'
+FLOPs, bytes and communication from its steps (the admission still costs its per-sequence overhead).
+
 `distinct_experts(T) = n_experts * (1 - (1 - experts_per_token / n_experts) ** T)` is the expected
 number of routed experts (per MoE layer) that T tokens hit when each picks `experts_per_token` of
 `n_experts` uniformly: 1 decode token reads 8 of 256 DeepSeek experts, 100 tokens read ~245. Hence
@@ -71,6 +75,7 @@ class StepCost:
     collective_s: float = 0.0  # fixed latency of one collective call
     moe_token_multiplier: float = 1.0  # EP across DP-attention ranks: expert-side tokens per local token
     decode_tokens_per_seq: float = 1.0  # speculative decoding: tokens verified per decoding sequence
+    prefill_work: float = 1.0  # share of the prompt's compute done here (0: a PD decode worker)
 
 
 @dataclass(slots=True)
@@ -97,14 +102,15 @@ def step_time_s(cost: StepCost, shape: StepShape) -> float:
     """Duration of one step in seconds (see the module docstring for the formula)."""
     if shape.decode_seqs + shape.prefill_tokens <= 0:
         return 0.0
-    tokens = shape.decode_seqs * cost.decode_tokens_per_seq + shape.prefill_tokens
+    pw = cost.prefill_work
+    tokens = shape.decode_seqs * cost.decode_tokens_per_seq + shape.prefill_tokens * pw
     weight_bytes = cost.dense_weight_bytes
     if cost.n_experts > 0:
         weight_bytes += cost.routed_expert_bytes * distinct_experts(cost, round(tokens * cost.moe_token_multiplier))
-    kv_bytes = cost.kv_bytes_per_token * (shape.decode_ctx_tokens + shape.prefill_ctx_reads)
+    kv_bytes = cost.kv_bytes_per_token * (shape.decode_ctx_tokens + shape.prefill_ctx_reads * pw)
     mem_s = (weight_bytes + kv_bytes) / (cost.hbm_bytes_per_s * cost.mem_efficiency)
     flops = cost.flops_per_token * tokens + cost.attn_flops_per_token_ctx * (
-        shape.decode_ctx_tokens + shape.prefill_ctx_pairs
+        shape.decode_ctx_tokens + shape.prefill_ctx_pairs * pw
     )
     compute_s = flops / (cost.flops_per_s * cost.compute_efficiency)
     seqs = shape.decode_seqs + shape.prefill_seqs
