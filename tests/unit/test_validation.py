@@ -117,7 +117,7 @@ def test_bounds_from_a_step_cost_by_hand() -> None:
 def test_percentile_floors_mark_an_under_sampled_p99() -> None:
     few = synth_records(200, seed=1)
     c = percentile_floors(_summary(few))
-    assert c["status"] == "fail" and "TTFT P99 from 200" in c["why"] and "ITL" not in c["why"], c
+    assert c["status"] == "marked" and "TTFT P99 from 200" in c["why"] and "ITL" not in c["why"], c
     assert percentile_floors(_summary(synth_records(400, seed=1)))["status"] == "pass"
 
 

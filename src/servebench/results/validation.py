@@ -83,7 +83,7 @@ def bounds_from_cost(cost: StepCost, *, replicas: float, source: str) -> Bounds:
     }
 
 
-def _check(name: str, status: Literal["pass", "fail", "skipped"], figures: Mapping[str, float | int | str | None],
+def _check(name: str, status: Literal["pass", "fail", "marked", "skipped"], figures: Mapping[str, float | int | str | None],
            why: str) -> ValidationCheck:
     figs = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in figures.items()}
     return {"name": name, "status": status, "figures": figs, "why": why}
@@ -273,8 +273,8 @@ def percentile_floors(summary: Summary) -> ValidationCheck:
     if not figures.get("ttft_count") and not under:
         return _check("percentile_floors", "skipped", figures, "no completed request")
     if under:
-        return _check("percentile_floors", "fail", figures,
-                      "under-sampled (the data cannot bound them from above): " + "; ".join(under)
+        return _check("percentile_floors", "marked", figures,
+                      "under-sampled, shown as such (the data cannot bound them from above): " + "; ".join(under)
                       + f" values (a P99 needs {percentile_floor(0.99)}, a P95 {percentile_floor(0.95)})")
     return _check("percentile_floors", "pass", figures, "every reported percentile has enough values")
 
@@ -295,9 +295,12 @@ def summary_line(checks: Sequence[ValidationCheck]) -> str:
     """One line for the terminal and the report: "5 checks pass", or the failures and why."""
     passed = [c for c in checks if c["status"] == "pass"]
     failed = [c for c in checks if c["status"] == "fail"]
+    marked = [c for c in checks if c["status"] == "marked"]
     skipped = [c["name"] for c in checks if c["status"] == "skipped"]
     skip = f" ({len(skipped)} skipped: {', '.join(skipped)})" if skipped else ""
+    mark = "".join(f"; {c['name']}: {c['why']}" for c in marked)
+    judged = len(passed) + len(failed)
     if not failed:
-        return f"{len(passed)} check{'s' if len(passed) != 1 else ''} pass{skip}"
+        return f"{len(passed)} check{'s' if len(passed) != 1 else ''} pass{skip}{mark}"
     fails = "; ".join(f"{c['name']}: {c['why']}" for c in failed)
-    return f"{len(failed)} of {len(passed) + len(failed)} checks fail{skip}: {fails}"
+    return f"{len(failed)} of {judged} checks fail{skip}: {fails}{mark}"
