@@ -83,7 +83,8 @@ def bounds_from_cost(cost: StepCost, *, replicas: float, source: str) -> Bounds:
     }
 
 
-def _check(name: str, status: Literal["pass", "fail", "marked", "skipped"], figures: Mapping[str, float | int | str | None],
+def _check(name: str, status: Literal["pass", "fail", "marked", "skipped"],
+           figures: Mapping[str, float | int | str | None],
            why: str) -> ValidationCheck:
     figs = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in figures.items()}
     return {"name": name, "status": status, "figures": figs, "why": why}
