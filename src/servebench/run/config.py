@@ -72,6 +72,12 @@ class RunConfig:
     # Sweep points and repeats each get their own prompts (a seed derived from `seed`) unless same_prompts
     same_prompts: bool = False
     reset_cache: bool = False  # empty the target's prefix cache before the run (target/cachereset.py)
+    # GPU telemetry during the measured window: a DCGM exporter's /metrics URL, or "nvml" (target/telemetry.py)
+    gpu_metrics_url: str | None = None
+    # start the server too (target/launch.py, sweep/serve.py): a command template, its {placeholders}' values
+    serve: str | None = None
+    serve_param: list[str] = field(default_factory=list)
+    serve_timeout: float = 600.0  # seconds for the launched server to become ready
 
     # ------------------------------------------------------------------ derived
     @property
@@ -131,6 +137,8 @@ class RunConfig:
             if self.num_requests is None and self.duration is None:
                 raise ConfigError("--target-precision needs a limit: --num-requests N or --duration S (the run "
                                   "stops at whichever comes first, the precision or the limit)")
+        if not self.serve_timeout > 0:
+            raise ConfigError("--serve-timeout must be > 0 seconds")
         if self.repeat < 1:
             raise ConfigError("--repeat must be at least 1")
         if self.warmup < 0:

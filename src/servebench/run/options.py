@@ -105,6 +105,17 @@ def run_options(fn: Callable[..., Any] | None = None, *, lists: bool = False) ->
                      help="Before each run (each sweep point, each repeat) empty the server's prefix cache: vLLM's "
                           "POST /reset_prefix_cache (needs VLLM_SERVER_DEV_MODE=1), SGLang's POST /flush_cache, the "
                           "built-in emulator's; the reply is kept in the manifest."),
+        click.option("--gpu-metrics-url",
+                     help="GPU telemetry during the measured window (power, energy, utilisation, memory, SM clock): "
+                          "a DCGM exporter's /metrics URL, or 'nvml' for this host's GPUs (extra 'gpu'). Energy "
+                          "per token lands in summary.energy. [default: nvml with --serve, else none]"),
+        click.option("--serve", help="Start the server too: a command with {port} (a free loopback port servebench "
+                     "targets) and {NAME} placeholders for --serve-param; stopped after the run (process group)."),
+        click.option("--serve-param", "serve_param", multiple=True,
+                     help="Values of a --serve placeholder: NAME=V1,V2 or tied N1,N2=(a1,a2),(b1,b2); several "
+                          "flags multiply (sweep: one series per server configuration)."),
+        click.option("--serve-timeout", type=float,
+                     help="Seconds for a --serve server to answer /health (or /v1/models). [default: 600]"),
         click.option("--quiet", "-q", is_flag=True, default=None, help="No progress display and no summary table."),
     ]
     for opt in reversed(opts):
@@ -126,8 +137,8 @@ def settings_from_options(options: dict[str, Any]) -> dict[str, Any]:
     for key, value in options.items():
         if value is None or value == ():
             continue
-        if key == "headers":
-            settings["headers"] = list(value)
+        if key in ("headers", "serve_param"):
+            settings[key] = list(value)
         elif key == "extra_body":
             settings["extra_body"] = parse_extra_body(value)
         elif key == "slo":
