@@ -19,6 +19,7 @@ from servebench.client import sinks as sinks_mod
 from servebench.client.openai import build_body, encode_body
 from servebench.client.shard import CLIENT_ERROR_STREAK, Shard
 from servebench.client.spec import Prepared, ShardResult, ShardSpec
+from servebench.results.store import read_records
 from servebench.run.bench import run_benchmark_sync
 from servebench.run.config import RunConfig
 
@@ -115,5 +116,4 @@ def test_an_exception_on_every_request_ends_the_run_with_its_name(
     assert req["completed"] + req["failed"] == req["total"] and req["errors"] == {"client_error": req["total"]}
     assert s["client"]["failure"] == outcome.failure
     assert any("stopped sending early" in note and "KeyError" in note for note in s["notes"])
-    records = (tmp_path / "requests.jsonl").read_text().splitlines()
-    assert len(records) == req["total"]
+    assert len(read_records(tmp_path)) == req["total"]

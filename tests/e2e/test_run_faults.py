@@ -64,7 +64,7 @@ def test_errors_before_any_load(scripted_server, tmp_path: Path) -> None:
     unknown = servebench("run", "--url", srv.url, "--model", "nope", "--out", str(tmp_path / "a"))
     assert unknown.returncode == 2
     assert "unknown model 'nope'" in unknown.stderr and "serves m" in unknown.stderr
-    assert not (tmp_path / "a" / "requests.jsonl").exists()
+    assert not (tmp_path / "a" / "requests.parquet").exists() and not (tmp_path / "a" / "requests.parts").exists()
     dead = servebench("run", "--url", "http://127.0.0.1:9", "--out", str(tmp_path / "b"))
     assert dead.returncode == 2 and "cannot reach" in dead.stderr
     bad = servebench("run", "--url", srv.url, "--rate", "5", "--ramp-up-strategy", "linear",

@@ -11,10 +11,14 @@ import time
 from itertools import pairwise
 from pathlib import Path
 
+import duckdb
+import pandas as pd
+import pyarrow.parquet as pq
+
 from servebench.client.openai import build_body, encode_body
 from servebench.client.shard import Shard
 from servebench.client.spec import Prepared, ShardSpec
-from servebench.results.store import read_records
+from servebench.results.store import load_run, read_records
 
 
 def _body(turn: int) -> bytes:
@@ -54,26 +58,27 @@ def _start_run(srv_url: str, out: Path) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _wait_for_records(path: Path, n: int, timeout_s: float = 30) -> None:
+def _wait_for_records(run_dir: Path, n: int, timeout_s: float = 30) -> None:
+    """Until the run has flushed at least n records to disk (requests.parts/ while it runs)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if path.exists() and path.read_bytes().count(b"\n") >= n:
+        if len(read_records(run_dir)) >= n:
             return
         time.sleep(0.05)
-    raise AssertionError(f"fewer than {n} records in {path} after {timeout_s} s")
+    raise AssertionError(f"fewer than {n} records in {run_dir} after {timeout_s} s")
 
 
 def test_sigint_stops_cleanly_with_a_summary_of_what_completed(scripted_server, tmp_path: Path) -> None:
     srv = scripted_server("--ttft-ms", "10", "--itl-ms", "10")
     proc = _start_run(srv.url, tmp_path)
-    _wait_for_records(tmp_path / "requests.jsonl", 16)
+    _wait_for_records(tmp_path, 16)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     s = json.loads((tmp_path / "summary.json").read_text())
     assert s["interrupted"] is True
     assert 16 <= s["requests"]["completed"] < 400
-    records = read_records(tmp_path / "requests.jsonl")
+    records = read_records(tmp_path)
     ok = [r for r in records if r.status == "ok"]
     cancelled = [r for r in records if r.error_kind == "cancelled"]
     assert len(ok) == s["requests"]["completed"]
@@ -84,15 +89,22 @@ def test_sigint_stops_cleanly_with_a_summary_of_what_completed(scripted_server, 
 def test_sigkill_leaves_every_completed_record_readable(scripted_server, tmp_path: Path) -> None:
     srv = scripted_server("--ttft-ms", "10", "--itl-ms", "10")
     proc = _start_run(srv.url, tmp_path)
-    _wait_for_records(tmp_path / "requests.jsonl", 24)
-    proc.kill()
+    _wait_for_records(tmp_path, 24)
+    proc.kill()  # SIGKILL: no flush, no join of the parts
     proc.wait(10)
-    raw = (tmp_path / "requests.jsonl").read_bytes()
-    lines = [line for line in raw.split(b"\n") if line]
-    records = read_records(tmp_path / "requests.jsonl")
+    parts = sorted((tmp_path / "requests.parts").glob("part-*.parquet"))
+    assert parts and not (tmp_path / "requests.parquet").exists()
+    # every part written is a whole Parquet file, readable without servebench
+    rows = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
+    records = read_records(tmp_path)
     assert len(records) >= 24
-    assert len(records) == len(lines)  # every line written is a whole, parseable record
-    assert all(r.status == "ok" and r.output_tokens == 40 for r in records)
+    assert len(records) == rows == len({r.id for r in records})
+    assert all(r.status == "ok" and r.output_tokens == 40 and len(r.chunk_ns) == 40 for r in records)
+    frame = pd.read_parquet(tmp_path / "requests.parts")
+    assert len(frame) == rows and (frame["output_tokens"] == 40).all()
+    query = f"select count(*) from read_parquet('{tmp_path}/requests.parts/*.parquet')"
+    assert duckdb.sql(query).fetchall() == [(rows,)]
+    assert load_run(tmp_path).summary["requests"]["completed"] == rows  # recomputed from the parts
     assert not (tmp_path / "summary.json").exists()
     assert json.loads((tmp_path / "manifest.json").read_text())["target"]["model"] == "m"
 

@@ -69,7 +69,7 @@ def test_rerender_is_byte_identical(run_dir: Path, tmp_path: Path) -> None:
     # A copy of the results elsewhere renders to the same bytes: nothing depends on the path or time.
     copy = tmp_path / "copy"
     copy.mkdir()
-    for name in ("summary.json", "requests.jsonl", "manifest.json"):
+    for name in ("summary.json", "requests.parquet", "manifest.json"):
         (copy / name).write_bytes((run_dir / name).read_bytes())
     assert write_report(copy).read_bytes() == first
 

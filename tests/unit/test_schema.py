@@ -80,7 +80,7 @@ def test_summary_recomputed_from_records_validates(validator: jsonschema.protoco
                                                    tmp_path: Path) -> None:
     killed = tmp_path / "killed"
     killed.mkdir()
-    for name in ("requests.jsonl", "manifest.json"):  # killed before the summary was written
+    for name in ("requests.parquet", "manifest.json"):  # killed before the summary was written
         (killed / name).write_bytes((real_run / name).read_bytes())
     run = load_run(killed)
     assert errors(validator, run.summary) == []

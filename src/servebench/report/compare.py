@@ -20,7 +20,7 @@ from rich.table import Table
 
 from servebench.errors import ConfigError
 from servebench.report.console import print_interactivity_table
-from servebench.report.data import RepeatsResult, SweepResult, load_results, measured, split_groups
+from servebench.report.data import RepeatsResult, SweepResult, load_results, split_groups
 from servebench.report.html import esc, fmt, render_overlay, write_page
 from servebench.report.multi import point_label
 from servebench.report.pareto import frontiers, interactivity_rows
@@ -31,7 +31,7 @@ from servebench.report.stats import (
     SideData,
     ratio_ci,
 )
-from servebench.results import metrics
+from servebench.results.columnar import load_columns
 from servebench.results.interactivity import DEFAULT_LEVELS
 from servebench.results.metrics import dig
 from servebench.results.schema import Summary
@@ -134,6 +134,14 @@ def load_side(spec: str, name: str) -> Side:
     return Side(name, runs=runs)
 
 
+def _window_s(sends: np.ndarray, ends: np.ndarray) -> float:
+    """The measured window (metrics.window_ns) in s: first send to the last end."""
+    ends = ends[~np.isnan(ends)]
+    if not sends.size or not ends.size or ends.max() <= sends.min():
+        return 0.0
+    return (int(ends.max()) - int(sends.min())) / 1e9
+
+
 def side_data(runs: Sequence[RunResult]) -> SideData:
     """Pool the measured requests of one or more runs into bootstrap input."""
     req_run: list[int] = []
@@ -142,29 +150,30 @@ def side_data(runs: Sequence[RunResult]) -> SideData:
     itl: list[np.ndarray] = []
     owner: list[np.ndarray] = []
     for r_idx, run in enumerate(runs):
-        recs = measured(run.records)
-        win = metrics.window_ns(recs)
-        windows.append((win[1] - win[0]) / 1e9 if win and win[1] > win[0] else 0.0)
-        for rec in recs:
-            i = len(req_run)
-            req_run.append(r_idx)
-            ok = rec.status == "ok"
-            lat = metrics.request_latencies_ms(rec) if ok else {}
-            for key in ("ttft", "e2e", "tpot"):
-                v = lat.get(key)
-                cols[key].append(float(v) if v is not None else np.nan)
-            out_tok = float(rec.output_tokens or 0) if ok else 0.0
-            in_tok = float(rec.input_tokens if rec.input_tokens is not None else rec.input_len) if ok else 0.0
-            cols["out"].append(out_tok)
-            cols["total"].append(out_tok + in_tok)
-            cols["ok"].append(1.0 if ok else 0.0)
-            send = rec.t_send_ns
-            end = rec.t_end_ns if rec.t_end_ns is not None else (rec.t_last_ns or send)
-            cols["busy"].append(max(0.0, (end - send) / 1e9) if send is not None and end is not None else 0.0)
-            if ok:
-                gaps = metrics.itl_gaps_ms(rec)
-                itl.append(gaps)
-                owner.append(np.full(gaps.size, i, dtype=np.int64))
+        c = run.columns
+        if not c.itl_ordered:  # partitioned for a summary: read again for per-request gaps
+            c = load_columns(run.path)
+        m = c.measured
+        send, ok = c.t_send[m], c.ok[m]
+        windows.append(_window_s(send, c.t_end[m]))
+        n0 = len(req_run)
+        req_run.extend([r_idx] * int(m.sum()))
+        out_tok = np.where(ok, np.nan_to_num(c.output_tokens[m]), 0.0)
+        in_tok = np.where(ok, np.where(np.isnan(c.input_tokens[m]), c.input_len[m], c.input_tokens[m]), 0.0)
+        first, last = c.t_first[m], c.t_last[m]
+        tpot = np.where((out_tok > 1) & ~np.isnan(last) & ~np.isnan(first),
+                        (last - first) / 1e6 / (out_tok - 1), np.nan)
+        for key, v in (("ttft", (first - send) / 1e6), ("e2e", (last - send) / 1e6), ("tpot", tpot)):
+            cols[key].extend(np.where(ok, v, np.nan).tolist())
+        cols["out"].extend(out_tok.tolist())
+        cols["total"].extend((out_tok + in_tok).tolist())
+        cols["ok"].extend(ok.astype(float).tolist())
+        last0 = np.where(np.isnan(last) | (last == 0), send, last)
+        end = np.where(np.isnan(c.t_end[m]), last0, c.t_end[m])
+        cols["busy"].extend(np.maximum(0.0, (end - send) / 1e9).tolist())
+        counts = c.itl_counts[m]
+        itl.append(c.itl_ms())
+        owner.append(np.repeat(n0 + np.arange(int(m.sum()), dtype=np.int64), counts))
     return SideData(
         req_run=np.asarray(req_run, dtype=np.int64), window_s=np.asarray(windows, dtype=float),
         busy_s=np.asarray(cols["busy"]),

@@ -1,8 +1,9 @@
 """Load result directories (a run or a sweep) and derive what the report draws.
 
-Reading goes through `servebench.results.store`; per-request figures through `servebench.results.metrics`, so the
-report computes nothing twice. A run directory without `summary.json` (an interrupted run) gets its
-summary recomputed from `requests.jsonl`. Derivations below are pure (records in, arrays out).
+Reading goes through `servebench.results.store`; per-request figures come from a run's columns
+(`results.columns.RecordColumns`: numpy arrays, no per-record objects), so a million-request run
+renders in seconds. A run directory without `summary.json` (an interrupted run) gets its summary
+recomputed from its records. Derivations below are pure (columns or records in, arrays out).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from servebench.errors import ConfigError
-from servebench.results import metrics
+from servebench.results.columnar import has_records
+from servebench.results.columns import RecordColumns
 from servebench.results.metrics import dig
 from servebench.results.records import RequestRecord
 from servebench.results.schema import Summary
@@ -29,6 +31,8 @@ __all__ = [
     "SweepPoint",
     "SweepResult",
     "inflight_series",
+    "as_columns",
+    "failed_rows",
     "load_results",
     "measured",
     "run_title",
@@ -129,7 +133,7 @@ def load_sweep(path: Path) -> SweepResult:
     entries = _sweep_entries(doc)
     if not entries:  # no sweep.json (or no points in it): every sub-directory that is a run
         entries = [{"dir": p.name} for p in sorted(path.iterdir())
-                   if p.is_dir() and ((p / "summary.json").is_file() or (p / "requests.jsonl").is_file())]
+                   if _is_run_dir(p)]
     # Points still running or interrupted are left out; a listed point whose directory is gone too.
     entries = [e for e in entries if e.get("status") in (None, "complete")
                and _is_run_dir(path / str(e.get("dir") or e.get("path") or ""))]
@@ -152,7 +156,7 @@ def load_sweep(path: Path) -> SweepResult:
 
 
 def _is_run_dir(p: Path) -> bool:
-    return p.is_dir() and ((p / "summary.json").is_file() or (p / "requests.jsonl").is_file())
+    return p.is_dir() and ((p / "summary.json").is_file() or has_records(p))
 
 
 def split_groups(sw: SweepResult) -> list[tuple[str, SweepResult]]:
@@ -187,12 +191,20 @@ def load_results(path: str | Path) -> RunResult | SweepResult | RepeatsResult:
         if not rep.runs:
             raise ConfigError(f"{p}: repeats.json lists no run directory that exists")
         return rep
-    if (p / "summary.json").is_file() or (p / "requests.jsonl").is_file():
+    if (p / "summary.json").is_file() or has_records(p):
         return _load_run(p)
     sweep = load_sweep(p)
     if not sweep.points:
-        raise ConfigError(f"{p} holds no servebench results (no summary.json, requests.jsonl or {SWEEP})")
+        raise ConfigError(f"{p} holds no servebench results (no summary.json, requests.parquet or {SWEEP})")
     return sweep
+
+
+Records = Sequence[RequestRecord] | RecordColumns
+
+
+def as_columns(records: Records) -> RecordColumns:
+    """Columns as they are; a list of records turned into columns."""
+    return records if isinstance(records, RecordColumns) else RecordColumns.from_records(records)
 
 
 def measured(records: Sequence[RequestRecord]) -> list[RequestRecord]:
@@ -200,80 +212,73 @@ def measured(records: Sequence[RequestRecord]) -> list[RequestRecord]:
     return [r for r in records if not r.warmup and r.t_send_ns is not None]
 
 
-def samples_ms(records: Sequence[RequestRecord]) -> dict[str, np.ndarray]:
-    """Per-request TTFT, TTFAT, E2E, TPOT and pooled per-token ITL (ms) of completed requests."""
-    done = [r for r in measured(records) if r.status == "ok"]
-    lats = [metrics.request_latencies_ms(r) for r in done]
-    out = {k: np.asarray([x[k] for x in lats if x[k] is not None], dtype=float)
-           for k in ("ttft", "ttfat", "e2e", "tpot")}
-    gaps = [metrics.itl_gaps_ms(r) for r in done]
-    out["itl"] = np.concatenate(gaps) if gaps else np.empty(0)
-    return out
+def samples_ms(records: Records) -> dict[str, np.ndarray]:
+    """Per-request TTFT, TTFAT, E2E, TPOT and pooled per-token ITL (ms) of completed requests (ITL:
+    at most `columns.CHART_SAMPLE` values, a systematic sample in send order beyond that)."""
+    c = as_columns(records)
+    done = c.completed
+    send, first, last = c.t_send[done], c.t_first[done], c.t_last[done]
+    out = np.nan_to_num(c.output_tokens[done])
+    tpot = np.where((out > 1) & ~np.isnan(last) & ~np.isnan(first), (last - first) / 1e6 / (out - 1), np.nan)
+    raw = {"ttft": (first - send) / 1e6, "ttfat": (c.t_first_answer[done] - send) / 1e6,
+           "e2e": (last - send) / 1e6, "tpot": tpot}
+    samples = {k: v[~np.isnan(v)] for k, v in raw.items()}
+    samples["itl"] = c.itl_chart_ms
+    return samples
 
 
-def _end_ns(r: RequestRecord) -> int | None:
-    for t in (r.t_end_ns, r.t_last_ns, r.t_first_ns):
-        if t is not None:
-            return t
-    return None
+def failed_rows(records: Records) -> list[dict[str, Any]]:
+    """The failed measured requests (id, error_kind, error_detail, http_status), in id order."""
+    c = as_columns(records)
+    rows = np.flatnonzero(c.measured & ~c.ok)
+    return [{"id": int(c.id[i]), "error_kind": c.error_kind[i], "error_detail": c.error_detail[i],
+             "http_status": None if np.isnan(c.http_status[i]) else int(c.http_status[i])} for i in rows.tolist()]
 
 
-def inflight_series(records: Sequence[RequestRecord], points: int = 400) -> tuple[list[float], list[float]]:
+def inflight_series(records: Records, points: int = 400) -> tuple[list[float], list[float]]:
     """Requests in flight (sent, not yet ended) over run time (s), sampled at event times.
 
     Exact when there are few events; otherwise the maximum in each of `points` time slices, so a
     short peak stays visible.
     """
-    recs = [r for r in records if r.t_send_ns is not None]
-    if not recs:
+    c = as_columns(records)
+    sent = ~np.isnan(c.t_send)
+    if not sent.any():
         return [], []
-    ev: list[tuple[int, int]] = [(r.t_send_ns, 1) for r in recs if r.t_send_ns is not None]
-    ev += [(e, -1) for e in (_end_ns(r) for r in recs) if e is not None]
-    ev.sort()
-    ts, level, cur = [0.0], [0.0], 0
-    for t, d in ev:
-        cur += d
-        ts.append(t / 1e9)
-        level.append(float(cur))
-    if len(ts) <= 2 * points:
-        return ts, level
-    t_end = ts[-1]
+    end = c.t_end[sent]
+    for alt in (c.t_last[sent], c.t_first[sent]):  # a record's end: t_end, else its last or first token
+        end = np.where(np.isnan(end), alt, end)
+    ends = end[~np.isnan(end)]
+    t = np.concatenate([c.t_send[sent], ends]).astype(np.int64)
+    d = np.concatenate([np.ones(int(sent.sum()), dtype=np.int64), -np.ones(ends.size, dtype=np.int64)])
+    order = np.lexsort((d, t))  # by time, an end before a send at the same instant (as sorted tuples)
+    ts = np.concatenate([[0.0], t[order] / 1e9])
+    level = np.concatenate([[0.0], np.cumsum(d[order]).astype(float)])
+    if ts.size <= 2 * points:
+        return ts.tolist(), level.tolist()
+    t_end = float(ts[-1])
     width = t_end / points if t_end > 0 else 1.0
+    # the peak of each slice (i*width, (i+1)*width], starting from the level carried into it
+    edges = np.searchsorted(ts, (np.arange(points) + 1) * width, side="right")
     xs, ys = [], []
-    k = 0
-    carry = level[0]
+    k, carry = 0, float(level[0])
     for i in range(points):
-        hi_t = (i + 1) * width
-        peak = carry
-        while k < len(ts) and ts[k] <= hi_t:
-            carry = level[k]
-            peak = max(peak, carry)
-            k += 1
+        hi = int(edges[i])
+        peak = max(carry, float(level[k:hi].max())) if hi > k else carry
+        if hi > k:
+            carry = float(level[hi - 1])
+            k = hi
         xs.append(i * width)
         ys.append(peak)
     xs.append(t_end)
-    ys.append(level[-1])
+    ys.append(float(level[-1]))
     return xs, ys
 
 
-def tokens_per_s_series(records: Sequence[RequestRecord], bins: int = 100) -> tuple[list[float], list[float]]:
-    """Output tokens per second over run time (s), from every token-carrying chunk's arrival."""
-    t, k = [], []
-    for r in records:
-        if r.chunk_ns:
-            t.extend(r.chunk_ns)
-            k.extend(r.chunk_tokens if len(r.chunk_tokens) == len(r.chunk_ns) else [1] * len(r.chunk_ns))
-    if not t:
-        return [], []
-    ta = np.asarray(t, dtype=np.int64)
-    t_end_s = float(ta.max()) / 1e9
-    if t_end_s <= 0:
-        return [], []
-    nb = max(1, min(bins, math.ceil(t_end_s / 0.05)))  # slices no shorter than 50 ms
-    width_s = t_end_s / nb
-    counts, _ = np.histogram(ta / 1e9, bins=nb, range=(0.0, t_end_s), weights=np.asarray(k, dtype=float))
-    xs = [round((i + 0.5) * width_s, 9) for i in range(nb)]
-    return xs, [float(c) / width_s for c in counts]
+def tokens_per_s_series(records: Records) -> tuple[list[float], list[float]]:
+    """Output tokens per second over run time (s), from every token-carrying chunk's arrival (in
+    slices of at least 50 ms, at most 100; computed as the columns are read, `columns._Hist`)."""
+    return as_columns(records).tokens_hist
 
 
 def run_title(summary: Summary | None, *, with_load: bool = True, with_workload: bool = True) -> str:

@@ -6,6 +6,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from servebench.report.charts import (
     PALETTE,
     RefLine,
@@ -18,7 +20,6 @@ from servebench.report.charts import (
 from servebench.report.data import (
     SweepResult,
     inflight_series,
-    measured,
     samples_ms,
     tokens_per_s_series,
 )
@@ -60,7 +61,7 @@ def _thin_points(xs: list[float], ys: list[float], k: int = 4000) -> tuple[list[
 
 def run_figures(run: RunResult) -> dict[str, str]:
     """Distributions, timeline and client charts of one run."""
-    s = samples_ms(run.records)
+    s = samples_ms(run.columns)
     slo = slo_of(run.summary)
     figs: dict[str, str] = {}
     figs["ttft_hist"] = histogram_chart([("TTFT", s["ttft"])], title="Time to first token",
@@ -74,42 +75,36 @@ def run_figures(run: RunResult) -> dict[str, str]:
         pairs.insert(1, ("TTFAT", s["ttfat"]))
     figs["latency_cdf"] = cdf_chart(pairs, title="Latency CDFs", x_label="latency (ms, log scale)", x_log=True)
 
-    recs = measured(run.records)
-    tx, ty = inflight_series(run.records)
+    c = run.columns
+    tx, ty = inflight_series(c)
     figs["inflight"] = line_chart([Series("in flight", tx, ty, step=True, fill=True, markers=False)],
                                   title="Requests in flight", x_label="run time (s)", y_label="requests",
                                   x_zero=True)
-    kx, ky = tokens_per_s_series(run.records)
+    kx, ky = tokens_per_s_series(c)
     out_tps = get(run.summary, "throughput", "output_tokens_per_s")
     refs = [RefLine(float(out_tps), f"run average {out_tps:.0f} tok/s", "y", "#6b7280")] if out_tps else []
     figs["tokens_per_s"] = line_chart([Series("output tokens/s", kx, ky, fill=True, markers=False)],
                                       title="Output tokens per second", x_label="run time (s)",
                                       y_label="tokens/s", x_zero=True, refs=refs)
-    bars: list[tuple[float, float | None, float, bool]] = []
-    ok: list[tuple[int, int]] = []  # (send, first token) of each completed request
-    bad: list[tuple[int, int]] = []  # (send, end) of each failed one
-    for r in recs:
-        send = r.t_send_ns
-        if send is None:  # never sent: nothing to draw
-            continue
-        end = r.t_end_ns if r.t_end_ns is not None else (r.t_last_ns if r.t_last_ns is not None else send)
-        first = r.t_first_ns / 1e9 if r.t_first_ns is not None else None
-        bars.append((send / 1e9, first, end / 1e9, r.status != "ok"))
-        if r.status == "ok" and r.t_first_ns is not None:
-            ok.append((send, r.t_first_ns))
-        elif r.status != "ok":
-            bad.append((send, r.t_end_ns or send))
+    m = c.measured  # sent, not warm-up; id order
+    send, first, ok_m = c.t_send[m], c.t_first[m], c.ok[m]
+    end = np.where(np.isnan(c.t_end[m]), np.where(np.isnan(c.t_last[m]), send, c.t_last[m]), c.t_end[m])
+    firsts = [None if math.isnan(f) else f for f in (first / 1e9).tolist()]
+    # (send, first token or None, end, failed) of each request
+    bars = list(zip((send / 1e9).tolist(), firsts, (end / 1e9).tolist(), (~ok_m).tolist()))
+    good = ok_m & ~np.isnan(first)  # completed: time to first token; failed: time to failure
+    bad_end = np.where(np.isnan(c.t_end[m]) | (c.t_end[m] == 0), send, c.t_end[m])[~ok_m]
+    bad_send = send[~ok_m]
     figs["requests_gantt"] = gantt_chart(bars, title="Requests over the run")
-    sx, sy, note = _thin_points([s / 1e9 for s, _ in ok], [(f - s) / 1e6 for s, f in ok])
+    sx, sy, note = _thin_points((send[good] / 1e9).tolist(), ((first[good] - send[good]) / 1e6).tolist())
     series = [Series("TTFT", sx, sy, lines=False, markers=True)]
-    if bad:
-        series.append(Series("failed (time to failure)", [s / 1e9 for s, _ in bad],
-                             [(e - s) / 1e6 for s, e in bad], color="#dc2626",
+    if bad_send.size:
+        series.append(Series("failed (time to failure)", (bad_send / 1e9).tolist(),
+                             ((bad_end - bad_send) / 1e6).tolist(), color="#dc2626",
                              lines=False, markers=True))
     figs["ttft_over_time"] = line_chart(series, title="TTFT by send time", x_label="send time (s)", subtitle=note,
                                         y_label="TTFT (ms)", x_zero=True, refs=_slo_ref(slo, "ttft_ms", "y"))
-    lx, ly, note = _thin_points([r.t_sched_ns / 1e9 for r in recs if r.t_send_ns is not None],
-                                [(r.t_send_ns - r.t_sched_ns) / 1e6 for r in recs if r.t_send_ns is not None])
+    lx, ly, note = _thin_points((c.t_sched[m] / 1e9).tolist(), ((send - c.t_sched[m]) / 1e6).tolist())
     figs["schedule_lag"] = line_chart(
         [Series("schedule lag", lx, ly, lines=False, markers=True)], subtitle=note,
         title="Client schedule lag (send − scheduled)", x_label="scheduled time (s)", y_label="lag (ms)", x_zero=True)
@@ -211,7 +206,7 @@ def sweep_figures(sides: Sequence[tuple[str, SweepResult]], limits: Sequence[Ref
         for key, title, xl in (("ttft", "TTFT distribution by load", "TTFT (ms, log scale)"),
                                ("itl", "ITL distribution by load", "ITL (ms, log scale)")):
             figs[f"sweep_{key}_cdf"] = cdf_chart(
-                [(f"{sw.x_key.replace('_rps', '')} {p.label}", samples_ms(p.run.records)[key]) for p in pts],
+                [(f"{sw.x_key.replace('_rps', '')} {p.label}", samples_ms(p.run.columns)[key]) for p in pts],
                 title=title, x_label=xl, x_log=True)
     return figs
 
@@ -240,7 +235,7 @@ def _xy_pairs(sides: Sequence[tuple[str, SweepResult]], xpath: tuple[str, ...], 
 
 def runs_overlay_figures(sides: Sequence[tuple[str, RunResult]]) -> dict[str, str]:
     """Several single runs on shared axes: latency CDFs and tokens/s over time."""
-    samples = [(name, samples_ms(run.records)) for name, run in sides]
+    samples = [(name, samples_ms(run.columns)) for name, run in sides]
     figs: dict[str, str] = {}
     for key, title in (("ttft", "Time to first token"), ("itl", "Inter-token latency"),
                        ("e2e", "End-to-end latency"), ("tpot", "Time per output token")):
@@ -248,7 +243,7 @@ def runs_overlay_figures(sides: Sequence[tuple[str, RunResult]]) -> dict[str, st
                                                x_label=f"{key.upper()} (ms, log scale)", x_log=True)
     series = []
     for i, (name, run) in enumerate(sides):
-        kx, ky = tokens_per_s_series(run.records)
+        kx, ky = tokens_per_s_series(run.columns)
         series.append(Series(name, kx, ky, PALETTE[i % len(PALETTE)], markers=False))
     figs["overlay_tokens_per_s"] = line_chart(series, title="Output tokens per second over the run",
                                               x_label="run time (s)", y_label="tokens/s", x_zero=True)

@@ -15,8 +15,8 @@ from servebench.report.charts import format_number
 from servebench.report.data import (
     RepeatsResult,
     SweepResult,
+    failed_rows,
     load_results,
-    measured,
     run_title,
 )
 from servebench.report.figures import get, run_figures, slo_of
@@ -160,28 +160,28 @@ def _validation(summary: Summary) -> str:
 
 
 def _failures(run: RunResult) -> str:
-    recs = [r for r in measured(run.records) if r.status != "ok"]
+    recs = failed_rows(run.columns)
     errors = get(run.summary, "requests", "errors") or {}
-    total = get(run.summary, "requests", "total") or len(measured(run.records)) or 1
+    total = get(run.summary, "requests", "total") or int(run.columns.measured.sum()) or 1
     if not recs and not errors:
         return '<p class="muted">No failed requests.</p>'
     by_kind: dict[str, list] = {}
     for r in recs:
-        by_kind.setdefault(r.error_kind or "unknown", []).append(r)
+        by_kind.setdefault(r["error_kind"] or "unknown", []).append(r)
     kinds = sorted(set(by_kind) | set(errors))
     rows = [[esc(k), fmt(errors.get(k, len(by_kind.get(k, [])))),
              fmt(100.0 * errors.get(k, len(by_kind.get(k, []))) / total, "%", 1)] for k in kinds]
     out = [table(["error kind", "requests", "share"], rows)]
     for k in kinds:
-        samples = [r for r in by_kind.get(k, []) if r.error_detail][:_SAMPLE_BODIES]
+        samples = [r for r in by_kind.get(k, []) if r["error_detail"]][:_SAMPLE_BODIES]
         if not samples:
             continue
         out.append(f"<h3>Sample error bodies: {esc(k)}</h3>")
         for r in samples:
-            body = r.error_detail or ""
+            body = r["error_detail"] or ""
             cut = f"… ({len(body) - _MAX_BODY_CHARS} more characters)" if len(body) > _MAX_BODY_CHARS else ""
-            status = f" · HTTP {r.http_status}" if r.http_status else ""
-            out.append(f'<div class="muted">request {r.id}{esc(status)}</div>'
+            status = f" · HTTP {r['http_status']}" if r["http_status"] else ""
+            out.append(f'<div class="muted">request {r["id"]}{esc(status)}</div>'
                        f'<pre class="body">{esc(body[:_MAX_BODY_CHARS])}{esc(cut)}</pre>')
     return "\n".join(out)
 

@@ -7,6 +7,7 @@ no wall clock ever enters a measurement. Pure: no I/O here (see `store.py`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -52,8 +53,9 @@ class RequestRecord:
     output_tokens_source: str = "counted"  # "usage" | "counted"
     reasoning_tokens: int = 0
     chunks: int = 0  # token-carrying chunks received
-    # Arrival time of every token-carrying chunk (run-relative ns) and tokens it carried.
-    chunk_ns: list[int] = field(default_factory=list)
+    # Arrival time of every token-carrying chunk (run-relative ns) and tokens it carried (empty: one
+    # each). Once written to disk a record kept in memory holds its times packed (an int64 array).
+    chunk_ns: Sequence[int] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
     response_id: str | None = None  # the server's x-request-id header, to match server-side logs
     session: int | None = None  # multi-turn: session id

@@ -1,12 +1,13 @@
 """The result directory: the source of truth every report and comparison is computed from.
 
-    DIR/summary.json     servebench.summary/1 (metrics.summarize; shape: results.schema.Summary)
-    DIR/requests.jsonl   one RequestRecord per line, appended as each request ends
-    DIR/manifest.json    config as run, versions, host, target info (never a secret)
+    DIR/summary.json       servebench.summary/1 (metrics.summarize; shape: results.schema.Summary)
+    DIR/requests.parquet   one row per request (columns.SCHEMA; docs/results.md), streamed as the run
+                           goes through DIR/requests.parts/ (columnar.RecordWriter)
+    DIR/manifest.json      config as run, versions, host, target info (never a secret)
 
-Records are written with one `write()` per request into the OS page cache, so a run killed with
-SIGKILL leaves every completed request's line on disk; a torn last line (killed mid-write) is
-skipped on reading.
+A run killed with SIGKILL leaves the part files written before the kill (each a whole Parquet file);
+the records since the last flush are lost. Runs from before Parquet left `requests.jsonl` (one JSON
+record per line; a torn last line is skipped): still read, by the same loaders.
 """
 
 from __future__ import annotations
@@ -14,20 +15,25 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
-from dataclasses import dataclass, field
+import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
 import orjson
 
 from servebench.errors import ConfigError
-from servebench.results.metrics import summarize
-from servebench.results.records import RequestRecord, record_from_dict
+from servebench.results.colsummary import summarize_columns
+from servebench.results.columnar import PARTS, RECORDS, RECORDS_JSONL, RecordWriter, has_records, load_columns
+from servebench.results.columnar import read_records as _read_records
+from servebench.results.columns import RecordColumns
+from servebench.results.records import RequestRecord
 from servebench.results.schema import SUMMARY_VERSIONS, RunInfo, Summary
 
 __all__ = [
     "MANIFEST",
     "RECORDS",
+    "RECORDS_JSONL",
     "SUMMARY",
     "RecordWriter",
     "RunResult",
@@ -42,7 +48,6 @@ __all__ = [
 ]
 
 SUMMARY = "summary.json"
-RECORDS = "requests.jsonl"
 MANIFEST = "manifest.json"
 
 
@@ -64,8 +69,9 @@ def prepare_out_dir(path: str | Path, *, overwrite: bool = True) -> Path:
         raise ConfigError(f"--out {p} exists and is not a directory; pick another path")
     p.mkdir(parents=True, exist_ok=True)
     if overwrite:
-        for name in (SUMMARY, RECORDS, MANIFEST):
+        for name in (SUMMARY, RECORDS, RECORDS_JSONL, MANIFEST):
             (p / name).unlink(missing_ok=True)
+        shutil.rmtree(p / PARTS, ignore_errors=True)
     return p
 
 
@@ -81,43 +87,10 @@ def read_json(path: str | Path) -> Any:
     return orjson.loads(Path(path).read_bytes())
 
 
-class RecordWriter:
-    """Appends one JSON line per finished request, unbuffered (one write syscall per record)."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self.count = 0
-
-    def write(self, record: RequestRecord) -> None:
-        os.write(self._fd, orjson.dumps(record) + b"\n")
-        self.count += 1
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-    def __enter__(self) -> RecordWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 def read_records(path: str | Path) -> list[RequestRecord]:
-    """Every complete line of a records file; a torn final line is skipped."""
-    out: list[RequestRecord] = []
-    data = Path(path).read_bytes()
-    for line in data.split(b"\n"):
-        if not line.strip():
-            continue
-        try:
-            out.append(record_from_dict(orjson.loads(line)))
-        except orjson.JSONDecodeError:
-            continue
-    out.sort(key=lambda r: r.id)
-    return out
+    """Every record of a run directory, or of one records file (requests.parquet, an old
+    requests.jsonl), sorted by id; what a killed run left included."""
+    return _read_records(path)
 
 
 def read_summary(path: str | Path) -> Summary:
@@ -156,28 +129,46 @@ def run_info_from_manifest(manifest: dict[str, Any]) -> RunInfo:
     return info
 
 
-@dataclass(slots=True)
 class RunResult:
-    path: Path
-    summary: Summary
-    manifest: dict[str, Any]
-    records: list[RequestRecord] = field(default_factory=list)
+    """A loaded result directory. `columns` (what the summary and the report compute from) and
+    `records` (one object per request, for code that wants them) are read from disk when first asked."""
+
+    __slots__ = ("_columns", "_records", "manifest", "path", "summary")
+
+    def __init__(self, path: Path, summary: Summary, manifest: dict[str, Any],
+                 records: Sequence[RequestRecord] | None = None, columns: RecordColumns | None = None) -> None:
+        self.path, self.summary, self.manifest = path, summary, manifest
+        self._records = list(records) if records is not None else None
+        self._columns = columns
+
+    @property
+    def columns(self) -> RecordColumns:
+        if self._columns is None:
+            self._columns = (RecordColumns.from_records(self._records) if self._records is not None
+                             else load_columns(self.path))
+        return self._columns
+
+    @property
+    def records(self) -> list[RequestRecord]:
+        if self._records is None:
+            self._records = _read_records(self.path) if has_records(self.path) else []
+        return self._records
 
 
 def load_run(path: str | Path, *, with_records: bool = True) -> RunResult:
     """A result directory. Without summary.json (the run was killed) the summary is recomputed from
-    the records on disk and the manifest (`interrupted: true`)."""
+    the records on disk (their columns) and the manifest (`interrupted: true`). Records and columns
+    are read when first used (`with_records` is kept for callers that pass it)."""
     p = Path(path)
-    if not (p / SUMMARY).is_file() and not (p / RECORDS).is_file():
+    if not (p / SUMMARY).is_file() and not has_records(p):
         raise ConfigError(f"{p} is not a servebench result directory (no {SUMMARY} or {RECORDS})")
     manifest = read_json(p / MANIFEST) if (p / MANIFEST).is_file() else {}
-    need_records = with_records or not (p / SUMMARY).is_file()
-    records = read_records(p / RECORDS) if need_records and (p / RECORDS).is_file() else []
+    run = RunResult(path=p, summary=cast(Summary, {}), manifest=manifest)
     if (p / SUMMARY).is_file():
-        summary = read_summary(p / SUMMARY)
+        run.summary = read_summary(p / SUMMARY)
     else:
         gpus = (manifest.get("target") or {}).get("gpus")
-        summary = summarize(records, run=run_info_from_manifest(manifest),
-                            gpus=gpus if isinstance(gpus, int) else None,
-                            gpus_source=(manifest.get("target") or {}).get("gpus_source"))
-    return RunResult(path=p, summary=summary, manifest=manifest, records=records)
+        run.summary = summarize_columns(run.columns, run=run_info_from_manifest(manifest),
+                                        gpus=gpus if isinstance(gpus, int) else None,
+                                        gpus_source=(manifest.get("target") or {}).get("gpus_source"))
+    return run

@@ -31,7 +31,9 @@ from servebench.client.shard import Shard
 from servebench.client.spec import Prepared, ShardSpec
 from servebench.report.console import LiveProgress, print_spread, print_summary
 from servebench.results import precision
-from servebench.results.metrics import assess_client, summarize
+from servebench.results.colsummary import summarize_columns
+from servebench.results.columnar import load_columns
+from servebench.results.metrics import assess_client
 from servebench.results.repeats import spread
 from servebench.results.schema import ApiKind, ClientMeasures, LoadMode, RunInfo, Summary, Target
 from servebench.results.schema import Workload as SummaryWorkload
@@ -297,8 +299,9 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
         "workload": workload_doc,
         "interrupted": interrupted,
     }
-    summary = summarize(result.records, run=run_doc, slo=cfg.slo or None, client=client, gpus=gpus,
-                        gpus_source=gpus_source)
+    # from the records on disk, as columns (results.colsummary): the same figures as metrics.summarize
+    summary = summarize_columns(load_columns(out_dir), run=run_doc, slo=cfg.slo or None, client=client,
+                                gpus=gpus, gpus_source=gpus_source)
 
     if not open_loop:  # the closed loop's share of --concurrency held while refilling (results.validation)
         summary["client"]["concurrency_held"] = concurrency_held(result.records, spec.concurrency)

@@ -1,0 +1,196 @@
+"""Columns -> the summary: `metrics.summarize` computed with numpy over `RecordColumns` instead of a
+Python loop over records. Pure. The same summary, to the bit (tests/unit/test_columnar.py): every
+figure is computed with the same float operations in the same order as the record path.
+
+The inter-token gaps of a large run (128 million for a million 128-token requests) stay in their
+compact form (uint32 ns): mean and standard deviation are numpy's pairwise sums evaluated piece by
+piece along the same tree (`pairwise_sum`), and percentiles read the order statistics of the
+integers, which are those of the gaps in ms, and interpolate as numpy does (`linear_percentiles`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from servebench.results.columns import RecordColumns
+from servebench.results.interactivity import interactivity_block
+from servebench.results.metrics import PERCENTILES, SCHEMA, _closed_loop, distribution, error_adjusted, offered_rate
+from servebench.results.schema import Client, ClientMeasures, Distribution, Goodput, RunInfo, Summary, Throughput
+
+__all__ = ["COMPACT_ABOVE", "gap_distribution", "linear_percentiles", "pairwise_sum", "summarize_columns"]
+
+#: ITL arrays longer than this are summarised in their compact form (no float64 copy).
+COMPACT_ABOVE = 16_000_000
+_PW_BLOCK = 128  # numpy's pairwise summation: blocks of at most this many are summed unrolled
+_PIECE = 1 << 22
+
+
+def pairwise_sum(n: int, piece: Callable[[int, int], np.ndarray], max_piece: int = _PIECE) -> float:
+    """numpy's float64 `add.reduce` over n values, the values of [i, j) given by `piece(i, j)`:
+    the same recursive halving (halves rounded down to a multiple of 8), so the same result bit for
+    bit, with no more than `max_piece` values in memory at once."""
+    if n <= max(max_piece, _PW_BLOCK):
+        return float(np.add.reduce(piece(0, n)))
+    return _pw(0, n, piece, max_piece)
+
+
+def _pw(i: int, n: int, piece: Callable[[int, int], np.ndarray], max_piece: int) -> float:
+    if n <= max_piece:
+        return float(np.add.reduce(piece(i, i + n)))
+    n2 = n // 2
+    n2 -= n2 % 8
+    return _pw(i, n2, piece, max_piece) + _pw(i + n2, n - n2, piece, max_piece)
+
+
+def linear_percentiles(values: np.ndarray, qs: tuple[float, ...], scale: float) -> list[float]:
+    """`np.percentile(values / scale, qs)` (linear method) without the float copy: order statistics
+    of `values` (partitioned in place) divided by `scale` (monotone, so the same order statistics),
+    interpolated with numpy's own formula (`_lerp`)."""
+    n = values.size
+    q = np.true_divide(np.asarray(qs, dtype=np.float64), 100)
+    virtual = (n - 1) * q
+    lo = np.floor(virtual).astype(np.int64)
+    hi = np.minimum(lo + 1, n - 1)
+    gamma = virtual - np.floor(virtual)
+    values.partition(np.unique(np.concatenate([lo, hi])))
+    a, b = values[lo] / scale, values[hi] / scale
+    diff = b - a
+    out = np.add(a, diff * gamma)
+    np.subtract(b, diff * (1 - gamma), out=out, where=gamma >= 0.5)
+    return [float(x) for x in out]
+
+
+def gap_distribution(itl: np.ndarray, unit_ns: float, compact_above: int = COMPACT_ABOVE) -> Distribution:
+    """`metrics.distribution` of the gaps in ms, from `itl` in `unit_ns` (1.0: ns integers). More
+    than `compact_above` integers are partitioned in place (their order is lost)."""
+    if unit_ns != 1.0 or itl.size <= compact_above:
+        return distribution(itl if unit_ns == 1e6 else itl / 1e6)
+    n = itl.size
+    mean = pairwise_sum(n, lambda i, j: itl[i:j] / 1e6) / n
+    var = pairwise_sum(n, lambda i, j: np.square(itl[i:j] / 1e6 - mean)) / n
+    lo, hi = int(itl.min()), int(itl.max())
+    p50, p90, p95, p99 = linear_percentiles(itl, PERCENTILES, 1e6)  # partitions `itl` in place
+    return {"count": n, "mean": mean, "median": p50, "p90": p90, "p95": p95, "p99": p99,
+            "min": lo / 1e6, "max": hi / 1e6, "std": math.sqrt(var)}
+
+
+def summarize_columns(
+    cols: RecordColumns,
+    *,
+    run: RunInfo | None = None,
+    slo: Mapping[str, float] | None = None,
+    client: ClientMeasures | None = None,
+    gpus: int | None = None,
+    gpus_source: str | None = None,
+    compact_above: int = COMPACT_ABOVE,
+) -> Summary:
+    """`metrics.summarize` of the same records, from their columns (same arguments, same document).
+    The ITL distribution is kept on `cols` (a large ITL array is partitioned in place to get it:
+    read `cols.itl` in order before, or `cols.itl_chart_ms`)."""
+    measured = cols.measured
+    done = measured & cols.ok
+    failed = measured & ~cols.ok
+    errors = Counter(k or "unknown" for k in cols.error_kind[failed].tolist())
+    server_failures = sum(n for kind, n in errors.items() if kind != "cancelled")
+
+    sends, ends = cols.t_send[measured], cols.t_end[measured]
+    ends = ends[~np.isnan(ends)]
+    window_s = 0.0
+    if sends.size and ends.size and ends.max() > sends.min():
+        window_s = (int(ends.max()) - int(sends.min())) / 1e9
+
+    send, first, last = cols.t_send[done], cols.t_first[done], cols.t_last[done]
+    ttft, ttfat, e2e = (first - send) / 1e6, (cols.t_first_answer[done] - send) / 1e6, (last - send) / 1e6
+    out = np.nan_to_num(cols.output_tokens[done])
+    tpot = np.where((out > 1) & ~np.isnan(last) & ~np.isnan(first), (last - first) / 1e6 / (out - 1), np.nan)
+    lat = {"ttft": ttft, "ttfat": ttfat, "e2e": e2e, "tpot": tpot}
+    col = {k: v[~np.isnan(v)] for k, v in lat.items()}
+
+    out_tokens = int(out.sum())
+    in_tokens = int(np.where(np.isnan(cols.input_tokens[done]), cols.input_len[done], cols.input_tokens[done]).sum())
+    reasoning = int(cols.reasoning_tokens[done].sum())
+    has_user = ~np.isnan(e2e) & (e2e != 0) & (out > 0)
+    per_user = out[has_user] / (e2e[has_user] / 1e3)
+    lag_ms = (cols.t_send[measured] - cols.t_sched[measured]) / 1e6
+
+    def rate(n: float) -> float:
+        return n / window_s if window_s > 0 else 0.0
+
+    offered = offered_rate(cols.t_sched[measured].astype(np.int64).tolist(), window_s, closed_loop=_closed_loop(run))
+    goodput: Goodput | None = None
+    n_measured = int(measured.sum())
+    if slo:
+        meets = np.ones(int(done.sum()), dtype=bool)
+        for key, limit in slo.items():
+            v = lat.get(key.removesuffix("_ms"))
+            if v is not None:
+                meets &= ~(~np.isnan(v) & (v > limit))
+        good = int(meets.sum())
+        goodput = {"slo": dict(slo), "requests_meeting_slo": good,
+                   "fraction": good / n_measured if n_measured else 0.0, "requests_per_s": rate(good)}
+
+    client_doc: Client = {**(client or ClientMeasures()), "schedule_lag_ms": distribution(lag_ms)}
+    n_done = int(done.sum())
+    throughput: Throughput = {
+        "requests_per_s": rate(n_done),
+        "offered_requests_per_s": offered,
+        "input_tokens_per_s": rate(in_tokens),
+        "output_tokens_per_s": rate(out_tokens),
+        "total_tokens_per_s": rate(in_tokens + out_tokens),
+    }
+    n_in_usage = int((~np.isnan(cols.input_tokens[done])).sum())
+    n_out_usage = int(cols.usage_output[done].sum())
+    return {
+        "schema": SCHEMA,
+        **(run or RunInfo()),
+        "duration_s": window_s,
+        "requests": {
+            "total": n_measured,
+            "completed": n_done,
+            "failed": int(failed.sum()),
+            "errors": dict(sorted(errors.items())),
+            "warmup": int(cols.warmup.sum()),
+        },
+        "throughput": throughput,
+        "latency_ms": {
+            "ttft": distribution(col["ttft"]),
+            "tpot": distribution(col["tpot"]),
+            "itl": _itl(cols, compact_above),
+            "e2e": distribution(col["e2e"]),
+            "ttfat": distribution(col["ttfat"]),
+        },
+        "latency_ms_error_adjusted": {
+            "ttft": error_adjusted(col["ttft"].tolist(), server_failures),
+            "e2e": error_adjusted(col["e2e"].tolist(), server_failures),
+        },
+        "tokens": {
+            "input_total": in_tokens,
+            "output_total": out_tokens,
+            "reasoning_total": reasoning,
+            "answer_total": out_tokens - reasoning,
+            "input_source": "none" if not n_done else "usage" if n_in_usage == n_done else
+                            "requested" if n_in_usage == 0 else "mixed",
+            "output_source": "none" if not n_done else "usage" if n_out_usage == n_done else
+                             "counted" if n_out_usage == 0 else "mixed",
+        },
+        "per_user_output_tokens_per_s": {
+            "median": float(np.median(per_user)) if per_user.size else None,
+            "p10": float(np.percentile(per_user, 10)) if per_user.size else None,
+            "mean": float(np.mean(per_user)) if per_user.size else None,
+        },
+        "interactivity": interactivity_block(col["tpot"], throughput, gpus, gpus_source),
+        "goodput": goodput,
+        "client": client_doc,
+    }
+
+
+def _itl(cols: RecordColumns, compact_above: int) -> Distribution:
+    """The ITL distribution, computed once per columns (a large array is partitioned in place)."""
+    if cols.itl_summary is None:
+        cols.itl_summary = gap_distribution(cols.itl, cols.itl_unit_ns, compact_above)
+        cols.itl_ordered = cols.itl_unit_ns != 1.0 or cols.itl.size <= compact_above
+    return cols.itl_summary.copy()
