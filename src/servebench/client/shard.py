@@ -31,7 +31,7 @@ import gc
 import itertools
 import resource
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 from servebench.client.openai import StreamAccumulator
 from servebench.client.outcome import classify_status, exception_kind, fail, finish_stream, finish_unary
@@ -76,9 +76,15 @@ class Shard:
         on_record: Callable[[RequestRecord], None] | None = None,
         stop: asyncio.Event | None = None,
         enough: Callable[[Sequence[RequestRecord]], str | None] | None = None,
+        ready: Callable[[int], Awaitable[int]] | None = None,
+        on_send: Callable[[RequestRecord], None] | None = None,
     ) -> None:
         self.spec = spec
         self.on_record = on_record
+        # a shard among several (run.workers): told the connections opened before the clock, `ready`
+        # answers the common start instant (perf_counter_ns); the shard waits for it and takes it as t0
+        self.ready = ready
+        self.on_send = on_send  # told of each request as it is sent (its host tracks what is in flight)
         self.stop = stop or asyncio.Event()
         # a stop rule (--target-precision): asked every few seconds, off the hot path, whether the
         # records so far say enough; its answer (why) stops new sends like a limit does
@@ -116,7 +122,12 @@ class Shard:
                 preconnected = await pool.preconnect(spec.preconnect)
             lag: list[float] = []
             cpu_peak = [0.0]
-            self.t0_ns = _perf_ns()
+            if self.ready is not None:
+                start_ns = await self.ready(preconnected)
+                await _sleep_until(start_ns)
+                self.t0_ns = start_ns
+            else:
+                self.t0_ns = _perf_ns()
             cpu0 = _cpu_s()
             if spec.duration_s is not None:
                 self._deadline_ns = int(spec.duration_s * 1e9)
@@ -302,6 +313,8 @@ class Shard:
 
         try:
             rec.t_send_ns = _perf_ns() - t0  # (set first: a record without it would not count as sent)
+            if self.on_send is not None:
+                self.on_send(rec)
             head = request_head(self._head_prefix, len(item.body))
             async with asyncio.timeout(spec.timeout_s):
                 resp = await pool.request(head, item.body, sink, on_send)
