@@ -24,6 +24,8 @@ __all__ = ["LAZY_COMMANDS", "LazyGroup", "cli", "main"]
 LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("servebench.report.commands:compare_command",
                 "Compare results A B [C...]: each against A, ratio B/A with a bootstrap confidence interval."),
+    "export": ("servebench.results.export:export_command",
+               "Write a run's per-request records as CSV, Parquet or JSON lines for other tools."),
     "plan": ("servebench.plan.command:plan_command",
              "Memory fit, KV capacity, launch recipes and what-if performance of a model on GPUs."),
     "report": ("servebench.report.commands:report_command",
