@@ -1,5 +1,9 @@
 """The click command `servebench run`: flags -> RunConfig -> one benchmark. The CLI loads this module
-only when `run` is invoked or its help is asked for (cli.py's lazy command table)."""
+only when `run` is invoked or its help is asked for (cli.py's lazy command table).
+
+`vllm bench serve` and SGLang `bench_serving` command lines run here unchanged: their flags are
+defined, mapped and refused in run/compat.py; their result files are written by results/foreign.py.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +13,17 @@ from typing import Any
 import click
 
 from servebench.errors import handle_errors
+from servebench.run.compat import CompatCommand, compat_options, resolve
 from servebench.run.options import config_from_options, run_options
 
 __all__ = ["run_command"]
 
 
-@click.command("run")
+@click.command("run", cls=CompatCommand)
 @run_options
 @click.option("--out", type=click.Path(file_okay=False),
               help="Result directory. [default: ./servebench-results/<time>-<slug>/]")
+@compat_options
 @handle_errors
 def run_command(**options: Any) -> None:
     """One benchmark: load a target, measure, write a result directory, print a summary.
@@ -26,6 +32,15 @@ def run_command(**options: Any) -> None:
     """
     from servebench.run.bench import run_benchmark_sync  # the run's machinery: after flags are checked
 
+    foreign = resolve(options, click.get_current_context().meta.get("servebench.compat.used"))
+    if foreign is not None and foreign.path is not None:
+        from servebench.run.compat import prepare_foreign
+
+        prepare_foreign(options, foreign)
     cfg = config_from_options(options)
     outcome = run_benchmark_sync(cfg)
+    if foreign is not None and foreign.path is not None:
+        from servebench.run.compat import write_foreign
+
+        write_foreign(foreign, outcome.out_dir)
     sys.exit(outcome.exit_code)
