@@ -34,9 +34,11 @@ __all__ = [
     "ClientMeasures",
     "Cost",
     "Distribution",
+    "Energy",
     "ErrorAdjusted",
     "ErrorAdjustedLatency",
     "Goodput",
+    "GpuEnergy",
     "GoodputCheck",
     "Interactivity",
     "Latency",
@@ -333,6 +335,44 @@ class Cost(TypedDict, closed=True):
     usd_per_1m_total_tokens: float | None
 
 
+class GpuEnergy(TypedDict, closed=True):
+    """One GPU's share of the run's energy (results.energy): how it was measured, over how much of the window."""
+
+    gpu: str
+    method: Literal["energy counter", "power integral"]
+    coverage: float
+    energy_j: float
+    mean_power_w: float
+    util_pct_mean: float | None
+    sm_clock_mhz_mean: float | None
+    mem_used_mib_max: float | None
+
+
+class Energy(TypedDict, closed=True):
+    """GPU energy over the measured window (results.energy; --gpu-metrics-url). Without telemetry only
+    `available: false` and `why`."""
+
+    available: bool
+    why: NotRequired[str]
+    source: NotRequired[str]
+    method: NotRequired[Literal["energy counter", "power integral", "mixed"]]
+    gpus: NotRequired[int]
+    samples: NotRequired[int]
+    window_s: NotRequired[float]
+    energy_j: NotRequired[float]
+    mean_power_w: NotRequired[float]
+    output_tokens: NotRequired[int]
+    joules_per_output_token: NotRequired[float | None]
+    joules_per_1m_output_tokens: NotRequired[float | None]
+    kwh_per_1m_output_tokens: NotRequired[float | None]
+    output_tokens_per_s_per_kw: NotRequired[float | None]
+    gpu_util_pct_mean: NotRequired[float | None]
+    sm_clock_mhz_mean: NotRequired[float | None]
+    mem_used_mib_max: NotRequired[float | None]
+    coverage: NotRequired[float]
+    per_gpu: NotRequired[list[GpuEnergy]]
+
+
 class ValidationCheck(TypedDict, closed=True):
     """One self-check of the run's figures (results.validation): what it compared (`figures`), the
     outcome, and why (the tolerance it used, or what was missing when skipped)."""
@@ -405,3 +445,4 @@ class Summary(TypedDict, closed=True):
     precision: NotRequired[Precision]
     notes: NotRequired[list[str]]
     cost: NotRequired[Cost]
+    energy: NotRequired[Energy]  # absent in summaries written before it

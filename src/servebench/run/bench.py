@@ -52,6 +52,7 @@ from servebench.results.validation import Bounds, bounds_from_cost, concurrency_
 from servebench.run.config import RunConfig
 from servebench.target import servermetrics
 from servebench.target.preflight import DEFAULT_PROFILE, EmulatorProcess, TargetInfo, preflight
+from servebench.target.telemetry import start as start_gpu_telemetry
 from servebench.urls import server_root
 from servebench.workload import WorkItem, prepare_workload
 from servebench.workload.schedule import open_loop_offsets_ns, ramp_rates
@@ -250,9 +251,11 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     if not cfg.quiet and console.is_terminal:
         progress = LiveProgress(console, shard, spec.num_requests)
         progress.start()
+    gpu = start_gpu_telemetry(cfg.gpu_metrics_url)  # samples in a thread of its own, off the hot path
     try:
         result = await shard.run()
     finally:
+        gpu.stop()
         if progress is not None:
             progress.stop()
         writer.close()
@@ -325,6 +328,8 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
         summary["precision"] = precision.with_target(summary["precision"], result.records, target_pct,
                                                      shard.stopped_by, otherwise)
     summary["notes"] = _notes(cfg, summary, caps, len(prepared))
+    # GPU energy over the measured window (target/telemetry.py, results/energy.py); why not, without a source
+    summary["energy"] = gpu.finish(out_dir, result.t0_ns, result.records, summary["tokens"]["output_total"])
     if cache_reset is not None and cache_reset.get("note"):
         summary["notes"].append(cache_reset["note"])
     if shortfall:

@@ -20,10 +20,12 @@ import math
 import re
 from collections.abc import Iterator
 
-__all__ = ["family_names", "parse_prometheus", "samples"]
+__all__ = ["family_names", "labelled_samples", "parse_prometheus", "samples"]
 
 # name, then optional labels (quoted values may hold `}` and escaped quotes), then the value
-_LINE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}"]*(?:"[^"\\]*(?:\\.[^"\\]*)*"[^}"]*)*\})?\s+(\S+)')
+_LINE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}"]*(?:"[^"\\]*(?:\\.[^"\\]*)*"[^}"]*)*\})?\s+(\S+)')
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 _FAMILY_SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created")
 
 
@@ -35,7 +37,22 @@ def samples(text: str) -> Iterator[tuple[str, str]]:
             continue
         m = match(line)
         if m is not None:
-            yield m.group(1), m.group(2)
+            yield m.group(1), m.group(3)
+
+
+def labelled_samples(text: str) -> Iterator[tuple[str, dict[str, str], str]]:
+    """(sample name, labels, value as written) for every sample line: for pages whose label sets
+    matter (one series per GPU on a DCGM exporter's page)."""
+    match = _LINE.match
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        m = match(line)
+        if m is not None:
+            body = (m.group(2) or "{}")[1:-1]
+            labels = {k: re.sub(r"\\[\\\"n]", lambda e: _UNESCAPE[e.group(0)], v)
+                      for k, v in _LABEL.findall(body)}
+            yield m.group(1), labels, m.group(3)
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
