@@ -24,6 +24,7 @@ import asyncio
 import itertools
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +34,17 @@ from rich.console import Console
 from servebench.errors import ConfigError, handle_errors
 from servebench.results import cost as costmod
 from servebench.results import slo as slomod
-from servebench.results.store import default_out_dir
+from servebench.results.store import default_out_dir, read_json
 from servebench.run.config import RunConfig
 from servebench.run.options import run_options, settings_from_options
+from servebench.sweep.configs import ServeConfig, expand
 from servebench.sweep.modes import run_auto, run_find_max, run_grid
 from servebench.sweep.points import Point, build_grid, parse_int_list, parse_lengths, parse_rate_list
-from servebench.sweep.runner import Sweep, SweepInterrupted
+from servebench.sweep.runner import SWEEP_FILE, Sweep, SweepInterrupted, point_complete
+from servebench.sweep.serve import ServePlan, run_served
 from servebench.sweep.summary import finish
 from servebench.sweep.table import SATURATION_GAIN
+from servebench.target.launch import READY_TIMEOUT_S
 
 __all__ = ["sweep_command", "sweep_main"]
 
@@ -113,6 +117,11 @@ def sweep_main(options: dict[str, Any], console: Console | None = None) -> int:
     conc_text, rate_text = options.pop("concurrency"), options.pop("rate")
     lengths_opts = {k: options.pop(k) for k in ("lengths", "input_len", "output_len")}
     settings = settings_from_options(options)
+    serve = settings.pop("serve", None)
+    serve_params = list(settings.pop("serve_param", None) or [])
+    serve_timeout = float(settings.pop("serve_timeout", None) or READY_TIMEOUT_S)
+    if serve and not settings.get("gpu_metrics_url"):
+        settings["gpu_metrics_url"] = "nvml"  # the server runs here: so do its GPUs, if any
     pairs = _lengths(lengths_opts, settings)
     for k in ("input_len", "output_len"):
         settings.pop(k, None)
@@ -131,8 +140,13 @@ def sweep_main(options: dict[str, Any], console: Console | None = None) -> int:
         raise ConfigError("--auto-points must be at least 1")
     if int(settings.get("repeat") or 1) > 1:
         raise ConfigError("--repeat is not supported by sweep yet; run the sweep again into another --out")
-    if emu_args and settings.get("url"):
-        raise ConfigError("--emulator-args applies to the built-in emulator; drop it with --url")
+    if emu_args and (settings.get("url") or serve):
+        raise ConfigError("--emulator-args applies to the built-in emulator; drop it with --url or --serve")
+    if serve_params and not serve:
+        raise ConfigError("--serve-param gives values for --serve's placeholders; add --serve 'CMD ...'")
+    plan = None
+    if serve:
+        plan = ServePlan(serve, serve_params, expand(serve_params), serve_timeout, url=settings.pop("url", None))
 
     cap = conc[0] if conc and len(conc) == 1 else None
     if find:
@@ -171,15 +185,43 @@ def sweep_main(options: dict[str, Any], console: Console | None = None) -> int:
         RunConfig(**{**settings, **p.run_settings()}).validate()
 
     slug = f"sweep-{settings.get('model') or settings.get('profile') or 'target'}-{mode}"
+    if plan is not None:
+        slug = f"sweep-{settings.get('model') or 'served'}-serve-{mode}"
     out_dir = Path(out) if out else default_out_dir(slug)
     out_dir.mkdir(parents=True, exist_ok=True)
-    sweep = Sweep(out_dir, settings, spec, price, console, resume=resume, quiet=quiet, mode=mode, x_key=x_key)
-    if mode == "find-max":
-        sweep.doc["find_max_settings"] = {"axis": find, "start": start or 1.0, "max_load": max_load,
-                                          "tolerance": tol or 0.05}
+
+    def new_sweep(path: Path) -> Sweep:
+        sw = Sweep(path, settings, spec, price, console, resume=resume, quiet=quiet, mode=mode, x_key=x_key)
+        if mode == "find-max":
+            sw.doc["find_max_settings"] = {"axis": find, "start": start or 1.0, "max_load": max_load,
+                                           "tolerance": tol or 0.05}
+        return sw
+
+    def drive(sw: Sweep) -> None:
+        _run_modes(sw, mode, points, pairs, cap, find, start, max_load, tol, n_auto)
+
+    if plan is not None:
+        def served_sweep(path: Path, config: ServeConfig, url: str) -> Sweep:
+            sw = new_sweep(path)
+            sw.url = url
+            sw.doc["target"] = {"emulated": False, "url": url, "serve": {"configuration": config.name,
+                                                                         "params": config.as_dict()}}
+            sw.save()
+            return sw
+
+        def complete(path: Path) -> bool:
+            if mode == "grid":
+                return all(point_complete(path / p.dir_name) for p in points)
+            return (path / SWEEP_FILE).is_file() and read_json(path / SWEEP_FILE).get("status") == "complete"
+
+        return run_served(plan, out_dir, console, resume=resume, quiet=quiet,
+                          report=bool(settings.get("report", True)), new_sweep=served_sweep, drive=drive,
+                          finish=lambda sw: finish(sw, gain or SATURATION_GAIN), complete=complete)
+
+    sweep = new_sweep(out_dir)
     sweep.save()
     try:
-        _drive(sweep, settings, emu_args, mode, points, pairs, cap, find, start, max_load, tol, n_auto)
+        _start_target(sweep, settings, emu_args, drive)
     except (SweepInterrupted, KeyboardInterrupt):
         sweep.doc["status"] = "interrupted"
         sweep.save()
@@ -190,18 +232,12 @@ def sweep_main(options: dict[str, Any], console: Console | None = None) -> int:
     return 0
 
 
-def _drive(sweep: Sweep, settings: dict[str, Any], emu_args: list[str], mode: str, points: list[Point],
-           pairs: list[tuple[int, int | None]], cap: int | None, find: str | None, start: float | None,
-           max_load: float | None, tol: float | None, n_auto: int | None) -> None:
+def _start_target(sweep: Sweep, settings: dict[str, Any], emu_args: list[str],
+                  drive: Callable[[Sweep], None]) -> None:
+    """The target of a sweep without --serve: --url, or the built-in emulator started once."""
     from servebench.deploy import DEFAULT_PROFILE
     from servebench.target.preflight import EmulatorProcess
 
-    try:
-        import uvloop
-
-        loop_factory = uvloop.new_event_loop
-    except ImportError:  # pragma: no cover
-        loop_factory = None
     emulator = None
     if settings.get("url") is None:
         emulator = EmulatorProcess(settings.get("profile") or DEFAULT_PROFILE, extra_args=emu_args)
@@ -212,16 +248,29 @@ def _drive(sweep: Sweep, settings: dict[str, Any], emu_args: list[str], mode: st
         sweep.url = settings["url"]
         sweep.doc["target"] = {"emulated": False, "url": settings["url"]}
     try:
-        with asyncio.Runner(loop_factory=loop_factory) as loop:
-            if mode == "grid":
-                run_grid(sweep, points, loop)
-            elif mode == "auto":
-                run_auto(sweep, pairs, cap, n_auto or 8, loop)
-            else:
-                assert find is not None
-                default_max = 1024.0 if find == "concurrency" else 10000.0
-                run_find_max(sweep, find, pairs, cap, start=start or 1.0, max_load=max_load or default_max,
-                                   rel_tol=tol or 0.05, loop=loop)
+        drive(sweep)
     finally:
         if emulator is not None:
             emulator.stop()
+
+
+def _run_modes(sweep: Sweep, mode: str, points: list[Point], pairs: list[tuple[int, int | None]], cap: int | None,
+               find: str | None, start: float | None, max_load: float | None, tol: float | None,
+               n_auto: int | None) -> None:
+    """The sweep's points against `sweep.url`, as its mode chooses them, on one event loop."""
+    try:
+        import uvloop
+
+        loop_factory = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover
+        loop_factory = None
+    with asyncio.Runner(loop_factory=loop_factory) as loop:
+        if mode == "grid":
+            run_grid(sweep, points, loop)
+        elif mode == "auto":
+            run_auto(sweep, pairs, cap, n_auto or 8, loop)
+        else:
+            assert find is not None
+            default_max = 1024.0 if find == "concurrency" else 10000.0
+            run_find_max(sweep, find, pairs, cap, start=start or 1.0, max_load=max_load or default_max,
+                         rel_tol=tol or 0.05, loop=loop)
