@@ -31,6 +31,7 @@ from servebench.report.stats import (
     SideData,
     ratio_ci,
 )
+from servebench.results.colsummary import tpot_ms
 from servebench.results.columnar import load_columns
 from servebench.results.interactivity import DEFAULT_LEVELS
 from servebench.results.metrics import dig
@@ -161,8 +162,7 @@ def side_data(runs: Sequence[RunResult]) -> SideData:
         out_tok = np.where(ok, np.nan_to_num(c.output_tokens[m]), 0.0)
         in_tok = np.where(ok, np.where(np.isnan(c.input_tokens[m]), c.input_len[m], c.input_tokens[m]), 0.0)
         first, last = c.t_first[m], c.t_last[m]
-        tpot = np.where((out_tok > 1) & ~np.isnan(last) & ~np.isnan(first),
-                        (last - first) / 1e6 / (out_tok - 1), np.nan)
+        tpot = tpot_ms(first, last, out_tok)
         for key, v in (("ttft", (first - send) / 1e6), ("e2e", (last - send) / 1e6), ("tpot", tpot)):
             cols[key].extend(np.where(ok, v, np.nan).tolist())
         cols["out"].extend(out_tok.tolist())

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from servebench.errors import ConfigError
+from servebench.results.colsummary import tpot_ms
 from servebench.results.columnar import has_records
 from servebench.results.columns import RecordColumns
 from servebench.results.metrics import dig
@@ -219,7 +220,7 @@ def samples_ms(records: Records) -> dict[str, np.ndarray]:
     done = c.completed
     send, first, last = c.t_send[done], c.t_first[done], c.t_last[done]
     out = np.nan_to_num(c.output_tokens[done])
-    tpot = np.where((out > 1) & ~np.isnan(last) & ~np.isnan(first), (last - first) / 1e6 / (out - 1), np.nan)
+    tpot = tpot_ms(first, last, out)
     raw = {"ttft": (first - send) / 1e6, "ttfat": (c.t_first_answer[done] - send) / 1e6,
            "e2e": (last - send) / 1e6, "tpot": tpot}
     samples = {k: v[~np.isnan(v)] for k, v in raw.items()}

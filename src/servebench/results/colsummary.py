@@ -21,7 +21,7 @@ from servebench.results.interactivity import interactivity_block
 from servebench.results.metrics import PERCENTILES, SCHEMA, _closed_loop, distribution, error_adjusted, offered_rate
 from servebench.results.schema import Client, ClientMeasures, Distribution, Goodput, RunInfo, Summary, Throughput
 
-__all__ = ["COMPACT_ABOVE", "gap_distribution", "linear_percentiles", "pairwise_sum", "summarize_columns"]
+__all__ = ["COMPACT_ABOVE", "gap_distribution", "linear_percentiles", "pairwise_sum", "summarize_columns", "tpot_ms"]
 
 #: ITL arrays longer than this are summarised in their compact form (no float64 copy).
 COMPACT_ABOVE = 16_000_000
@@ -39,7 +39,7 @@ def pairwise_sum(n: int, piece: Callable[[int, int], np.ndarray], max_piece: int
 
 
 def _pw(i: int, n: int, piece: Callable[[int, int], np.ndarray], max_piece: int) -> float:
-    if n <= max_piece:
+    if n <= max(max_piece, _PW_BLOCK):
         return float(np.add.reduce(piece(i, i + n)))
     n2 = n // 2
     n2 -= n2 % 8
@@ -78,6 +78,14 @@ def gap_distribution(itl: np.ndarray, unit_ns: float, compact_above: int = COMPA
             "min": lo / 1e6, "max": hi / 1e6, "std": math.sqrt(var)}
 
 
+def tpot_ms(first: np.ndarray, last: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Per request (last − first token) / (n − 1) in ms where n > 1 and both exist, else NaN."""
+    has = (out > 1) & ~np.isnan(last) & ~np.isnan(first)
+    tpot = np.full(out.shape, np.nan)
+    tpot[has] = (last[has] - first[has]) / 1e6 / (out[has] - 1)
+    return tpot
+
+
 def summarize_columns(
     cols: RecordColumns,
     *,
@@ -106,7 +114,7 @@ def summarize_columns(
     send, first, last = cols.t_send[done], cols.t_first[done], cols.t_last[done]
     ttft, ttfat, e2e = (first - send) / 1e6, (cols.t_first_answer[done] - send) / 1e6, (last - send) / 1e6
     out = np.nan_to_num(cols.output_tokens[done])
-    tpot = np.where((out > 1) & ~np.isnan(last) & ~np.isnan(first), (last - first) / 1e6 / (out - 1), np.nan)
+    tpot = tpot_ms(first, last, out)
     lat = {"ttft": ttft, "ttfat": ttfat, "e2e": e2e, "tpot": tpot}
     col = {k: v[~np.isnan(v)] for k, v in lat.items()}
 

@@ -1,0 +1,148 @@
+"""Columnar records (issue 15): the column summary equals the record summary to the bit, the
+compact ITL path equals numpy, the part-file writer survives a kill, export round-trips, old JSONL
+results still load."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from servebench.report.data import inflight_series, samples_ms, tokens_per_s_series
+from servebench.report.html import write_report
+from servebench.results import metrics
+from servebench.results.colsummary import linear_percentiles, pairwise_sum, summarize_columns
+from servebench.results.columnar import PARTS, RECORDS, RecordWriter, load_columns, read_records
+from servebench.results.columns import RecordColumns
+from servebench.results.export import export_records
+from servebench.results.records import RequestRecord
+from servebench.results.store import load_run, write_json
+from tests.support.synth import synth_records, synth_run_info
+
+SLO = {"ttft_ms": 150.0, "tpot_ms": 21.0}
+
+
+def realistic() -> list[RequestRecord]:
+    """Warm-up, failures of three kinds, a cancelled request, multi-token chunks, a one-token answer,
+    requests without usage, a record never sent."""
+    recs = synth_records(400, seed=3, warmup=5, fail_every=37)
+    for r in recs[40:60]:  # chunks carrying several tokens (usage says more than chunks)
+        r.chunk_tokens = [1 + (i % 3) for i in range(len(r.chunk_ns))]
+        r.output_tokens = sum(r.chunk_tokens)
+    recs[70].output_tokens, recs[70].input_tokens = 1, None
+    recs[71].output_tokens_source = "counted"
+    recs[72].status, recs[72].error_kind = "error", "cancelled"
+    recs[73].t_send_ns = None
+    recs[73].t_first_ns = recs[73].t_last_ns = recs[73].t_end_ns = recs[73].t_first_answer_ns = None
+    recs[73].chunk_ns, recs[73].chunk_tokens, recs[73].chunks, recs[73].status = [], [], 0, "error"
+    return recs
+
+
+def test_column_summary_equals_the_record_summary() -> None:
+    recs = realistic()
+    run = synth_run_info("c", recs)
+    for slo in (None, SLO):
+        want = metrics.summarize(recs, run=run, slo=slo, gpus=4, gpus_source="--gpus")
+        got = summarize_columns(RecordColumns.from_records(recs), run=run, slo=slo, gpus=4, gpus_source="--gpus")
+        assert orjson.dumps(got) == orjson.dumps(want)  # to the bit, key order included
+
+
+def test_compact_itl_path_equals_numpy() -> None:
+    recs = synth_records(300, seed=5)
+    want = metrics.summarize(recs)
+    cols = RecordColumns.from_records(recs)
+    assert cols.itl.dtype == np.uint32 and cols.itl_unit_ns == 1.0
+    got = summarize_columns(cols, compact_above=0)  # the path of runs with > 16 M gaps
+    assert got["latency_ms"]["itl"] == want["latency_ms"]["itl"]
+    assert not cols.itl_ordered  # partitioned in place, and says so
+
+
+@pytest.mark.parametrize("n", [1, 7, 129, 1000, 65_537, 300_001])
+def test_pairwise_sum_and_percentiles_match_numpy(n: int) -> None:
+    rng = np.random.default_rng(n)
+    ints = rng.integers(1, 4_000_000_000, size=n, dtype=np.int64).astype(np.uint32)
+    ms = ints / 1e6
+    for piece in (8, 128, 1000, 1 << 22):
+        assert pairwise_sum(n, lambda i, j: ints[i:j] / 1e6, max_piece=piece) == float(np.add.reduce(ms))
+    qs = (0, 10, 50, 90, 95, 99, 99.9, 100)
+    assert linear_percentiles(ints.copy(), qs, 1e6) == [float(x) for x in np.percentile(ms, qs)]
+
+
+def test_report_series_from_columns_equal_the_records() -> None:
+    recs = realistic()
+    cols = RecordColumns.from_records(recs)
+    s = samples_ms(cols)
+    done = [r for r in recs if not r.warmup and r.t_send_ns is not None and r.status == "ok"]
+    assert s["itl"].tolist() == np.concatenate([metrics.itl_gaps_ms(r) for r in done]).tolist()
+    assert s["ttft"].tolist() == [x for r in done if (x := metrics.request_latencies_ms(r)["ttft"]) is not None]
+    xs, ys = tokens_per_s_series(cols)
+    assert len(xs) == 100 and sum(ys) * (xs[1] - xs[0]) == pytest.approx(
+        sum(sum(r.chunk_tokens) if len(r.chunk_tokens) == len(r.chunk_ns) else len(r.chunk_ns) for r in recs))
+    _, ty = inflight_series(cols)
+    assert max(ty) <= 8 and ty[-1] == 0
+
+
+def test_writer_parts_survive_a_kill_and_join_at_close(tmp_path: Path) -> None:
+    recs = realistic()
+    want = [r.to_dict() for r in copy.deepcopy(recs)]
+    w = RecordWriter(tmp_path / RECORDS, flush_records=64, flush_s=3600)
+    for r in recs[:200]:
+        w.write(r)
+    w.flush()  # as the timer would; then the process "dies": no close
+    for f in w._writes:
+        f.result()
+    (tmp_path / PARTS / "part-99999.parquet.tmp").write_bytes(b"PAR1 torn")  # a part cut short by the kill
+    parts = sorted((tmp_path / PARTS).glob("part-*.parquet"))
+    assert len(parts) == 4 and not (tmp_path / RECORDS).exists()
+    assert [r.to_dict() for r in read_records(tmp_path)] == want[:200]
+    assert len(pd.read_parquet(parts[0])) == 64
+    for r in recs[200:]:
+        w.write(r)
+    w.close()
+    assert not (tmp_path / PARTS).exists() and pq.ParquetFile(tmp_path / RECORDS).metadata.num_row_groups == 8
+    assert [r.to_dict() for r in read_records(tmp_path)] == want
+    # written records stay in memory packed, and mean the same
+    assert not isinstance(recs[0].chunk_ns, list) and metrics.summarize(recs) == metrics.summarize(
+        [RequestRecord(**d) for d in want])
+
+
+def test_export_round_trips(tmp_path: Path) -> None:
+    recs = realistic()
+    want = [r.to_dict() for r in copy.deepcopy(recs)]
+    with RecordWriter(tmp_path / "run" / RECORDS, flush_records=100) as w:
+        for r in recs:
+            w.write(r)
+    run = tmp_path / "run"
+    path, rows = export_records(run, "jsonl", tmp_path / "out.jsonl")
+    assert rows == len(recs) and [r.to_dict() for r in read_records(path)] == [
+        {**d, "chunk_tokens": d["chunk_tokens"] or [1] * len(d["chunk_ns"])} for d in want]
+    path, _ = export_records(run, "parquet", tmp_path / "out.parquet")
+    assert pq.read_table(path).equals(pq.read_table(run / RECORDS))
+    path, _ = export_records(run, "csv", tmp_path / "out.csv")
+    frame = pd.read_csv(path, keep_default_na=False, dtype={"chunk_offsets_ns": str, "chunk_tokens": str})
+    assert frame["id"].tolist() == [d["id"] for d in want]
+    for d, (offs, toks) in zip(want, zip(frame["chunk_offsets_ns"], frame["chunk_tokens"])):
+        assert [int(x) + (d["t_send_ns"] or 0) for x in offs.split()] == d["chunk_ns"]
+        assert [int(x) for x in toks.split()] == ([] if set(d["chunk_tokens"]) <= {1} else d["chunk_tokens"])
+    assert export_records(run, "parquet") == (run / RECORDS, len(recs))  # its own file: nothing to write
+
+
+def test_old_jsonl_result_still_loads_and_renders(tmp_path: Path) -> None:
+    recs = realistic()
+    run = tmp_path / "old"
+    run.mkdir()
+    lines = [orjson.dumps(r) for r in recs]
+    (run / "requests.jsonl").write_bytes(b"\n".join(lines) + b"\n" + lines[0][:30])  # a torn last line
+    write_json(run / "manifest.json", {"run_id": "old", "config": {"model": "m", "url": "http://x"}})
+    loaded = load_run(run)  # no summary.json: recomputed from the records
+    assert loaded.summary["requests"] == metrics.summarize(recs)["requests"]
+    assert loaded.summary["latency_ms"] == metrics.summarize(recs)["latency_ms"]
+    assert [dataclasses.asdict(r) for r in loaded.records] == [dataclasses.asdict(r) for r in recs]
+    assert "Requests in flight" in write_report(run).read_text()
+    assert load_columns(run).id.tolist() == [r.id for r in recs]
