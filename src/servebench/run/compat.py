@@ -18,6 +18,7 @@ own "Compatibility" heading and reads their argparse forms (`--goodput ttft:500 
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Callable
@@ -442,7 +443,7 @@ def _load(options: dict[str, Any], x: dict[str, Any], out: ForeignOutput, used: 
                     options.get("ramp_up_end_rps") or 0.0)
     if rate is not None and math.isinf(rate) and options.get("concurrency") is not None:
         options["rate"] = None  # all at once, N in flight: our closed loop of N
-    elif rate is None and options.get("concurrency") is None:
+    elif rate is None and options.get("concurrency") is None and not options.get("ramp_up_strategy"):
         options["rate"] = math.inf  # their default: every request at time 0
     if options.get("seed") is None and not vllm:
         options["seed"] = 1
@@ -484,7 +485,8 @@ def _load(options: dict[str, Any], x: dict[str, Any], out: ForeignOutput, used: 
     if body:
         from servebench.run.config import parse_extra_body
 
-        options["extra_body"] = {**body, **(parse_extra_body(extra) if isinstance(extra, str) else extra or {})}
+        merged = {**body, **(parse_extra_body(extra) if isinstance(extra, str) else extra or {})}
+        options["extra_body"] = json.dumps(merged)  # the flag's form: options.py parses it
     elif extra is not None:
         options["extra_body"] = extra
     goodput = _goodput(x.get("goodput") or ())
