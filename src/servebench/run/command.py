@@ -38,6 +38,10 @@ def run_command(**options: Any) -> None:
 
         prepare_foreign(options, foreign)
     cfg = config_from_options(options)
+    if cfg.serve:
+        from servebench.sweep.serve import run_one_served  # --serve: start the server too
+
+        sys.exit(run_one_served(cfg, run_benchmark_sync))
     outcome = run_benchmark_sync(cfg)
     if foreign is not None and foreign.path is not None:
         from servebench.run.compat import write_foreign

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -34,7 +34,12 @@ from servebench.sweep.configs import ServeConfig
 from servebench.sweep.runner import SWEEP_FILE, Sweep, SweepInterrupted
 from servebench.target.launch import LOOPBACK, ServerProcess, ServerStartError, free_port, placeholders, render
 
-__all__ = ["SERVER_JSON", "SERVER_LOG", "SERVE_FILE", "SERVE_SCHEMA", "ServePlan", "run_served", "serve_one"]
+if TYPE_CHECKING:
+    from servebench.run.bench import RunOutcome
+    from servebench.run.config import RunConfig
+
+__all__ = ["SERVER_JSON", "SERVER_LOG", "SERVE_FILE", "SERVE_SCHEMA", "ServePlan", "run_one_served", "run_served",
+           "serve_one"]
 
 SERVE_FILE = "serve.json"
 SERVE_SCHEMA = "servebench.sweep.serve/1"
@@ -249,3 +254,33 @@ def write_serve_report(out_dir: Path, doc: dict[str, Any]) -> Path | None:
     else:
         html, figs = render_overlay(sides, title="servebench server sweep", prelude=prelude)
     return write_page(out_dir / "report.html", html, figs)
+
+
+def run_one_served(cfg: RunConfig, run: Callable[[RunConfig], RunOutcome]) -> int:
+    """`servebench run --serve CMD`: one server configuration, one run (or --repeat runs) into one
+    directory beside server.json and server.log; returns the exit code. A server that does not start
+    is an error (exit 2) with its log's tail."""
+    import dataclasses
+
+    from servebench.errors import TargetUnavailable
+    from servebench.results.store import default_out_dir, prepare_out_dir
+    from servebench.sweep.configs import expand
+
+    assert cfg.serve
+    configs = expand(cfg.serve_param)
+    if len(configs) != 1:
+        raise ConfigError("run --serve takes one value per --serve-param; for several, use servebench sweep --serve")
+    plan = ServePlan(cfg.serve, cfg.serve_param, configs, cfg.serve_timeout, url=cfg.url)
+    out = prepare_out_dir(cfg.out or default_out_dir(cfg.slug("served")))
+    srv = plan.server(configs[0], out / SERVER_LOG)
+    record: dict[str, Any] = {"name": configs[0].name, "params": configs[0].as_dict(), "template": cfg.serve}
+    outcomes: list[RunOutcome] = []
+
+    def body(url: str) -> None:
+        outcomes.append(run(dataclasses.replace(cfg, url=url, out=str(out),
+                                                gpu_metrics_url=cfg.gpu_metrics_url or "nvml")))
+
+    status = serve_one(srv, record, out / SERVER_JSON, Console(quiet=cfg.quiet), body, quiet=cfg.quiet)
+    if status == "failed":
+        raise TargetUnavailable(f"--serve: {record.get('error')} (log: {srv.log_path}):\n{record.get('log_tail')}")
+    return outcomes[0].exit_code if outcomes else 1
