@@ -1,6 +1,7 @@
 """What a shard is given and what it gives back: prepared requests, the shard's settings, its result.
 
-Pure data; the shard that runs them is `shard.Shard`.
+Pure data; the shard that runs them is `shard.Shard`. All of it pickles (slotted dataclasses of plain
+values), which is how a spec reaches a worker process and a result comes back (`host`).
 """
 
 from __future__ import annotations
@@ -60,3 +61,12 @@ class ShardResult:
     interrupted: bool = False
     preconnected: int = 0  # connections opened before the clock (of `ShardSpec.preconnect` asked for)
     failure: str | None = None  # why the shard stopped sending early on a client-side error (`shard.Shard`)
+    # A shard among several (`host`, run.workers): the process that ran it and how late it woke for the
+    # common start instant. A merged result of several: each shard's own result (records left empty,
+    # `index` its place) and the requests lost in flight with a shard whose process died.
+    index: int = 0
+    pid: int | None = None
+    start_late_ms: float | None = None
+    parts: list[ShardResult] = field(default_factory=list)
+    lost: int = 0
+    parent_cpu_s: float = 0.0  # merged: the run's own process over the run (it reads and writes every record)

@@ -27,6 +27,7 @@ ERROR_KINDS = (
     "stream_error",  # the server sent an error object or `event: error` inside a 200 response
     "cancelled",  # still in flight when the run stopped (SIGINT, --duration)
     "client_error",  # an unexpected exception in the client's own code (a bug): error_detail names it
+    "worker_lost",  # in flight on a worker process (--workers) that died: its outcome is unknown
 )
 
 

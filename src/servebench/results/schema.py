@@ -52,11 +52,13 @@ __all__ = [
     "Requests",
     "RunInfo",
     "ServerMetrics",
+    "ShardFigures",
     "SloCheck",
     "Summary",
     "Target",
     "Throughput",
     "Tokens",
+    "Workers",
     "UserRateDistribution",
     "Workload",
 ]
@@ -198,6 +200,44 @@ class ClientMeasures(TypedDict, total=False, closed=True):
     elapsed_s: float
 
 
+class ShardFigures(TypedDict, closed=True):
+    """One worker process of a `--workers N` run (run.workers): its slice (`concurrency`: its share of a
+    closed loop's, or of an open loop's cap), its requests (`lost`: in flight when its process died,
+    `died`), its CPU (`cpu_share` = cpu_s / its elapsed time, 1.0 = one core), event-loop lag, send lag
+    against the schedule, how late it woke for the common start, and `assess_client`'s verdict on it."""
+
+    index: int
+    pid: int | None
+    concurrency: int | None
+    requests: int
+    completed: int
+    lost: int
+    died: bool
+    cpu_s: float | None
+    cpu_share: float | None
+    cpu_busy_peak: float | None
+    loop_lag_ms_p99: float | None
+    schedule_lag_ms_p50: float | None
+    schedule_lag_ms_p99: float | None
+    start_late_ms: float | None
+    preconnected: int
+    saturated: bool
+    reasons: list[str]
+
+
+class Workers(TypedDict, closed=True):
+    """A run over worker processes on this host (`--workers N`, run.workers): how many, the run's own
+    process's CPU over the run (it reads and writes every record), each shard's figures, the index of
+    the saturated shard (the highest CPU share among those judged saturated; null: none), and the
+    requests lost in flight with a worker process that died (records of kind `worker_lost`)."""
+
+    count: int
+    parent_cpu_s: float
+    shards: list[ShardFigures]
+    saturated_shard: int | None
+    lost_in_flight: int
+
+
 class Client(TypedDict, closed=True):
     """The client's self-measurements and its verdict: is the client the bottleneck?
 
@@ -222,6 +262,7 @@ class Client(TypedDict, closed=True):
     preconnect_shortfall: NotRequired[int]
     failure: NotRequired[str | None]
     concurrency_held: NotRequired[float | None]
+    workers: NotRequired[Workers]  # --workers N > 1 only; cpu_s above then sums every process
 
 
 class Target(TypedDict, closed=True):

@@ -59,6 +59,7 @@ from servebench.workload.schedule import open_loop_offsets_ns, ramp_rates
 from servebench.workload.seeds import derive_seed
 
 if TYPE_CHECKING:
+    from servebench.run.workers import ProcessShards
     from servebench.target.capabilities import Capabilities
 
 __all__ = ["RunOutcome", "plan_requests", "run_against", "run_benchmark", "run_benchmark_sync"]
@@ -245,8 +246,17 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     loop.add_signal_handler(signal.SIGINT, on_sigint)
     writer = RecordWriter(out_dir / RECORDS)
     target_pct = cfg.target_precision
-    shard = Shard(spec, on_record=writer.write, stop=stop,
-                  enough=None if target_pct is None else precision.StopRule(target_pct))
+    enough = None if target_pct is None else precision.StopRule(target_pct)
+    shard: Shard | ProcessShards = Shard(spec, on_record=writer.write, stop=stop, enough=enough)
+    if cfg.workers > 1:  # worker processes on this host (run/workers.py); their PIDs go in the manifest
+        from servebench.run.workers import ProcessShards
+
+        def on_ready(doc: dict[str, Any]) -> None:
+            manifest["workers"] = doc
+            write_json(out_dir / MANIFEST, manifest)
+
+        shard = ProcessShards(spec, workers=cfg.workers, on_record=writer.write, stop=stop, enough=enough,
+                              on_ready=on_ready)
     progress = None
     if not cfg.quiet and console.is_terminal:
         progress = LiveProgress(console, shard, spec.num_requests)
@@ -311,6 +321,11 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     saturated, reasons, advice = assess_client(summary, open_loop=cfg.load_mode in ("rate", "ramp"),
                                                rx_timestamps=result.rx_timestamps)
     summary["client"].update({"saturated": saturated, "reasons": reasons, "advice": advice})
+    if result.parts:  # --workers: each process judged on its own, the saturated one named (run/workers.py)
+        from servebench.run.workers import assess_shards
+
+        assess_shards(summary, result, spec, open_loop=cfg.load_mode in ("rate", "ramp"),
+                      rx_timestamps=result.rx_timestamps)
     # connections asked for before the clock but not opened (so opened inside it), and why the
     # client stopped sending early, if it did (client.shard)
     summary["client"]["preconnect_shortfall"] = shortfall
@@ -337,7 +352,9 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
             f"{result.preconnected} of {spec.preconnect} connections opened before the clock: the other "
             f"{shortfall} were opened inside the measured window (their connect time counts in the first "
             "requests' TTFT); the server may limit connections or its accept backlog")
-    if result.failure:
+    if result.lost or any(not p.rx_timestamps for p in result.parts):  # a worker process died (run/workers.py)
+        summary["notes"].append(f"a client worker process was lost: {result.failure}")
+    elif result.failure:
         summary["notes"].append(f"the client stopped sending early on an error of its own: {result.failure}; "
                                 "records of kind client_error hold each one")
     write_json(out_dir / SUMMARY, summary)

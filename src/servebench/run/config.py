@@ -72,6 +72,7 @@ class RunConfig:
     # Sweep points and repeats each get their own prompts (a seed derived from `seed`) unless same_prompts
     same_prompts: bool = False
     reset_cache: bool = False  # empty the target's prefix cache before the run (target/cachereset.py)
+    workers: int = 1  # client processes on this host, each a shard of the schedule (run/workers.py)
     # GPU telemetry during the measured window: a DCGM exporter's /metrics URL, or "nvml" (target/telemetry.py)
     gpu_metrics_url: str | None = None
     # start the server too (target/launch.py, sweep/serve.py): a command template, its {placeholders}' values
@@ -141,6 +142,8 @@ class RunConfig:
             raise ConfigError("--serve-timeout must be > 0 seconds")
         if self.repeat < 1:
             raise ConfigError("--repeat must be at least 1")
+        if self.workers < 1:
+            raise ConfigError("--workers must be at least 1")
         if self.warmup < 0:
             raise ConfigError("--warmup must be >= 0")
         if self.input_len < 1:

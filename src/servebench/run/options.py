@@ -116,6 +116,10 @@ def run_options(fn: Callable[..., Any] | None = None, *, lists: bool = False) ->
                           "flags multiply (sweep: one series per server configuration)."),
         click.option("--serve-timeout", type=float,
                      help="Seconds for a --serve server to answer /health (or /v1/models). [default: 600]"),
+        click.option("--workers", type=int,
+                     help="Client processes on this host, each sending its share of the load (a closed loop's "
+                          "concurrency split, an open loop's arrivals dealt in turn) from one common start. "
+                          "[default: 1]"),
         click.option("--quiet", "-q", is_flag=True, default=None, help="No progress display and no summary table."),
     ]
     for opt in reversed(opts):

@@ -1,0 +1,403 @@
+"""`--workers N`: the run's shard as N worker processes on this host, merged back into one result.
+
+`ProcessShards` has the face of `client.shard.Shard` (`run()` -> `ShardResult`; `done`, `failed`,
+`output_tokens`, `in_flight`, `stopped_by` for the progress line), so `run.bench` runs either. In order:
+
+1. `client.split.split_spec` deals the planned schedule (docs/architecture.md, "Scale-out").
+2. Each slice goes to a process started with multiprocessing's `spawn` context (a fresh interpreter:
+   never a fork of this asyncio process) running `client.host.worker_main`; it imports, opens its
+   connections and says `ready`. `on_ready` is told the workers' PIDs before the clock (the manifest).
+3. One common start instant, `LEAD_S` ahead on perf_counter_ns (CLOCK_MONOTONIC, one clock for
+   every process of a Linux host), goes to every worker; each waits for it and takes it as t0, so
+   every record is relative to the same origin.
+4. Records come back in batches during the run (`client.host.FLUSH_S`), get run-wide ids
+   (`split.global_id`) and go to `on_record` (the records file) at once. Ctrl-C is forwarded as
+   `stop`, a --target-precision verdict (asked of the merged records) as `enough`.
+5. A worker whose process dies mid-run: its finished records are already here; the requests it had
+   sent and not finished are recorded as `worker_lost` (what it sent in its last `FLUSH_S` before
+   dying is not known and goes unrecorded); the others run on to the end. The merged result's
+   `failure` says what was lost, and the run exits 1.
+
+`shard_figures` and `assess_shards` put each shard's CPU, loop lag and send lag in the summary's
+client block and name the saturated shard; the summary itself is computed from the merged records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import multiprocessing.process
+import resource
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any, cast
+
+import numpy as np
+
+from servebench.client.host import dumps, worker_main
+from servebench.client.outcome import fail
+from servebench.client.spec import ShardResult, ShardSpec
+from servebench.client.split import global_id, shard_of, split_spec
+from servebench.errors import ServebenchError
+from servebench.results.metrics import assess_client
+from servebench.results.records import RequestRecord
+from servebench.results.schema import ShardFigures, Summary
+from servebench.results.validation import concurrency_held
+
+__all__ = ["LEAD_S", "ProcessShards", "assess_shards", "shard_figures"]
+
+#: How far ahead of now the common start instant is set, once every worker is ready.
+LEAD_S = 0.25
+_READY_TIMEOUT_S = 120.0
+
+
+@dataclass
+class _Worker:
+    index: int
+    spec: ShardSpec
+    proc: multiprocessing.process.BaseProcess
+    conn: Connection
+    pid: int | None = None
+    preconnected: int = 0
+    wall_minus_perf_ns: int | None = None
+    ready: bool = False
+    result: ShardResult | None = None
+    error: str | None = None
+    gone_ns: int | None = None  # when its pipe closed without a result (perf_counter_ns)
+    pending: dict[int, tuple[Any, ...]] = field(default_factory=dict)  # sent, not finished (local id)
+    finished: int = 0
+    lost: int = 0  # requests in flight when its process died (recorded as worker_lost)
+
+    @property
+    def over(self) -> bool:
+        return self.result is not None or self.gone_ns is not None
+
+
+class ProcessShards:
+    """The run's shard over `workers` processes on this host (module docstring)."""
+
+    def __init__(
+        self,
+        spec: ShardSpec,
+        *,
+        workers: int,
+        on_record: Callable[[RequestRecord], None] | None = None,
+        stop: asyncio.Event | None = None,
+        enough: Callable[[Sequence[RequestRecord]], str | None] | None = None,
+        on_ready: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.n = workers
+        self.on_record = on_record
+        self.stop = stop or asyncio.Event()
+        self.enough = enough
+        self.on_ready = on_ready
+        self.stopped_by: str | None = None
+        self.records: list[RequestRecord] = []
+        self.done = 0
+        self.failed = 0
+        self.output_tokens = 0
+        self.in_flight: dict[tuple[int, int], tuple[Any, ...]] = {}  # (shard, local id): sent, not finished
+        self.t0_ns = 0
+        self._workers: list[_Worker] = []
+        self._changed = asyncio.Event()
+
+    # ------------------------------------------------------------------ public
+    async def run(self) -> ShardResult:
+        specs = split_spec(self.spec, self.n)
+        ctx = multiprocessing.get_context("spawn")
+        loop = asyncio.get_running_loop()
+        try:
+            for i, sub in enumerate(specs):
+                parent, child = ctx.Pipe(duplex=True)
+                proc = ctx.Process(target=worker_main, args=(child, i, dumps(sub)),
+                                   name=f"servebench-shard-{i}", daemon=True)
+                proc.start()
+                child.close()
+                w = _Worker(index=i, spec=sub, proc=proc, conn=parent)
+                self._workers.append(w)
+                loop.add_reader(parent.fileno(), self._on_readable, w)
+            await self._wait_ready()
+            if self.on_ready is not None:
+                self.on_ready(self._ready_doc())
+            cpu0 = _cpu_s()
+            self.t0_ns = time.perf_counter_ns() + int(LEAD_S * 1e9)
+            for w in self._workers:
+                self._send(w, ("start", self.t0_ns))
+            tasks = [asyncio.ensure_future(self._forward_stop())]
+            if self.enough is not None:
+                tasks.append(asyncio.ensure_future(self._ask_enough()))
+            try:
+                while not all(w.over for w in self._workers):
+                    self._changed.clear()
+                    await self._changed.wait()
+            finally:
+                for t in tasks:
+                    t.cancel()
+            parent_cpu = _cpu_s() - cpu0
+        finally:
+            for w in self._workers:
+                self._close(w)
+        return self._merge(parent_cpu)
+
+    # ---------------------------------------------------------------- the pipe
+    def _on_readable(self, w: _Worker) -> None:
+        try:
+            while w.conn.poll():
+                self._dispatch(w, w.conn.recv())
+        except (EOFError, OSError):
+            self._lost(w)
+        self._changed.set()
+
+    def _dispatch(self, w: _Worker, msg: tuple[Any, ...]) -> None:
+        kind = msg[0]
+        if kind == "batch":
+            _, sent, done = msg
+            for stub in sent:
+                w.pending[stub[0]] = stub
+                self.in_flight[(w.index, stub[0])] = stub
+            for rec in done:
+                w.pending.pop(rec.id, None)
+                self.in_flight.pop((w.index, rec.id), None)
+                rec.id = global_id(rec.id, w.index, len(self._workers))
+                w.finished += 1
+                self._record(rec)
+        elif kind == "ready":
+            _, w.pid, w.preconnected, w.wall_minus_perf_ns = msg
+            w.ready = True
+        elif kind == "done":
+            w.result = msg[1]
+            self._close(w)
+        elif kind == "error":
+            w.error = msg[1]
+
+    def _record(self, rec: RequestRecord) -> None:
+        self.records.append(rec)
+        self.done += 1
+        if rec.status != "ok":
+            self.failed += 1
+        elif rec.output_tokens:
+            self.output_tokens += rec.output_tokens
+        if self.on_record is not None:
+            self.on_record(rec)
+
+    def _lost(self, w: _Worker) -> None:
+        """The pipe closed before a result: the process is gone. What it had in flight is lost."""
+        if w.over:
+            return
+        w.gone_ns = time.perf_counter_ns()
+        self._close(w)
+        w.proc.join(1.0)
+        if self.t0_ns == 0:  # before the clock: nothing was sent
+            return
+        why = f"worker {w.index} (pid {w.pid}) died ({_exit_text(w.proc.exitcode)})"
+        if w.error:
+            why += f" on {w.error}"
+        for local, stub in sorted(w.pending.items()):
+            _, sched, send, warmup, in_len, out_len, session, turn = stub
+            rec = RequestRecord(id=global_id(local, w.index, len(self._workers)), warmup=warmup, t_sched_ns=sched,
+                                t_send_ns=send, t_end_ns=w.gone_ns - self.t0_ns, input_len=in_len,
+                                output_len=out_len, session=session, turn=turn)
+            fail(rec, "worker_lost", f"{why} with this request in flight")
+            w.lost += 1
+            self.in_flight.pop((w.index, local), None)
+            self._record(rec)
+
+    def _send(self, w: _Worker, msg: tuple[Any, ...]) -> None:
+        if w.over:
+            return
+        try:
+            w.conn.send(msg)
+        except OSError:
+            self._lost(w)
+
+    def _close(self, w: _Worker) -> None:
+        if not w.conn.closed:
+            asyncio.get_running_loop().remove_reader(w.conn.fileno())
+            w.conn.close()
+        if w.result is not None:
+            w.proc.join(5.0)
+        if w.proc.is_alive() and (w.result is not None or self.t0_ns == 0):
+            w.proc.kill()  # (a finished worker that does not exit, or a start that failed)
+            w.proc.join(1.0)
+
+    async def _wait_ready(self) -> None:
+        deadline = time.monotonic() + _READY_TIMEOUT_S
+        while not all(w.ready for w in self._workers):
+            dead = [w for w in self._workers if w.gone_ns is not None or not w.proc.is_alive()]
+            if dead:
+                w = dead[0]
+                raise ServebenchError(f"worker process {w.index} exited before the clock "
+                                      f"({_exit_text(w.proc.exitcode)}){': ' + w.error if w.error else ''}")
+            if time.monotonic() > deadline:
+                raise ServebenchError(f"worker processes not ready after {_READY_TIMEOUT_S:g} s")
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), 0.2)
+            except TimeoutError:
+                pass
+
+    def _ready_doc(self) -> dict[str, Any]:
+        """What the manifest records before the clock: one entry per worker process."""
+        return {
+            "count": len(self._workers),
+            "start": "perf_counter_ns (CLOCK_MONOTONIC, shared by this host's processes)",
+            "lead_s": LEAD_S,
+            "processes": [{"index": w.index, "pid": w.pid, "concurrency": w.spec.concurrency,
+                           "items": len(w.spec.items), "preconnected": w.preconnected,
+                           "wall_minus_perf_ns": w.wall_minus_perf_ns} for w in self._workers],
+        }
+
+    async def _forward_stop(self) -> None:
+        await self.stop.wait()
+        for w in self._workers:
+            self._send(w, ("stop",))
+
+    async def _ask_enough(self) -> None:
+        """The stop rule over the merged records, as `Shard` asks it over its own (every 2 s at least)."""
+        assert self.enough is not None
+        wait_s = 2.0
+        while self.stopped_by is None:
+            await asyncio.sleep(wait_s)
+            t = time.perf_counter_ns()
+            self.stopped_by = self.enough(self.records)
+            wait_s = max(2.0, 100 * (time.perf_counter_ns() - t) / 1e9)
+        for w in self._workers:
+            self._send(w, ("enough", self.stopped_by))
+
+    # ------------------------------------------------------------------- merge
+    def _merge(self, parent_cpu_s: float) -> ShardResult:
+        parts: list[ShardResult] = []
+        lost_notes: list[str] = []
+        lost = 0
+        for w in self._workers:
+            if w.result is not None:
+                parts.append(w.result)
+                continue
+            n_lost = w.lost
+            lost += n_lost
+            gone = ((w.gone_ns or time.perf_counter_ns()) - self.t0_ns) / 1e9
+            lost_notes.append(f"worker {w.index} (pid {w.pid}) died {gone:.2f} s into the run "
+                              f"({_exit_text(w.proc.exitcode)}): {n_lost} requests in flight lost (records of kind "
+                              f"worker_lost), its {w.finished} finished requests kept, the rest of its slice not sent")
+            parts.append(ShardResult(records=[], t0_ns=self.t0_ns, elapsed_s=max(gone, 0.0), rx_timestamps="",
+                                     cpu_s=0.0, cpu_busy_peak=0.0, index=w.index, pid=w.pid,
+                                     preconnected=w.preconnected, failure=lost_notes[-1]))
+        self.records.sort(key=lambda r: r.id)
+        finished = [p for p in parts if p.rx_timestamps]
+        failures = [f"worker {p.index}: {p.failure}" for p in finished if p.failure] + lost_notes
+        return ShardResult(
+            records=self.records,
+            t0_ns=self.t0_ns,
+            elapsed_s=max((p.elapsed_s for p in parts), default=0.0),
+            rx_timestamps=finished[0].rx_timestamps if finished else ("kernel" if self.spec.kernel_timestamps
+                                                                      else "read"),
+            cpu_s=sum(p.cpu_s for p in parts) + parent_cpu_s,
+            cpu_busy_peak=max((p.cpu_busy_peak for p in parts), default=0.0),
+            loop_lag_ms=[x for p in parts for x in p.loop_lag_ms],
+            read_pauses=sum(p.read_pauses for p in parts),
+            read_pause_ms=sum(p.read_pause_ms for p in parts),
+            interrupted=any(p.interrupted for p in finished) or self.stop.is_set(),
+            preconnected=sum(p.preconnected for p in parts),
+            failure="; ".join(failures) or None,
+            parts=parts,
+            lost=lost,
+            parent_cpu_s=parent_cpu_s,
+        )
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+# --------------------------------------------------------------------- summary
+def shard_figures(result: ShardResult, spec: ShardSpec, *, open_loop: bool, rx_timestamps: str) -> list[ShardFigures]:
+    """Each shard's own figures from the merged result: its records (by run-wide id), CPU, lags, and
+    `assess_client`'s verdict on it alone."""
+    n = len(result.parts)
+    slices = split_spec(spec, n) if n else []
+    by_shard: list[list[RequestRecord]] = [[] for _ in range(n)]
+    for r in result.records:
+        by_shard[shard_of(r.id, n)].append(r)
+    out: list[ShardFigures] = []
+    for part, recs, sub in zip(result.parts, by_shard, slices, strict=True):
+        measured = [r for r in recs if not r.warmup and r.error_kind != "worker_lost"]
+        lag = np.array([(r.t_send_ns - r.t_sched_ns) / 1e6 for r in measured if r.t_send_ns is not None])
+        died = not part.rx_timestamps
+        fig: ShardFigures = {
+            "index": part.index,
+            "pid": part.pid,
+            "concurrency": sub.concurrency,
+            "requests": len(recs),
+            "completed": sum(1 for r in recs if r.status == "ok"),
+            "lost": sum(1 for r in recs if r.error_kind == "worker_lost"),
+            "died": died,
+            "cpu_s": None if died else part.cpu_s,
+            "cpu_share": None if died or not part.elapsed_s else part.cpu_s / part.elapsed_s,
+            "cpu_busy_peak": None if died else part.cpu_busy_peak,
+            "loop_lag_ms_p99": float(np.percentile(part.loop_lag_ms, 99)) if part.loop_lag_ms else None,
+            "schedule_lag_ms_p50": float(np.percentile(lag, 50)) if lag.size else None,
+            "schedule_lag_ms_p99": float(np.percentile(lag, 99)) if lag.size else None,
+            "start_late_ms": part.start_late_ms,
+            "preconnected": part.preconnected,
+            "saturated": False,
+            "reasons": [],
+        }
+        if not died:
+            client: dict[str, Any] = {"cpu_s": part.cpu_s, "elapsed_s": part.elapsed_s,
+                                      "cpu_busy_peak": part.cpu_busy_peak,
+                                      "loop_lag_ms_p99": fig["loop_lag_ms_p99"] or 0.0,
+                                      "schedule_lag_ms": {"p99": fig["schedule_lag_ms_p99"]}}
+            if not open_loop:
+                client["concurrency_held"] = concurrency_held(measured, sub.concurrency)
+            saturated, reasons, _ = assess_client(cast(Summary, {"client": client}), open_loop=open_loop,
+                                                  rx_timestamps=rx_timestamps)
+            fig["saturated"], fig["reasons"] = saturated, reasons
+        out.append(fig)
+    return out
+
+
+def assess_shards(summary: Summary, result: ShardResult, spec: ShardSpec, *, open_loop: bool,
+                  rx_timestamps: str) -> None:
+    """The client verdict of a run over worker processes, in place: each shard judged on its own (CPU is
+    a process's, so summed CPU over the run says nothing of saturation), the merged send lag or
+    concurrency held judged over the run, and the run process's own CPU (it reads and writes every
+    record); names the saturated shard (`client.workers.saturated_shard`, the highest CPU share among them)."""
+    client = summary["client"]
+    figs = shard_figures(result, spec, open_loop=open_loop, rx_timestamps=rx_timestamps)
+    parent_cpu = result.parent_cpu_s
+    merged: dict[str, Any] = {"schedule_lag_ms": client["schedule_lag_ms"],
+                              "concurrency_held": client.get("concurrency_held")}
+    _, reasons, _ = assess_client(cast(Summary, {"client": merged}), open_loop=open_loop, rx_timestamps="kernel")
+    reasons = list(reasons)
+    for f in figs:
+        reasons += [f"shard {f['index']} (pid {f['pid']}): {r}" for r in f["reasons"]]
+    elapsed = client.get("elapsed_s") or 0.0
+    if elapsed and parent_cpu / elapsed >= 0.9:
+        reasons.append(f"the run's own process (reading and writing the shards' records) at {parent_cpu / elapsed:.0%} "
+                       "of a core")
+    saturated = [f for f in figs if f["saturated"]]
+    worst = max(saturated, key=lambda f: f["cpu_share"] or 0.0) if saturated else None
+    client["workers"] = {"count": len(figs), "parent_cpu_s": parent_cpu, "shards": figs,
+                         "saturated_shard": worst["index"] if worst is not None else None,
+                         "lost_in_flight": result.lost}
+    client["saturated"] = bool(reasons)
+    client["reasons"] = reasons
+    client["advice"] = ("the client, not the server, may be limiting this run (" + "; ".join(reasons) + "). Lower "
+                        "--concurrency/--rate, close other work on this machine, or spread the load over more "
+                        "--workers (each a process of its own)." if reasons else "")
