@@ -12,7 +12,8 @@ A configuration whose server does not start (it exits, or is not ready within --
 recorded as `failed` with its log's tail and the sweep goes on; Ctrl-C (or SIGTERM) stops the server
 of the configuration running and ends the sweep (exit 130). `--resume` skips configurations already
 complete and finishes the rest, each from its own sweep's points. No server is left behind: every start
-is paired with a stop of its whole process group (target/launch.py).
+is paired with a stop of its whole process group (target/launch.py). Exit status: 0, 1 when a
+configuration failed to start (the others ran), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -207,6 +208,8 @@ def run_served(plan: ServePlan, out_dir: Path, console: Console, *, resume: bool
             break
     doc["status"] = "interrupted" if code else "complete"
     save()
+    if not code and any(e.get("status") == "failed" for e in doc["configurations"]):
+        code = 1  # the sweep went on, but a configuration measured nothing
     page = write_serve_report(out_dir, doc) if report else None
     if not quiet:
         console.print()
