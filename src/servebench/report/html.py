@@ -246,6 +246,11 @@ def render_run(run: RunResult) -> tuple[str, dict[str, str]]:
     body.append(_validation(s))
     body.append("<h2>Timeline</h2>")
     body.append(figures_grid({k: figs[k] for k in ("requests_gantt", "inflight", "tokens_per_s", "ttft_over_time")}))
+    from servebench.report.gpu import gpu_section  # GPU telemetry beside the timeline (--gpu-metrics-url)
+
+    gpu_html, gpu_figs = gpu_section(run.path, s)
+    body.append(gpu_html)
+    figs.update(gpu_figs)
     body.append("<h2>Client self-check</h2>")
     lag_fig = figures_grid({"schedule_lag": figs["schedule_lag"]}).removeprefix('<div class="grid">\n')
     body.append(f'<div class="grid"><div>{kv_table(s.get("client") or {})}</div>\n{lag_fig}')
