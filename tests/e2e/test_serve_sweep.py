@@ -220,3 +220,25 @@ def test_run_serve_one_configuration(llama_server_bin: Path, tiny_model: TinyMod
     assert "--parallel 3 " in server["command"] and server["status"] == "complete"
     assert group_gone(server["pgid"])
     assert load(out / "summary.json")["requests"]["completed"] == 12
+
+
+def test_serve_params_cross_product_tied_lists_and_names() -> None:
+    from servebench.errors import ConfigError
+    from servebench.sweep.configs import expand
+    from servebench.target.launch import render, split_command
+
+    configs = expand(["tp,dp=(1,4),(2,2)", "q=fp8,bf16"])
+    assert [c.name for c in configs] == ["tp1-dp4-qfp8", "tp1-dp4-qbf16", "tp2-dp2-qfp8", "tp2-dp2-qbf16"]
+    assert configs[2].as_dict() == {"tp": "2", "dp": "2", "q": "fp8"}
+    assert [c.name for c in expand([])] == ["server"]
+    for bad in ("p", "p=", "tp,dp=(1,4),(2)", "port=1,2", "tp,dp=1,2"):
+        with pytest.raises(ConfigError):
+            expand([bad])
+    with pytest.raises(ConfigError):
+        expand(["p=1", "p=2"])
+    cmd = render("""vllm serve m --port {port} -tp {tp} --override '{"a": 1}'""", {"port": 8000, "tp": 2})
+    assert cmd == """vllm serve m --port 8000 -tp 2 --override '{"a": 1}'"""
+    with pytest.raises(ConfigError):
+        render("x {nope}", {})
+    assert split_command("A=1 B='x y' srv --p 1") == (["srv", "--p", "1"], {"A": "1", "B": "x y"})
+    assert split_command("cd /x && srv")[0] == ["/bin/sh", "-c", "cd /x && srv"]
