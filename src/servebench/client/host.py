@@ -15,7 +15,8 @@ Two faces over the same `shard.Shard`:
                       ("enough", why)             --target-precision: send nothing more, let in-flight end
 
   Batches are pickled and written by a thread of the worker's own, so a slow reader on the other end
-  never stalls the event loop; the loop only appends to two lists. A worker ignores SIGINT (the run
+  never stalls the event loop; the loop only appends to two lists. Messages from the run are read
+  by another thread (blocking reads; the pipe stays in blocking mode for both). A worker ignores SIGINT (the run
   forwards `stop`) and stops when the pipe closes (the run is gone).
 - `run_shard(spec_bytes, start_ns)`: the same shard as one blocking call that returns its result
   with every record, for any host that can call a function (the seam a Ray actor will use).
@@ -29,12 +30,14 @@ converted once with `wall_minus_perf_ns` (docs/metrics.md, "Clocks across shards
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import pickle
 import queue
 import signal
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -127,6 +130,23 @@ class _Sender:
         self.thread.join()
 
 
+def _receive(conn: Connection, loop: asyncio.AbstractEventLoop, on_message: Callable[[tuple[Any, ...]], None],
+             on_eof: Callable[[], None]) -> None:
+    """Read messages on a thread of its own (blocking reads: an event loop's reader would make the pipe
+    non-blocking for the sender thread too) and hand each to the loop."""
+
+    def run() -> None:
+        try:
+            while True:
+                msg = conn.recv()
+                loop.call_soon_threadsafe(on_message, msg)
+        except (EOFError, OSError):
+            with contextlib.suppress(RuntimeError):  # (the loop closed first: the shard is over)
+                loop.call_soon_threadsafe(on_eof)
+
+    threading.Thread(target=run, name="servebench-receiver", daemon=True).start()
+
+
 async def _host(conn: Connection, index: int, spec: ShardSpec) -> None:
     loop = asyncio.get_running_loop()
     out = _Sender(conn)
@@ -137,22 +157,19 @@ async def _host(conn: Connection, index: int, spec: ShardSpec) -> None:
     late = [0.0]
     shard: Shard | None = None
 
-    def on_message() -> None:
-        try:
-            while conn.poll():
-                msg = conn.recv()
-                if msg[0] == "start" and not start.done():
-                    late[0] = max(0, time.perf_counter_ns() - msg[1]) / 1e6
-                    start.set_result(msg[1])
-                elif msg[0] == "stop":
-                    stop.set()
-                elif msg[0] == "enough" and shard is not None and shard.stopped_by is None:
-                    shard.stopped_by = msg[1]
-        except (EOFError, OSError):  # the run is gone: stop as on Ctrl-C
-            loop.remove_reader(conn.fileno())
+    def on_message(msg: tuple[Any, ...]) -> None:
+        if msg[0] == "start" and not start.done():
+            late[0] = max(0, time.perf_counter_ns() - msg[1]) / 1e6
+            start.set_result(msg[1])
+        elif msg[0] == "stop":
             stop.set()
-            if not start.done():
-                start.cancel()
+        elif msg[0] == "enough" and shard is not None and shard.stopped_by is None:
+            shard.stopped_by = msg[1]
+
+    def on_eof() -> None:  # the run is gone: stop as on Ctrl-C
+        stop.set()
+        if not start.done():
+            start.cancel()
 
     async def ready(preconnected: int) -> int:
         out.put(("ready", os.getpid(), preconnected, wall_minus_perf_ns()[0]))
@@ -174,7 +191,7 @@ async def _host(conn: Connection, index: int, spec: ShardSpec) -> None:
             await asyncio.sleep(FLUSH_S)
             flush()
 
-    loop.add_reader(conn.fileno(), on_message)
+    _receive(conn, loop, on_message, on_eof)
     shard = Shard(spec, on_record=finished.append, on_send=started.append, stop=stop, ready=ready)
     task = asyncio.ensure_future(flusher())
     try:

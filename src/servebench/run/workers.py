@@ -25,10 +25,12 @@ client block and name the saturated shard; the summary itself is computed from t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import multiprocessing.process
 import resource
 import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -69,6 +71,7 @@ class _Worker:
     gone_ns: int | None = None  # when its pipe closed without a result (perf_counter_ns)
     pending: dict[int, tuple[Any, ...]] = field(default_factory=dict)  # sent, not finished (local id)
     finished: int = 0
+    reader: threading.Thread | None = None
     lost: int = 0  # requests in flight when its process died (recorded as worker_lost)
 
     @property
@@ -119,7 +122,9 @@ class ProcessShards:
                 child.close()
                 w = _Worker(index=i, spec=sub, proc=proc, conn=parent)
                 self._workers.append(w)
-                loop.add_reader(parent.fileno(), self._on_readable, w)
+                w.reader = threading.Thread(target=self._read, args=(w, loop), name=f"servebench-shard-{i}-reader",
+                                            daemon=True)
+                w.reader.start()
             await self._wait_ready()
             if self.on_ready is not None:
                 self.on_ready(self._ready_doc())
@@ -144,12 +149,25 @@ class ProcessShards:
         return self._merge(parent_cpu)
 
     # ---------------------------------------------------------------- the pipe
-    def _on_readable(self, w: _Worker) -> None:
+    def _read(self, w: _Worker, loop: asyncio.AbstractEventLoop) -> None:
+        """A worker's pipe, read on a thread of its own until its result or its end (blocking reads: an
+        event loop's reader would make the pipe non-blocking, and a message can span many reads)."""
         try:
-            while w.conn.poll():
-                self._dispatch(w, w.conn.recv())
+            while True:
+                msg = w.conn.recv()
+                loop.call_soon_threadsafe(self._on_message, w, msg)
+                if msg[0] == "done":
+                    return
         except (EOFError, OSError):
-            self._lost(w)
+            with contextlib.suppress(RuntimeError):  # (the loop closed first: the run is over)
+                loop.call_soon_threadsafe(self._on_eof, w)
+
+    def _on_message(self, w: _Worker, msg: tuple[Any, ...]) -> None:
+        self._dispatch(w, msg)
+        self._changed.set()
+
+    def _on_eof(self, w: _Worker) -> None:
+        self._lost(w)
         self._changed.set()
 
     def _dispatch(self, w: _Worker, msg: tuple[Any, ...]) -> None:
@@ -170,7 +188,6 @@ class ProcessShards:
             w.ready = True
         elif kind == "done":
             w.result = msg[1]
-            self._close(w)
         elif kind == "error":
             w.error = msg[1]
 
@@ -189,7 +206,6 @@ class ProcessShards:
         if w.over:
             return
         w.gone_ns = time.perf_counter_ns()
-        self._close(w)
         w.proc.join(1.0)
         if self.t0_ns == 0:  # before the clock: nothing was sent
             return
@@ -215,14 +231,14 @@ class ProcessShards:
             self._lost(w)
 
     def _close(self, w: _Worker) -> None:
-        if not w.conn.closed:
-            asyncio.get_running_loop().remove_reader(w.conn.fileno())
-            w.conn.close()
-        if w.result is not None:
-            w.proc.join(5.0)
-        if w.proc.is_alive() and (w.result is not None or self.t0_ns == 0):
+        """At the end: its process gone (killed if it lingers), then its pipe (its reader has ended)."""
+        w.proc.join(5.0 if w.result is not None else 0.0)
+        if w.proc.is_alive():
             w.proc.kill()  # (a finished worker that does not exit, or a start that failed)
             w.proc.join(1.0)
+        if w.reader is not None:
+            w.reader.join(1.0)
+        w.conn.close()
 
     async def _wait_ready(self) -> None:
         deadline = time.monotonic() + _READY_TIMEOUT_S
