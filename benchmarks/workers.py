@@ -65,6 +65,7 @@ def _check(result: ShardResult) -> int:
 
 def closed_loop(url: str, body: bytes, n: int, c: int, repeats: int) -> None:
     runs: dict[str, list[tuple[float, float]]] = {"1 process": [], "--workers 2": []}
+    detail: dict[str, list[str]] = {name: [] for name in runs}
     for _ in range(repeats):
         for name in runs:
             spec = _spec(url, body, n, concurrency=c)
@@ -72,6 +73,10 @@ def closed_loop(url: str, body: bytes, n: int, c: int, repeats: int) -> None:
             result = _run(shard.run())
             tokens = _check(result)
             runs[name].append((result.cpu_s * 1e6 / tokens, tokens / result.elapsed_s))
+            parts = result.parts or [result]
+            detail[name].append(" + ".join(f"{p.cpu_s * 1e6 / tokens:.2f}" for p in parts)
+                                + (f" + run process {result.parent_cpu_s * 1e6 / tokens:.2f}" if result.parts else "")
+                                + f" (read pauses {sum(p.read_pauses for p in parts)})")
     print(f"closed loop, concurrency {c}, {n} requests (median of {repeats}, interleaved)")
     base = float(np.median([x[0] for x in runs["1 process"]]))
     for name, xs in runs.items():
@@ -79,6 +84,8 @@ def closed_loop(url: str, body: bytes, n: int, c: int, repeats: int) -> None:
         print(f"  {name:>12}: {us:6.2f} us CPU/token ({us / base - 1:+.1%})  "
               f"{np.median([x[1] for x in xs]):>10,.0f} tokens/s   runs: "
               + ", ".join(f"{x[0]:.2f}" for x in xs))
+        for d in detail[name]:
+            print(f"{'':>16}us/token by process: {d}")
 
 
 def open_loop(url: str, body: bytes, rate: float, seconds: float) -> None:

@@ -8,6 +8,7 @@ Two faces over the same `shard.Shard`:
                       ("batch", started, done)    every `FLUSH_S`: requests sent since the last
                                                   batch (id, t_sched, t_send, warmup, lengths,
                                                   session, turn) and records finished since
+                                                  (`record_fields`: each a tuple of its fields)
                       ("done", ShardResult)       the end (its records already went in batches)
                       ("error", text)             an exception outside the shard
       run -> worker   ("start", start_ns)         the common start instant (perf_counter_ns)
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import operator
 import os
 import pickle
 import queue
@@ -45,12 +47,23 @@ from servebench.client.shard import Shard
 from servebench.client.spec import ShardResult, ShardSpec
 from servebench.results.records import RequestRecord
 
-__all__ = ["FLUSH_S", "dumps", "run_shard", "wall_minus_perf_ns", "worker_main"]
+__all__ = ["FLUSH_S", "dumps", "record_fields", "record_from_fields", "run_shard", "wall_minus_perf_ns",
+           "worker_main"]
 
 #: How often a worker sends the requests it started and the records it finished.
 FLUSH_S = 0.05
 
 _PICKLE = pickle.HIGHEST_PROTOCOL
+
+
+#: A record as the tuple of its fields, in declaration order: what crosses the pipe (a tuple of plain
+#: values pickles and unpickles in C; a dataclass instance goes through Python-level __setstate__).
+record_fields = operator.attrgetter(*RequestRecord.__dataclass_fields__)
+
+
+def record_from_fields(values: tuple[Any, ...]) -> RequestRecord:
+    """The inverse of `record_fields`."""
+    return RequestRecord(*values)
 
 
 def dumps(spec: ShardSpec) -> bytes:
@@ -179,7 +192,7 @@ async def _host(conn: Connection, index: int, spec: ShardSpec) -> None:
         if started or finished:
             sent = [(r.id, r.t_sched_ns, r.t_send_ns, r.warmup, r.input_len, r.output_len, r.session, r.turn)
                     for r in started]
-            done = finished[:]
+            done = [record_fields(r) for r in finished]
             started.clear()
             finished.clear()
             if shard is not None:
