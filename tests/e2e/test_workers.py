@@ -171,3 +171,35 @@ def test_killed_worker_loses_only_its_in_flight_requests(tmp_path: Path) -> None
     assert not workers["shards"][0]["died"]
     assert any("worker process was lost" in note for note in doc["notes"])
     assert "SIGKILL" in (doc["client"]["failure"] or "")
+
+
+def test_stop_rule_is_asked_of_the_merged_records_and_forwarded() -> None:
+    """--target-precision's seam: the rule sees every shard's records, and its verdict stops every worker
+    from sending; what is in flight then finishes (nothing is cancelled)."""
+    import asyncio
+
+    from servebench.client.openai import build_body, encode_body
+    from servebench.client.spec import Prepared, ShardSpec
+    from servebench.run.workers import ProcessShards
+    from tests.support.procs import scripted
+
+    seen: list[set[int]] = []
+
+    def enough(records: Any) -> str | None:
+        seen.append({shard_of(r.id, 2) for r in records})
+        return "enough" if len(records) >= 20 else None
+
+    srv = scripted("--ttft-ms", "5", "--itl-ms", "5")
+    try:
+        body = encode_body(build_body(api="completions", model="m", prompt="hi", max_tokens=16))
+        items = [Prepared(id=i, body=body, input_len=1, output_len=16) for i in range(400)]
+        spec = ShardSpec(url=srv.url + "/v1/completions", api="completions",
+                         headers={"Content-Type": "application/json"}, items=items, concurrency=4, preconnect=4)
+        shards = ProcessShards(spec, workers=2, enough=enough)
+        result = asyncio.run(shards.run())
+    finally:
+        srv.stop()
+    assert shards.stopped_by == "enough" and seen[-1] == {0, 1}
+    assert 20 <= len(result.records) < 200  # 400 at ~0.1 s each on 4 slots would take ~10 s
+    assert all(r.status == "ok" for r in result.records)
+    assert not result.failure and not result.interrupted
