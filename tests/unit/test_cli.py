@@ -26,7 +26,7 @@ def test_help_lists_every_command_once() -> None:
     out = subprocess.run([sys.executable, "-m", "servebench.cli", "--help"], capture_output=True, text=True,
                          check=True).stdout
     listed = [line.split()[0] for line in out.split("Commands:")[1].splitlines() if line.strip()]
-    assert listed == sorted(["compare", "emulate", "plan", "report", "run", "sweep"])
+    assert listed == sorted(["compare", "emulate", "export", "plan", "report", "run", "sweep"])
 
 
 @pytest.mark.parametrize("name", sorted(LAZY_COMMANDS))
