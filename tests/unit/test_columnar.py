@@ -17,7 +17,7 @@ import pytest
 from servebench.report.data import inflight_series, samples_ms, tokens_per_s_series
 from servebench.report.html import write_report
 from servebench.results import metrics
-from servebench.results.colsummary import linear_percentiles, pairwise_sum, summarize_columns
+from servebench.results.colsummary import linear_percentiles, order_statistics, pairwise_sum, summarize_columns
 from servebench.results.columnar import PARTS, RECORDS, RecordWriter, load_columns, read_records
 from servebench.results.columns import RecordColumns
 from servebench.results.export import export_records
@@ -60,7 +60,7 @@ def test_compact_itl_path_equals_numpy() -> None:
     assert cols.itl.dtype == np.uint32 and cols.itl_unit_ns == 1.0
     got = summarize_columns(cols, compact_above=0)  # the path of runs with > 16 M gaps
     assert got["latency_ms"]["itl"] == want["latency_ms"]["itl"]
-    assert not cols.itl_ordered  # partitioned in place, and says so
+    assert cols.itl_ms().tolist() == samples_ms(recs)["itl"].tolist()  # left in send order
 
 
 @pytest.mark.parametrize("n", [1, 7, 129, 1000, 65_537, 300_001])
@@ -71,7 +71,12 @@ def test_pairwise_sum_and_percentiles_match_numpy(n: int) -> None:
     for piece in (8, 128, 1000, 1 << 22):
         assert pairwise_sum(n, lambda i, j: ints[i:j] / 1e6, max_piece=piece) == float(np.add.reduce(ms))
     qs = (0, 10, 50, 90, 95, 99, 99.9, 100)
-    assert linear_percentiles(ints.copy(), qs, 1e6) == [float(x) for x in np.percentile(ms, qs)]
+    assert linear_percentiles(ints, qs, 1e6) == [float(x) for x in np.percentile(ms, qs)]
+    ranks = rng.integers(0, n, 5)
+    for piece in (7, 1 << 22):
+        assert order_statistics(ints, ranks, max_piece=piece).tolist() == np.sort(ints)[ranks].tolist()
+        assert order_statistics(ints.astype(np.int64) - 2**40, ranks, max_piece=piece).tolist() == (
+            np.sort(ints.astype(np.int64))[ranks] - 2**40).tolist()
 
 
 def test_report_series_from_columns_equal_the_records() -> None:

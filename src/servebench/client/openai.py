@@ -93,7 +93,9 @@ def build_body(
 
 
 def encode_body(body: dict[str, Any]) -> bytes:
-    return orjson.dumps(body)
+    """The body's bytes, copied to their exact size: orjson's own bytes keep its 4 KB write buffer
+    (200,000 prepared bodies held 780 MB instead of 40 MB)."""
+    return bytes(memoryview(orjson.dumps(body)))
 
 
 @dataclass(slots=True)

@@ -32,7 +32,6 @@ from servebench.report.stats import (
     ratio_ci,
 )
 from servebench.results.colsummary import tpot_ms
-from servebench.results.columnar import load_columns
 from servebench.results.interactivity import DEFAULT_LEVELS
 from servebench.results.metrics import dig
 from servebench.results.schema import Summary
@@ -152,8 +151,6 @@ def side_data(runs: Sequence[RunResult]) -> SideData:
     owner: list[np.ndarray] = []
     for r_idx, run in enumerate(runs):
         c = run.columns
-        if not c.itl_ordered:  # partitioned for a summary: read again for per-request gaps
-            c = load_columns(run.path)
         m = c.measured
         send, ok = c.t_send[m], c.ok[m]
         windows.append(_window_s(send, c.t_end[m]))

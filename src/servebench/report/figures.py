@@ -89,13 +89,14 @@ def run_figures(run: RunResult) -> dict[str, str]:
     m = c.measured  # sent, not warm-up; id order
     send, first, ok_m = c.t_send[m], c.t_first[m], c.ok[m]
     end = np.where(np.isnan(c.t_end[m]), np.where(np.isnan(c.t_last[m]), send, c.t_last[m]), c.t_end[m])
-    firsts = [None if math.isnan(f) else f for f in (first / 1e9).tolist()]
-    # (send, first token or None, end, failed) of each request
-    bars = list(zip((send / 1e9).tolist(), firsts, (end / 1e9).tolist(), (~ok_m).tolist()))
+    # (send, first token or None, end, failed) of each request, in the order gantt_chart sorts them
+    order = np.lexsort((~ok_m, end, np.nan_to_num(first, nan=-np.inf), send))
+    firsts = [None if math.isnan(f) else f for f in (first[order] / 1e9).tolist()]
+    bars = list(zip((send[order] / 1e9).tolist(), firsts, (end[order] / 1e9).tolist(), (~ok_m[order]).tolist()))
     good = ok_m & ~np.isnan(first)  # completed: time to first token; failed: time to failure
     bad_end = np.where(np.isnan(c.t_end[m]) | (c.t_end[m] == 0), send, c.t_end[m])[~ok_m]
     bad_send = send[~ok_m]
-    figs["requests_gantt"] = gantt_chart(bars, title="Requests over the run")
+    figs["requests_gantt"] = gantt_chart(bars, title="Requests over the run", presorted=True)
     sx, sy, note = _thin_points((send[good] / 1e9).tolist(), ((first[good] - send[good]) / 1e6).tolist())
     series = [Series("TTFT", sx, sy, lines=False, markers=True)]
     if bad_send.size:

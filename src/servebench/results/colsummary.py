@@ -5,7 +5,8 @@ figure is computed with the same float operations in the same order as the recor
 The inter-token gaps of a large run (128 million for a million 128-token requests) stay in their
 compact form (uint32 ns): mean and standard deviation are numpy's pairwise sums evaluated piece by
 piece along the same tree (`pairwise_sum`), and percentiles read the order statistics of the
-integers, which are those of the gaps in ms, and interpolate as numpy does (`linear_percentiles`).
+integers (found by counting, `order_statistics`), which are those of the gaps in ms, and interpolate
+as numpy does (`linear_percentiles`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from servebench.results.interactivity import interactivity_block
 from servebench.results.metrics import PERCENTILES, SCHEMA, _closed_loop, distribution, error_adjusted, offered_rate
 from servebench.results.schema import Client, ClientMeasures, Distribution, Goodput, RunInfo, Summary, Throughput
 
-__all__ = ["COMPACT_ABOVE", "gap_distribution", "linear_percentiles", "pairwise_sum", "summarize_columns", "tpot_ms"]
+__all__ = ["COMPACT_ABOVE", "gap_distribution", "linear_percentiles", "order_statistics", "pairwise_sum",
+           "summarize_columns", "tpot_ms"]
 
 #: ITL arrays longer than this are summarised in their compact form (no float64 copy).
 COMPACT_ABOVE = 16_000_000
@@ -46,18 +48,45 @@ def _pw(i: int, n: int, piece: Callable[[int, int], np.ndarray], max_piece: int)
     return _pw(i, n2, piece, max_piece) + _pw(i + n2, n - n2, piece, max_piece)
 
 
+def order_statistics(values: np.ndarray, ranks: np.ndarray, max_piece: int = _PIECE) -> np.ndarray:
+    """`np.sort(values)[ranks]` of an integer array without sorting it or changing it: counts by the
+    top bits (at most 2**18 buckets), then a sort of the few buckets that hold the ranks; `max_piece`
+    values at a time."""
+    n = values.size
+    lo, hi = int(values.min()), int(values.max())
+    shift = max(0, (hi - lo).bit_length() - 18)
+    n_buckets = ((hi - lo) >> shift) + 1
+    base = np.asarray(lo, dtype=values.dtype)
+
+    def buckets(i: int) -> np.ndarray:
+        return (values[i: i + max_piece] - base) >> shift
+
+    counts = np.zeros(n_buckets, dtype=np.int64)
+    for i in range(0, n, max_piece):
+        counts += np.bincount(buckets(i), minlength=n_buckets)
+    ends = np.cumsum(counts)
+    of_rank = np.searchsorted(ends, ranks, side="right")
+    wanted = np.zeros(n_buckets, dtype=bool)
+    wanted[of_rank] = True
+    sub = np.sort(np.concatenate([values[i: i + max_piece][wanted[buckets(i)]] for i in range(0, n, max_piece)]))
+    # the wanted buckets lie in `sub` in bucket order: a rank's place is its bucket's start there plus
+    # its place in the bucket
+    start_in_sub = np.cumsum(np.where(wanted, counts, 0)) - np.where(wanted, counts, 0)
+    return sub[start_in_sub[of_rank] + (ranks - (ends[of_rank] - counts[of_rank]))]
+
+
 def linear_percentiles(values: np.ndarray, qs: tuple[float, ...], scale: float) -> list[float]:
-    """`np.percentile(values / scale, qs)` (linear method) without the float copy: order statistics
-    of `values` (partitioned in place) divided by `scale` (monotone, so the same order statistics),
-    interpolated with numpy's own formula (`_lerp`)."""
+    """`np.percentile(values / scale, qs)` (linear method) of integers, without the float copy: the
+    order statistics of the integers divided by `scale` (monotone, so the same order statistics),
+    interpolated with numpy's own formula (`_lerp`). `values` is left as it was."""
     n = values.size
     q = np.true_divide(np.asarray(qs, dtype=np.float64), 100)
     virtual = (n - 1) * q
     lo = np.floor(virtual).astype(np.int64)
     hi = np.minimum(lo + 1, n - 1)
     gamma = virtual - np.floor(virtual)
-    values.partition(np.unique(np.concatenate([lo, hi])))
-    a, b = values[lo] / scale, values[hi] / scale
+    stats = order_statistics(values, np.concatenate([lo, hi]))
+    a, b = stats[: lo.size] / scale, stats[lo.size:] / scale
     diff = b - a
     out = np.add(a, diff * gamma)
     np.subtract(b, diff * (1 - gamma), out=out, where=gamma >= 0.5)
@@ -66,16 +95,25 @@ def linear_percentiles(values: np.ndarray, qs: tuple[float, ...], scale: float) 
 
 def gap_distribution(itl: np.ndarray, unit_ns: float, compact_above: int = COMPACT_ABOVE) -> Distribution:
     """`metrics.distribution` of the gaps in ms, from `itl` in `unit_ns` (1.0: ns integers). More
-    than `compact_above` integers are partitioned in place (their order is lost)."""
+    than `compact_above` integers are summarised without a float copy."""
     if unit_ns != 1.0 or itl.size <= compact_above:
         return distribution(itl if unit_ns == 1e6 else itl / 1e6)
     n = itl.size
-    mean = pairwise_sum(n, lambda i, j: itl[i:j] / 1e6) / n
-    var = pairwise_sum(n, lambda i, j: np.square(itl[i:j] / 1e6 - mean)) / n
-    lo, hi = int(itl.min()), int(itl.max())
-    p50, p90, p95, p99 = linear_percentiles(itl, PERCENTILES, 1e6)  # partitions `itl` in place
+    buf = np.empty(min(n, _PIECE))
+
+    def ms(i: int, j: int) -> np.ndarray:
+        return np.divide(itl[i:j], 1e6, out=buf[: j - i])
+
+    mean = pairwise_sum(n, ms) / n
+
+    def squared(i: int, j: int) -> np.ndarray:
+        x = np.subtract(ms(i, j), mean, out=buf[: j - i])
+        return np.multiply(x, x, out=x)
+
+    var = pairwise_sum(n, squared) / n
+    p50, p90, p95, p99 = linear_percentiles(itl, PERCENTILES, 1e6)
     return {"count": n, "mean": mean, "median": p50, "p90": p90, "p95": p95, "p99": p99,
-            "min": lo / 1e6, "max": hi / 1e6, "std": math.sqrt(var)}
+            "min": int(itl.min()) / 1e6, "max": int(itl.max()) / 1e6, "std": math.sqrt(var)}
 
 
 def tpot_ms(first: np.ndarray, last: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -97,8 +135,7 @@ def summarize_columns(
     compact_above: int = COMPACT_ABOVE,
 ) -> Summary:
     """`metrics.summarize` of the same records, from their columns (same arguments, same document).
-    The ITL distribution is kept on `cols` (a large ITL array is partitioned in place to get it:
-    read `cols.itl` in order before, or `cols.itl_chart_ms`)."""
+    The ITL distribution is kept on `cols` (computed once)."""
     measured = cols.measured
     done = measured & cols.ok
     failed = measured & ~cols.ok
@@ -200,5 +237,4 @@ def _itl(cols: RecordColumns, compact_above: int) -> Distribution:
     """The ITL distribution, computed once per columns (a large array is partitioned in place)."""
     if cols.itl_summary is None:
         cols.itl_summary = gap_distribution(cols.itl, cols.itl_unit_ns, compact_above)
-        cols.itl_ordered = cols.itl_unit_ns != 1.0 or cols.itl.size <= compact_above
     return cols.itl_summary.copy()

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from servebench.results.records import RequestRecord
 from servebench.results.schema import Distribution
@@ -30,6 +31,7 @@ from servebench.results.schema import Distribution
 __all__ = [
     "CHART_SAMPLE",
     "LIST_COLUMNS",
+    "NEEDED_COLUMNS",
     "SCALAR_COLUMNS",
     "SCHEMA",
     "RecordColumns",
@@ -52,9 +54,12 @@ SCHEMA = pa.schema([
 ])
 LIST_COLUMNS = ("chunk_offsets_ns", "chunk_tokens")
 SCALAR_COLUMNS = tuple(n for n in SCHEMA.names if n not in LIST_COLUMNS)
+#: The per-request columns `RecordColumns` holds (build_columns' first pass reads no others).
+NEEDED_COLUMNS = tuple(n for n in SCALAR_COLUMNS if n not in ("response_id", "turn"))
 _TIMES = ("t_send_ns", "t_first_ns", "t_first_answer_ns", "t_last_ns", "t_end_ns")
 #: Charts draw at most this many ITL values (a systematic sample in send order); figures use all.
 CHART_SAMPLE = 2_000_000
+_U32_MAX = int(np.iinfo(np.uint32).max)
 
 
 def _flat_ns(records: Sequence[RequestRecord]) -> tuple[np.ndarray, np.ndarray]:
@@ -119,7 +124,11 @@ def _num(table: pa.Table, name: str) -> np.ndarray:
 
 
 def _strs(table: pa.Table, name: str) -> np.ndarray:
-    return np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=object)
+    """A string column as an object array; all null (the common case): Nones without a pass."""
+    col = table.column(name)
+    if col.null_count == len(col):
+        return np.full(len(col), None, dtype=object)
+    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=object)
 
 
 @dataclass(slots=True)
@@ -154,7 +163,6 @@ class RecordColumns:
     tokens_hist: tuple[list[float], list[float]] = ([], [])  # output tokens/s over run time (report)
     itl_counts: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))  # ITL values per row
     itl_summary: Distribution | None = None  # colsummary's ITL distribution, once computed
-    itl_ordered: bool = True  # False once a large `itl` was partitioned in place for its percentiles
 
     def __len__(self) -> int:
         return int(self.id.size)
@@ -175,31 +183,38 @@ class RecordColumns:
     @classmethod
     def from_records(cls, records: Sequence[RequestRecord]) -> RecordColumns:
         table = records_to_table(records)
-        return build_columns(table.select([*SCALAR_COLUMNS, "chunk_tokens"]),
+        return build_columns(table.select([*NEEDED_COLUMNS, "chunk_tokens"]),
                              lambda: iter(table.select(["id", *LIST_COLUMNS]).to_batches(max_chunksize=65536)))
 
 
 def build_columns(scalars: pa.Table, token_batches: Callable[[], Iterator[pa.RecordBatch]]) -> RecordColumns:
     """Pass 1: `scalars` (the per-request columns and `chunk_tokens`) sorted by id; pass 2: the
     batches of `id`, `chunk_offsets_ns`, `chunk_tokens` from `token_batches()`, in any row order."""
-    scalars = scalars.sort_by("id")
+    ids = scalars.column("id").to_numpy()
+    if ids.size > 1 and not bool(np.all(ids[1:] > ids[:-1])):
+        scalars = scalars.take(pa.array(np.argsort(ids, kind="stable")))
     t = {name.removesuffix("_ns"): _num(scalars, name) for name in _TIMES}
-    status = scalars.column("status")
     cols = RecordColumns(
         id=scalars.column("id").to_numpy(), warmup=scalars.column("warmup").fill_null(False).to_numpy(),
         t_sched=_num(scalars, "t_sched_ns"), t_send=t["t_send"], t_first=t["t_first"],
         t_first_answer=t["t_first_answer"], t_last=t["t_last"], t_end=t["t_end"],
-        ok=np.asarray(status.to_numpy(zero_copy_only=False) == "ok", dtype=bool),
+        ok=_equals(scalars, "status", "ok"),
         error_kind=_strs(scalars, "error_kind"), error_detail=_strs(scalars, "error_detail"),
         http_status=_num(scalars, "http_status"), input_len=_num(scalars, "input_len"),
         output_len=_num(scalars, "output_len"), input_tokens=_num(scalars, "input_tokens"),
-        output_tokens=_num(scalars, "output_tokens"),
-        usage_output=np.asarray(scalars.column("output_tokens_source").to_numpy(zero_copy_only=False) == "usage",
-                                dtype=bool),
+        output_tokens=_num(scalars, "output_tokens"), usage_output=_equals(scalars, "output_tokens_source", "usage"),
         reasoning_tokens=_num(scalars, "reasoning_tokens"), chunks=_num(scalars, "chunks"),
         session=_num(scalars, "session"))
-    _token_pass(cols, scalars.column("chunk_tokens"), token_batches)
+    tokens = scalars.column("chunk_tokens")
+    del scalars  # (the caller passes its only reference: freed before the token pass)
+    pa.default_memory_pool().release_unused()  # and given back to the system, not kept by the allocator
+    _token_pass(cols, tokens, token_batches)
     return cols
+
+
+def _equals(table: pa.Table, name: str, value: str) -> np.ndarray:
+    return np.asarray(pc.fill_null(pc.equal(table.column(name), value), False).to_numpy(zero_copy_only=False),
+                      dtype=bool)
 
 
 def _per_token_counts(cols: RecordColumns, tokens: pa.ChunkedArray) -> tuple[np.ndarray, bool]:
@@ -229,40 +244,51 @@ def _token_pass(cols: RecordColumns, tokens: pa.ChunkedArray, batches: Callable[
     hist = _Hist(t_end)
     seen_max = 0
     for batch in batches():
-        rows, vals, offs, toks = _batch_lists(cols, batch)
-        absolute = vals + np.repeat(np.nan_to_num(cols.t_send[rows]).astype(np.int64), np.diff(offs))
-        if absolute.size:
-            seen_max = max(seen_max, int(absolute.max()))
-        hist.add(absolute, offs, toks)
-        del absolute
-        out = _place_gaps(out, vals, offs, rows, counts, starts, toks)
+        b = _Batch(cols, batch)
+        seen_max = max(seen_max, hist.add(b, cols))
+        out = _place_gaps(out, b, counts, starts)
     if seen_max != t_end:  # records whose t_last_ns is not their last chunk: histogram again, exactly
         hist = _Hist(seen_max)
         for batch in batches():
-            rows, vals, offs, toks = _batch_lists(cols, batch)
-            hist.add(vals + np.repeat(np.nan_to_num(cols.t_send[rows]).astype(np.int64), np.diff(offs)), offs, toks)
+            hist.add(_Batch(cols, batch), cols)
     cols.itl, cols.itl_unit_ns, cols.itl_counts = out, (1e6 if split else 1.0), counts
     cols.tokens_hist = hist.series()
     step = max(1, -(-out.size // CHART_SAMPLE))
     cols.itl_chart_ms = (out[::step].copy() if split else out[::step] / 1e6) if out.size else np.empty(0)
 
 
-def _batch_lists(cols: RecordColumns, batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[Any]]:
-    """A batch's rows (indices into `cols`), flat chunk offsets, list offsets (from 0) and tokens per
-    chunk (None: one each)."""
-    ids = batch.column("id").to_numpy()
-    rows = np.searchsorted(cols.id, ids)
-    if rows.size and (np.any(rows >= cols.id.size) or np.any(cols.id[np.minimum(rows, cols.id.size - 1)] != ids)):
-        raise ValueError("token batches name ids the per-request columns lack")
-    lists = batch.column("chunk_offsets_ns")
-    offs = lists.offsets.to_numpy().astype(np.int64)
-    vals = lists.values.to_numpy()[offs[0]: offs[-1]] if len(lists) else np.empty(0, dtype=np.int64)
-    offs = offs - offs[0]
-    if np.any(np.diff(offs) != np.nan_to_num(cols.chunks[rows]).astype(np.int64)):
-        raise ValueError("records whose `chunks` differs from the length of their chunk list")
-    tok_col = batch.column("chunk_tokens")
-    toks = [None] * len(batch) if tok_col.null_count == len(batch) else tok_col.to_pylist()
-    return rows, np.asarray(vals, dtype=np.int64), offs, toks
+class _Batch:
+    """One batch of token lists: its rows (indices into the columns), flat chunk offsets, list
+    offsets from 0, tokens per chunk (None: one each), and the common chunk count when every row has
+    the same (then `vals` reshapes to a matrix, the fast path)."""
+
+    def __init__(self, cols: RecordColumns, batch: pa.RecordBatch) -> None:
+        ids = batch.column("id").to_numpy()
+        rows = np.searchsorted(cols.id, ids)
+        if rows.size and (np.any(rows >= cols.id.size) or np.any(cols.id[np.minimum(rows, cols.id.size - 1)] != ids)):
+            raise ValueError("token batches name ids the per-request columns lack")
+        lists = batch.column("chunk_offsets_ns")
+        offs = lists.offsets.to_numpy().astype(np.int64)
+        vals = lists.values.to_numpy()[offs[0]: offs[-1]] if len(lists) else np.empty(0, dtype=np.int64)
+        offs = offs - offs[0]
+        self.lens = np.diff(offs)
+        if np.any(self.lens != np.nan_to_num(cols.chunks[rows]).astype(np.int64)):
+            raise ValueError("records whose `chunks` differs from the length of their chunk list")
+        tok_col = batch.column("chunk_tokens")
+        self.toks: list[Any] = [None] * len(batch) if tok_col.null_count == len(batch) else tok_col.to_pylist()
+        self.rows, self.vals, self.offs = rows, np.asarray(vals, dtype=np.int64), offs
+        self.width = int(self.lens[0]) if self.lens.size and bool(np.all(self.lens == self.lens[0])) else 0
+
+    def absolute(self, cols: RecordColumns, rows: np.ndarray | None = None) -> np.ndarray:
+        """Every chunk's arrival, ns from the run origin (of the rows in the boolean mask `rows`, in
+        the matrix case)."""
+        base = np.nan_to_num(cols.t_send[self.rows]).astype(np.int64)
+        if self.width:
+            mat = self.vals.reshape(-1, self.width)
+            if rows is not None:
+                mat, base = mat[rows], base[rows]
+            return (mat + base[:, None]).ravel()
+        return self.vals + np.repeat(base, self.lens)
 
 
 class _Hist:
@@ -270,18 +296,43 @@ class _Hist:
     chunk's arrival weighted by its tokens, in slices of at least 50 ms (at most 100)."""
 
     def __init__(self, t_end_ns: int) -> None:
+        self.t_end_ns = t_end_ns
         self.t_end_s = t_end_ns / 1e9
         self.nb = max(1, min(100, int(np.ceil(self.t_end_s / 0.05)))) if self.t_end_s > 0 else 1
         self.counts = np.zeros(self.nb)
 
-    def add(self, absolute: np.ndarray, offs: np.ndarray, toks: list[Any]) -> None:
-        if self.t_end_s <= 0 or not absolute.size:
-            return
-        weights = np.ones(absolute.size)
-        for j, k in enumerate(toks):
-            if k is not None and len(k) == offs[j + 1] - offs[j]:
-                weights[offs[j]: offs[j + 1]] = k
-        self.counts += np.histogram(absolute / 1e9, bins=self.nb, range=(0.0, self.t_end_s), weights=weights)[0]
+    def _bins(self, t: np.ndarray) -> np.ndarray:
+        """Slice of each time: [i, i+1) · t_end / nb, the last one closed (as np.histogram)."""
+        return np.minimum((t * (self.nb / self.t_end_ns)).astype(np.int64), self.nb - 1)
+
+    def add(self, b: _Batch, cols: RecordColumns) -> int:
+        """Count a batch's tokens; returns its last chunk's arrival (0 without chunks). A request whose
+        first and last chunk fall in one slice is counted whole; only those across a boundary chunk by
+        chunk."""
+        if not b.vals.size:
+            return 0
+        base = np.nan_to_num(cols.t_send[b.rows]).astype(np.int64)
+        nonempty = b.lens > 0
+        firsts = b.vals[b.offs[:-1][nonempty]] + base[nonempty]
+        lasts = b.vals[b.offs[1:][nonempty] - 1] + base[nonempty]
+        seen = int(lasts.max())
+        if self.t_end_ns <= 0 or seen > self.t_end_ns or int(firsts.min()) < 0:
+            return seen  # (the caller counts again with the right end)
+        if any(k is not None for k in b.toks) or not b.width:  # the general case: chunk by chunk
+            weights = None
+            if any(k is not None for k in b.toks):
+                weights = np.ones(b.vals.size)
+                for j, k in enumerate(b.toks):
+                    if k is not None and len(k) == b.lens[j]:
+                        weights[b.offs[j]: b.offs[j + 1]] = k
+            self.counts += np.bincount(self._bins(b.absolute(cols)), weights=weights, minlength=self.nb)
+            return seen
+        first_bin, last_bin = self._bins(firsts), self._bins(lasts)
+        whole = first_bin == last_bin
+        self.counts += np.bincount(first_bin[whole], minlength=self.nb) * float(b.width)
+        if not whole.all():
+            self.counts += np.bincount(self._bins(b.absolute(cols, ~whole)), minlength=self.nb)
+        return seen
 
     def series(self) -> tuple[list[float], list[float]]:
         if self.t_end_s <= 0:
@@ -290,35 +341,48 @@ class _Hist:
         return [round((i + 0.5) * width, 9) for i in range(self.nb)], [float(c) / width for c in self.counts]
 
 
-def _place_gaps(out: np.ndarray, vals: np.ndarray, offs: np.ndarray, rows: np.ndarray, counts: np.ndarray,
-                starts: np.ndarray, toks: list[Any]) -> np.ndarray:
+def _place_gaps(out: np.ndarray, b: _Batch, counts: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Write each row's per-token gaps at its place in `out` (rows in id order); `out` comes back
     widened to int64 when a gap does not fit uint32 ns (over 4.29 s, or negative)."""
-    want = counts[rows]
-    if not want.any():
+    want = counts[b.rows]
+    sel = want > 0
+    if not sel.any():
         return out
-    lens = np.diff(offs)
-    gaps = np.diff(vals)
+    if out.dtype != np.float64 and b.width >= 2:  # every row the same chunk count: a matrix
+        gaps = np.diff(b.vals.reshape(-1, b.width), axis=1)
+        values: np.ndarray = (gaps if sel.all() else gaps[sel]).ravel()
+    else:
+        values = _row_gaps(out, b, want)
+    if out.dtype == np.uint32 and values.size and not 0 <= int(values.min()) <= int(values.max()) <= _U32_MAX:
+        out = out.astype(np.int64)
+    rows, w = b.rows[sel], want[sel]
+    first = int(starts[rows[0]])
+    if np.all(np.diff(rows) > 0) and int(starts[rows[-1]]) + int(w[-1]) - first == values.size and \
+            np.all(starts[rows[1:]] == starts[rows[:-1]] + w[:-1]):
+        out[first: first + values.size] = values  # rows in id order, none skipped: one slice
+    else:
+        out[np.repeat(starts[rows] - (np.cumsum(w) - w), w) + np.arange(values.size)] = values
+    return out
+
+
+def _row_gaps(out: np.ndarray, b: _Batch, want: np.ndarray) -> np.ndarray:
+    """The general path: rows of different lengths, or chunks carrying several tokens (then float ms,
+    per record as metrics.itl_gaps_ms)."""
+    lens = b.lens
+    gaps = np.diff(b.vals)
     keep = np.ones(gaps.size, dtype=bool)  # the difference across two rows is no gap
-    inner = offs[1:-1]
+    inner = b.offs[1:-1]
     keep[inner[(inner > 0) & (inner <= gaps.size)] - 1] = False
     gaps = gaps[keep][np.repeat(want > 0, np.maximum(lens - 1, 0))]
-    if out.dtype == np.float64:  # some chunks carry several tokens: float ms, per record as metrics.itl_gaps_ms
-        pieces, pos = [], 0
-        for j in np.flatnonzero(want > 0).tolist():
-            g = gaps[pos: pos + lens[j] - 1] / 1e6
-            pos += int(lens[j]) - 1
-            k = toks[j]
-            if k is not None and len(k) == lens[j] and any(x != 1 for x in k[1:]):
-                kk = np.maximum(np.asarray(k[1:], dtype=np.int64), 1)
-                g = np.repeat(g / kk, kk)
-            pieces.append(g)
-        values: np.ndarray = np.concatenate(pieces)
-    else:
-        if out.dtype == np.uint32 and gaps.size and (int(gaps.max()) > np.iinfo(np.uint32).max or int(gaps.min()) < 0):
-            out = out.astype(np.int64)
-        values = gaps
-    w = want[want > 0]
-    dest = np.repeat(starts[rows[want > 0]] - (np.cumsum(w) - w), w) + np.arange(int(w.sum()))
-    out[dest] = values
-    return out
+    if out.dtype != np.float64:
+        return gaps
+    pieces, pos = [], 0
+    for j in np.flatnonzero(want > 0).tolist():
+        g = gaps[pos: pos + lens[j] - 1] / 1e6
+        pos += int(lens[j]) - 1
+        k = b.toks[j]
+        if k is not None and len(k) == lens[j] and any(x != 1 for x in k[1:]):
+            kk = np.maximum(np.asarray(k[1:], dtype=np.int64), 1)
+            g = np.repeat(g / kk, kk)
+        pieces.append(g)
+    return np.concatenate(pieces)
