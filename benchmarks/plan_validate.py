@@ -21,7 +21,7 @@ from pathlib import Path
 
 from servebench.deploy.calibration import Calibration, corpus_digest, dump_calibration, load_calibration
 from servebench.plan.corpus import corpus_files, load_corpus
-from servebench.plan.validate import METRICS, Predictor, evaluate, fit_table, loso, summarize
+from servebench.plan.validate import METRICS, Predictor, evaluate, fit_table, knob_sources, loso, summarize
 
 BOUNDS = {"tok_s": 0.20, "itl": 0.25, "ttft": 0.25}
 _NAMES = {"tok_s": "output tok/s", "itl": "ITL", "ttft": "TTFT"}
@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write", default=None, help="where --refit writes the calibration [default: the package]")
     ap.add_argument("--json", default=None, help="write the per-point results and summary as JSON")
     ap.add_argument("--quiet", action="store_true", help="summary only")
+    ap.add_argument("--jobs", type=int, default=2, help="processes fitting the held-out folds [2]")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     points = load_corpus()
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         log = (lambda s: print(s, file=sys.stderr, flush=True))
         log("fitting on all sources")
         full = fit_table(pred, sorted(pred.settings), progress=log)
-        folds = loso(pred, progress=log)
+        folds = loso(pred, progress=log, jobs=args.jobs)
         cal = Calibration(knobs=full, held_out=folds, corpus_digest=digest,
                           notes=f"{len(pred.settings)} expressible points of {len(points)}")
         out = Path(args.write) if args.write else Path(str(resources.files("servebench.deploy") / "calibration.yaml"))
@@ -80,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{tr.point.key[:70]:70} {s.label[:58]:58} {m:6} {_fmt(val):>9} ({stat[:14]:14}) "
                       f"{_fmt(tr.predicted[m]):>9} {e_tr:+5.0%} {_fmt(ho.predicted[m]):>9} {e_ho:+5.0%}")
     ok = True
+    single = {n: v[0] for n, v in knob_sources(pred).items() if len(v) == 1}
+    print("\nknobs informed by one source only (at their prior when it is held out): "
+          + "; ".join(f"{n} ({src})" for n, src in single.items()))
     print(f"\ncoverage: {summary['expressible']} of {summary['points']} points expressible "
           f"({summary['coverage']:.1%}; bound >= 90%)")
     ok &= float(summary["coverage"]) >= 0.90  # type: ignore[arg-type]

@@ -11,7 +11,8 @@ fit has not seen falls back to the base (factor 1)::
     layer_overhead_s   = layer.eng.<family> * layer.arch.<class>
     seq_overhead_s     = seq.eng.<family>     (per running sequence per step: scheduling, block tables,
                                                sampling, detokenization; large in Python-side schedulers)
-    comm_efficiency    = comm.eff             (share of the scale-up link bandwidth a collective reaches)
+    comm_efficiency    = comm.eff * comm.gpu.<gen>  (share of the scale-up link bandwidth a collective
+                                               reaches: NVLink/NVSwitch and AMD's xGMI full mesh differ)
     collective_s       = comm.latency_s       (fixed cost of one collective, per call)
     mtp_accept         = spec.accept          (chance a draft token is accepted; DeepSeek-V3 report: 0.85-0.9)
 
@@ -81,6 +82,8 @@ def engine_family(engine: str, version: str = "") -> str:
     if e in ("trtllm", "tensorrt-llm", "other", "nim"):
         return "trtllm"
     if e in ("sglang", "tgi"):
+        # One SGLang group: a split at 0.4.4 (before FlashInfer/FlashMLA MLA backends) was tried; its
+        # early group held only DataCrunch's two sources, so each was predicted from the other alone.
         return e
     return "vllm-v1"
 
@@ -107,7 +110,7 @@ def knob_names_for(family: str, generation: str, arch: str) -> tuple[str, ...]:
     return ("mem.base", f"mem.gpu.{generation}", f"mem.eng.{family}", "comp.base", f"comp.gpu.{generation}",
             f"comp.eng.{family}", f"step.eng.{family}", f"layer.eng.{family}", f"layer.arch.{arch}",
             f"seq.eng.{family}",
-            "comm.eff", "comm.latency_s", "spec.accept")
+            "comm.eff", f"comm.gpu.{generation}", "comm.latency_s", "spec.accept")
 
 
 def _clip(x: float, lo: float, hi: float) -> float:
@@ -126,7 +129,7 @@ def resolve_knobs(table: Mapping[str, float], family: str, generation: str, arch
         step_overhead_s=get(f"step.eng.{family}", 0.003),
         layer_overhead_s=get(f"layer.eng.{family}", 20e-6) * get(f"layer.arch.{arch}"),
         seq_overhead_s=get(f"seq.eng.{family}", 10e-6),
-        comm_efficiency=_clip(get("comm.eff"), 0.05, 1.0),
+        comm_efficiency=_clip(get("comm.eff") * get(f"comm.gpu.{generation}"), 0.02, 1.0),
         collective_s=get("comm.latency_s"),
         mtp_accept=_clip(get("spec.accept"), 0.0, 0.99),
     )
@@ -143,13 +146,25 @@ class EngineDefaults:
     gpu_memory_utilization: float
 
 
-def engine_defaults(family: str, *, max_model_len: int) -> EngineDefaults:
+def _version(v: str) -> tuple[int, int] | None:
+    parts = v.strip().lstrip("v").split(".")
+    try:
+        return int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or 0)
+    except (ValueError, IndexError):
+        return None
+
+
+def engine_defaults(family: str, *, max_model_len: int, version: str = "", gpu: str = "",
+                    gpu_memory_gib: float = 0.0, offline: bool = False) -> EngineDefaults:
     """Default limits by engine family and version, as each engine's documentation states them.
 
     - vLLM V0 (0.5-0.7): max_num_seqs 256; chunked prefill switched on automatically for contexts over
       32K with a 512-token budget (vLLM 0.6 EngineArgs), else off with the budget raised to
       max(max_model_len, 2048) (the 'max_num_batched_tokens must be >= max_model_len' rule).
     - vLLM V1 (>= 0.8): chunked prefill always on, 8192 tokens for the OpenAI server, max_num_seqs 256.
+      From 0.9 (EngineArgs defaults by device, vllm PR #17885), a GPU of >= 70 GiB that is not an A100
+      (H100, H200, MI300X) gets max_num_seqs 1024 and max_num_batched_tokens 8192 for the OpenAI server,
+      16384 for the offline LLM class (benchmark_throughput). Applied when the version is given.
     - SGLang: chunked_prefill_size 8192, max_running_requests bounded by the KV pool (1024 here),
       mem_fraction_static ~0.88 on 80-192 GB GPUs (server_args.py).
     - TensorRT-LLM (trtllm-serve / trtllm-bench PyTorch): max_batch_size 2048, max_num_tokens 8192,
@@ -160,10 +175,13 @@ def engine_defaults(family: str, *, max_model_len: int) -> EngineDefaults:
         if max_model_len > 32768:
             return EngineDefaults(256, 512, True, "vllm", 0.9)
         return EngineDefaults(256, max(max_model_len, 2048), False, "vllm", 0.9)
-    if family == "sglang":
+    if family.startswith("sglang"):
         return EngineDefaults(1024, 8192, True, "sglang", 0.88)
     if family == "trtllm":
         return EngineDefaults(2048, 8192, True, "trtllm", 0.9)
     if family == "tgi":
         return EngineDefaults(256, max(4096, max_model_len), False, "vllm", 0.9)
+    ver = _version(version)
+    if ver is not None and ver >= (0, 9) and gpu_memory_gib >= 70 and not gpu.lower().startswith("a100"):
+        return EngineDefaults(1024, 16384 if offline else 8192, True, "vllm", 0.9)
     return EngineDefaults(256, 8192, True, "vllm", 0.9)
