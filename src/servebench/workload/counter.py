@@ -90,7 +90,8 @@ class ServerCounter:
 
     async def _one(self, text: str) -> int:
         self.calls += 1
-        for attempt in (0, 1):
+        tries = self._parallel + 2  # each failure discards one stale pooled connection; then a fresh one
+        for attempt in range(tries):
             try:
                 async with self._sess().post(self.root + self.path, data=self._body(text),
                                              headers=self._headers) as r:
@@ -99,8 +100,9 @@ class ServerCounter:
                 break
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
                 # a pooled connection the server had closed while idle (llama-server drops idle
-                # keep-alive connections after a few seconds): counting is idempotent, ask once more
-                if attempt:
+                # keep-alive connections after a few seconds; the pool may hold several such):
+                # counting is idempotent, ask again until a fresh connection answers
+                if attempt == tries - 1:
                     raise
         if status != 200:
             raise ConfigError(f"{self.root}{self.path} answered HTTP {status} while counting prompt tokens: "
