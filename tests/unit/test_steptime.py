@@ -54,15 +54,15 @@ def test_overheads_add() -> None:
 
 def test_small_batch_moe_decode_carries_fixed_overhead() -> None:
     """With the knobs fitted to the corpus (deploy/calibration.yaml), a one-stream DeepSeek decode step
-    is not weight bandwidth alone: the per-step, per-layer and per-sequence overheads are a third of
-    it (0.36 at the fit of 2026-11-23; the seed-fitted profile of before said 0.6, but the seeds are
-    test-only). A roofline alone would be ~35% fast here."""
+    is not weight bandwidth alone: the per-step, per-layer and per-sequence overheads are most of it
+    (0.80 at the 246-point fit, 0.36 at the 177-point one; the seed-fitted profile of before said 0.6,
+    but the seeds are test-only). A roofline alone would be several times fast here."""
     cost = load_profile("deepseek-v3-awq").engine.cost
     t1 = step_time_s(cost, StepShape(decode_seqs=1, decode_ctx_tokens=1024))
     fixed = cost.step_overhead_s + cost.layers * cost.layer_overhead_s + cost.seq_overhead_s
     assert fixed / t1 > 0.25
     experts = step_time_s(cost, StepShape(decode_seqs=15, decode_ctx_tokens=15 * 1024))
-    assert experts > 1.4 * t1  # 15 streams hit ~97 experts per layer instead of 8
+    assert experts > 1.2 * t1  # 15 streams hit ~97 experts per layer instead of 8 (1.27x at this fit)
 
 
 def test_pd_decode_worker_does_not_pay_for_the_prompt() -> None:
