@@ -21,7 +21,8 @@ from pathlib import Path
 
 from servebench.deploy.calibration import Calibration, corpus_digest, dump_calibration, load_calibration
 from servebench.plan.corpus import corpus_files, load_corpus
-from servebench.plan.validate import METRICS, Predictor, evaluate, fit_table, knob_sources, loso, summarize
+from servebench.plan.fitting import fit_table, knob_sources, loso, summarize
+from servebench.plan.validate import METRICS, Predictor, evaluate
 
 BOUNDS = {"tok_s": 0.20, "itl": 0.25, "ttft": 0.25}
 _NAMES = {"tok_s": "output tok/s", "itl": "ITL", "ttft": "TTFT"}

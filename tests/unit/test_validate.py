@@ -10,14 +10,13 @@ import pytest
 from servebench.deploy.calibration import Calibration, corpus_digest, dump_calibration, load_calibration
 from servebench.errors import ConfigError
 from servebench.plan.corpus import CorpusPoint, Source, corpus_files, load_corpus, parse_source
+from servebench.plan.fitting import fit_table, median_abs_error
 from servebench.plan.validate import (
     METRICS,
     Predictor,
     _lengths,
     evaluate,
-    fit_table,
     measured_for,
-    median_abs_error,
 )
 from servebench.sim import catalog, memory
 from servebench.sim.config import EngineConfig
