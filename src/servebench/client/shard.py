@@ -38,6 +38,7 @@ from servebench.client.outcome import classify_status, exception_kind, fail, fin
 from servebench.client.pool import ConnectionPool, Endpoint, request_head
 from servebench.client.sinks import BufferSink, StreamSink
 from servebench.client.spec import Prepared, ShardResult, ShardSpec
+from servebench.client.split import units_of
 from servebench.results.records import RequestRecord
 
 __all__ = ["CLIENT_ERROR_STREAK", "Shard"]
@@ -46,24 +47,6 @@ _perf_ns = time.perf_counter_ns
 
 #: Requests in a row (any worker) that may fail with `client_error` before the shard stops sending.
 CLIENT_ERROR_STREAK = 32
-
-
-def _units(items: list[Prepared]) -> list[list[Prepared]]:
-    """Group a multi-turn session's requests (same `session`, in `turn` order) into one unit;
-    every other request is a unit of its own. Units keep the order of their first request."""
-    units: list[list[Prepared]] = []
-    by_session: dict[int, list[Prepared]] = {}
-    for item in items:
-        if item.session is None:
-            units.append([item])
-        elif item.session in by_session:
-            by_session[item.session].append(item)
-        else:
-            by_session[item.session] = [item]
-            units.append(by_session[item.session])
-    for unit in by_session.values():
-        unit.sort(key=lambda p: p.turn or 0)
-    return units
 
 
 class Shard:
@@ -96,7 +79,7 @@ class Shard:
         self.done = 0
         self.failed = 0
         self.output_tokens = 0
-        self._units = _units(spec.items)
+        self._units = units_of(spec.items)
         self._started = 0
         self._pool: ConnectionPool | None = None
         self._head_prefix = b""
@@ -106,7 +89,7 @@ class Shard:
 
     # ------------------------------------------------------------------ public
     async def run(self) -> ShardResult:
-        with _quiet_gc():
+        with quiet_gc():
             return await self._run()
 
     async def _run(self) -> ShardResult:
@@ -394,7 +377,7 @@ class Shard:
 
 
 @contextlib.contextmanager
-def _quiet_gc() -> Iterator[None]:
+def quiet_gc() -> Iterator[None]:
     """Everything made before the clock (prompts, bodies, imports) is moved out of the collector's
     sight, and young collections run 20x less often: the hot path allocates a dict per SSE event,
     and every collection is a pause in which nothing is sent or read."""

@@ -46,6 +46,8 @@ def units_of(items: list[Prepared]) -> list[list[Prepared]]:
         else:
             by_session[item.session] = [item]
             units.append(by_session[item.session])
+    for unit in by_session.values():
+        unit.sort(key=lambda p: p.turn or 0)
     return units
 
 

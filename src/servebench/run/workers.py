@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import multiprocessing
 import multiprocessing.process
 import resource
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, cast
@@ -42,6 +41,7 @@ import numpy as np
 
 from servebench.client.host import dumps, record_from_fields, worker_main
 from servebench.client.outcome import fail
+from servebench.client.shard import quiet_gc
 from servebench.client.spec import ShardResult, ShardSpec
 from servebench.client.split import global_id, shard_of, split_spec
 from servebench.errors import ServebenchError
@@ -130,7 +130,7 @@ class ProcessShards:
             await self._wait_ready()
             if self.on_ready is not None:
                 self.on_ready(self._ready_doc())
-            stack.enter_context(_quiet_gc())
+            stack.enter_context(quiet_gc())  # unpickling a batch makes hundreds of objects per record
             cpu0 = _cpu_s()
             self.t0_ns = time.perf_counter_ns() + int(LEAD_S * 1e9)
             for w in self._workers:
@@ -339,22 +339,6 @@ def _exit_text(code: int | None) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exit code {code}"
-
-
-@contextlib.contextmanager
-def _quiet_gc() -> Iterator[None]:
-    """As `client.shard` does in a one-process run: what exists before the clock is frozen out of the
-    collector's sight and young collections run 20x less often. Unpickling a batch makes hundreds of
-    lists and ints per record; with the default threshold the collector took half the time of it."""
-    gc.collect()
-    gc.freeze()
-    threshold = gc.get_threshold()
-    gc.set_threshold(max(threshold[0], 1) * 20, *threshold[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*threshold)
-        gc.unfreeze()
 
 
 def _cpu_s() -> float:
