@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from servebench.target.launch import free_port, http_status
 
 __all__ = [
     "RealServer",
@@ -67,22 +68,6 @@ def find_transformers() -> Path | None:
     return None
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _http_status(url: str, timeout_s: float = 2.0) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as r:
-            return int(r.status)
-    except urllib.error.HTTPError as e:
-        return int(e.code)
-    except (urllib.error.URLError, OSError):
-        return 0
-
-
 class RealServer:
     """A server subprocess on a loopback port; ready when `ready_path` answers 200."""
 
@@ -104,7 +89,7 @@ class RealServer:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{name} exited with {self.proc.returncode}:\n{self.log_tail()}")
-            if _http_status(self.root + ready_path) == 200:
+            if http_status(self.root + ready_path) == 200:
                 self.start_s = time.monotonic() - t0
                 return
             time.sleep(0.1)

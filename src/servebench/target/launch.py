@@ -36,7 +36,8 @@ from typing import IO, Any
 from servebench.errors import ConfigError, TargetUnavailable
 from servebench.urls import api_base, server_root
 
-__all__ = ["LOOPBACK", "ServerProcess", "ServerStartError", "free_port", "placeholders", "render", "split_command"]
+__all__ = ["LOOPBACK", "ServerProcess", "ServerStartError", "free_port", "http_status", "placeholders", "render",
+           "split_command"]
 
 LOOPBACK = "127.0.0.1"
 READY_TIMEOUT_S = 600.0  # a large model loads for minutes
@@ -97,7 +98,7 @@ def split_command(command: str) -> tuple[list[str], dict[str, str]]:
     return words, env
 
 
-def _status(url: str, timeout_s: float = 2.0) -> int:
+def http_status(url: str, timeout_s: float = 2.0) -> int:
     """HTTP status of GET url; 0 when nothing answers."""
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as r:
@@ -193,8 +194,8 @@ class ServerProcess:
 
     def ready(self) -> bool:
         """GET /health answers 200; or there is no /health (404) and GET /v1/models answers 200."""
-        health = _status(self.root + "/health")
-        return health == 200 or (health == 404 and _status(self.url + "/models") == 200)
+        health = http_status(self.root + "/health")
+        return health == 200 or (health == 404 and http_status(self.url + "/models") == 200)
 
     def version(self) -> Any:
         """What the server says its version is, best effort: `/version` (vLLM, SGLang, the emulator),
