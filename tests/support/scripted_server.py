@@ -48,6 +48,10 @@ class Config:
     def __init__(self, args: argparse.Namespace) -> None:
         self.ttft_s = args.ttft_ms / 1e3
         self.itl_s = args.itl_ms / 1e3
+        # --ttft-spread-ms: an exponential extra on each TTFT (seeded), so its percentiles have a
+        # continuous tail instead of a cliff at the fixed value
+        self.ttft_spread_s = getattr(args, "ttft_spread_ms", 0.0) / 1e3
+        self._rng = random.Random(args.seed)
         self.tokens_per_chunk = args.tokens_per_chunk
         self.role_chunk = not args.no_role_chunk
         self.usage_chunk = not args.no_usage_chunk
@@ -69,6 +73,10 @@ class Config:
         self.served = {"running": 0, "prompt": 0, "generated": 0, "ttft_sum": 0.0, "ttft_n": 0}
         self.cache_reset: str | None = getattr(args, "cache_reset", None)
         self.cache_resets = 0  # POSTs to the reset endpoint answered 200
+
+    def ttft(self) -> float:
+        """This request's TTFT in seconds."""
+        return self.ttft_s + (self._rng.expovariate(1 / self.ttft_spread_s) if self.ttft_spread_s > 0 else 0.0)
 
     def next_fault(self) -> str:
         kind = self.faults[self.count % len(self.faults)]
@@ -232,7 +240,7 @@ class Handler(asyncio.Protocol):
             return
         n_out = int(req.get("max_tokens") or 16)
         if not req.get("stream"):
-            await asyncio.sleep(max(0.0, t0 + cfg.ttft_s + cfg.itl_s * (n_out - 1) - time.perf_counter()))
+            await asyncio.sleep(max(0.0, t0 + cfg.ttft() + cfg.itl_s * (n_out - 1) - time.perf_counter()))
             text = " tok" * n_out
             choice = {"index": 0, "finish_reason": "length"}
             if chat:
@@ -252,10 +260,11 @@ class Handler(asyncio.Protocol):
             tr.write(_chunk(_sse({"id": "x", "object": "chat.completion.chunk", "choices": [
                 {"index": 0, "delta": {"role": "assistant", "content": None}, "finish_reason": None}]})))
         k = cfg.tokens_per_chunk
+        ttft_s = cfg.ttft()
         n_chunks = (n_out + k - 1) // k
         sent = 0
         for i in range(n_chunks):
-            deadline = t0 + cfg.ttft_s + i * cfg.itl_s * k
+            deadline = t0 + ttft_s + i * cfg.itl_s * k
             delay = deadline - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -347,6 +356,7 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--ttft-ms", type=float, default=100.0)
     ap.add_argument("--itl-ms", type=float, default=20.0)
+    ap.add_argument("--ttft-spread-ms", type=float, default=0.0, help="mean of an exponential extra on each TTFT")
     ap.add_argument("--tokens-per-chunk", type=int, default=1)
     ap.add_argument("--reasoning-tokens", type=int, default=0)
     ap.add_argument("--no-role-chunk", action="store_true")
