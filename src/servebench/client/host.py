@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import operator
 import os
 import pickle
@@ -41,14 +42,14 @@ import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
 
 from servebench.client.shard import Shard
 from servebench.client.spec import ShardResult, ShardSpec
 from servebench.results.records import RequestRecord
 
-__all__ = ["FLUSH_S", "dumps", "record_fields", "record_from_fields", "run_shard", "wall_minus_perf_ns",
-           "worker_main"]
+__all__ = ["FLUSH_S", "Listen", "Outbox", "dumps", "host_shard", "record_fields", "record_from_fields", "run_shard",
+           "wall_minus_perf_ns", "worker_main"]
 
 #: How often a worker sends the requests it started and the records it finished.
 FLUSH_S = 0.05
@@ -116,7 +117,20 @@ def worker_main(conn: Connection, index: int, spec_bytes: bytes) -> None:
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux and macOS
         loop_factory = None
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(_host(conn, index, spec))
+        runner.run(host_shard(_Sender(conn), functools.partial(_receive, conn), index, spec))
+
+
+class Outbox(Protocol):
+    """Where a hosted shard's messages go, in order: a pipe (`_Sender`) or a queue (`client.remote`)."""
+
+    def put(self, msg: tuple[Any, ...]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+#: How a hosted shard hears the run: given the loop and the two callbacks, arrange for each message to
+#: reach `on_message` and the run's end to reach `on_eof` (both called on the loop's thread).
+Listen = Callable[[asyncio.AbstractEventLoop, Callable[[tuple[Any, ...]], None], Callable[[], None]], None]
 
 
 class _Sender:
@@ -160,9 +174,11 @@ def _receive(conn: Connection, loop: asyncio.AbstractEventLoop, on_message: Call
     threading.Thread(target=run, name="servebench-receiver", daemon=True).start()
 
 
-async def _host(conn: Connection, index: int, spec: ShardSpec) -> None:
+async def host_shard(out: Outbox, listen: Listen, index: int, spec: ShardSpec) -> None:
+    """Host one shard: say `ready`, wait for `start`, send `batch`es every `FLUSH_S`, end with `done` (or
+    `error`), through `out`; `listen` brings the run's `start`/`stop`/`enough` (module docstring). The
+    worker process's pipe and `client.remote`'s queues are two transports for it."""
     loop = asyncio.get_running_loop()
-    out = _Sender(conn)
     started: list[RequestRecord] = []
     finished: list[RequestRecord] = []
     start: asyncio.Future[int] = loop.create_future()
@@ -204,7 +220,7 @@ async def _host(conn: Connection, index: int, spec: ShardSpec) -> None:
             await asyncio.sleep(FLUSH_S)
             flush()
 
-    _receive(conn, loop, on_message, on_eof)
+    listen(loop, on_message, on_eof)
     shard = Shard(spec, on_record=finished.append, on_send=started.append, stop=stop, ready=ready)
     task = asyncio.ensure_future(flusher())
     try:
