@@ -69,4 +69,12 @@ class ShardResult:
     start_late_ms: float | None = None
     parts: list[ShardResult] = field(default_factory=list)
     lost: int = 0
+    # of a shard whose host died (merged: summed): its slice's requests it never sent, or sent in its last
+    # moments unheard of; None where the slice had no count (--duration)
+    not_sent: int | None = None
+    # a shard on another host (run.ray_run): the node, and its perf_counter_ns minus the run's as measured
+    # before the clock, with the bound on that offset's error (half the best round trip)
+    host: str | None = None
+    clock_offset_ns: int | None = None
+    clock_error_ns: int | None = None
     parent_cpu_s: float = 0.0  # merged: the run's own process over the run (it reads and writes every record)

@@ -201,10 +201,11 @@ class ClientMeasures(TypedDict, total=False, closed=True):
 
 
 class ShardFigures(TypedDict, closed=True):
-    """One worker process of a `--workers N` run (run.workers): its slice (`concurrency`: its share of a
-    closed loop's, or of an open loop's cap), its requests (`lost`: in flight when its process died,
-    `died`), its CPU (`cpu_share` = cpu_s / its elapsed time, 1.0 = one core), event-loop lag, send lag
-    against the schedule, how late it woke for the common start, and `assess_client`'s verdict on it."""
+    """One shard of a `--workers N` run (run.workers) or a `--ray` run (run.ray_run, an actor): its slice
+    (`concurrency`: its share of a closed loop's, or of an open loop's cap), its requests (`lost`: in
+    flight when its process died, `died`), its CPU (`cpu_share` = cpu_s / its elapsed time, 1.0 = one
+    core), event-loop lag, send lag against the schedule, how late it woke for the common start, and
+    `assess_client`'s verdict on it."""
 
     index: int
     pid: int | None
@@ -223,12 +224,16 @@ class ShardFigures(TypedDict, closed=True):
     preconnected: int
     saturated: bool
     reasons: list[str]
+    not_sent: NotRequired[int | None]  # died: its slice's requests never sent (or sent unheard); null: --duration
+    host: NotRequired[str]  # on another host (--ray, run.ray_run): the node's address
+    clock_offset_ms: NotRequired[float | None]  # and that host's perf_counter minus the run's (docs/metrics.md)
+    clock_error_ms: NotRequired[float | None]  # the bound on the offset's error: half the best round trip
 
 
 class Workers(TypedDict, closed=True):
-    """A run over worker processes on this host (`--workers N`, run.workers): how many, the run's own
-    process's CPU over the run (it reads and writes every record), each shard's figures, the index of
-    the saturated shard (the highest CPU share among those judged saturated; null: none), and the
+    """A run over worker processes on this host (`--workers N`, run.workers) or Ray actors (`--ray`): how
+    many, the run's own process's CPU over the run (it reads and writes every record), each shard's
+    figures, the index of the saturated shard (the highest CPU share among those judged saturated; null: none), and the
     requests lost in flight with a worker process that died (records of kind `worker_lost`)."""
 
     count: int
@@ -236,6 +241,7 @@ class Workers(TypedDict, closed=True):
     shards: list[ShardFigures]
     saturated_shard: int | None
     lost_in_flight: int
+    not_sent: NotRequired[int | None]  # a shard died: the requests of its slice it never sent (null: --duration)
 
 
 class Client(TypedDict, closed=True):

@@ -61,8 +61,8 @@ _READY_TIMEOUT_S = 120.0
 class _Worker:
     index: int
     spec: ShardSpec
-    proc: multiprocessing.process.BaseProcess
-    conn: Connection
+    proc: multiprocessing.process.BaseProcess | None = None  # (run.ray_run: None, an actor instead)
+    conn: Connection | None = None
     pid: int | None = None
     preconnected: int = 0
     wall_minus_perf_ns: int | None = None
@@ -81,7 +81,14 @@ class _Worker:
 
 
 class ProcessShards:
-    """The run's shard over `workers` processes on this host (module docstring)."""
+    """The run's shard over `workers` processes on this host (module docstring).
+
+    `run.ray_run.RayShards` is the same driver over Ray actors: it overrides the transport (`_launch`,
+    `_send`, `_close`, `_alive`, `_gone_text`, `_label`, `_start_for`, `_ready_doc`); dispatching, the
+    worker_lost accounting and the merge are this class's."""
+
+    #: How far ahead of now the common start instant is set, once every shard is ready.
+    lead_s = LEAD_S
 
     def __init__(
         self,
@@ -111,30 +118,18 @@ class ProcessShards:
 
     # ------------------------------------------------------------------ public
     async def run(self) -> ShardResult:
-        specs = split_spec(self.spec, self.n)
-        ctx = multiprocessing.get_context("spawn")
         loop = asyncio.get_running_loop()
         stack = contextlib.ExitStack()
         try:
-            for i, sub in enumerate(specs):
-                parent, child = ctx.Pipe(duplex=True)
-                proc = ctx.Process(target=worker_main, args=(child, i, dumps(sub)),
-                                   name=f"servebench-shard-{i}", daemon=True)
-                proc.start()
-                child.close()
-                w = _Worker(index=i, spec=sub, proc=proc, conn=parent)
-                self._workers.append(w)
-                w.reader = threading.Thread(target=self._read, args=(w, loop), name=f"servebench-shard-{i}-reader",
-                                            daemon=True)
-                w.reader.start()
+            await self._launch(split_spec(self.spec, self.n), loop)
             await self._wait_ready()
             if self.on_ready is not None:
                 self.on_ready(self._ready_doc())
             stack.enter_context(quiet_gc())  # unpickling a batch makes hundreds of objects per record
             cpu0 = _cpu_s()
-            self.t0_ns = time.perf_counter_ns() + int(LEAD_S * 1e9)
+            self.t0_ns = time.perf_counter_ns() + int(self.lead_s * 1e9)
             for w in self._workers:
-                self._send(w, ("start", self.t0_ns))
+                self._send(w, ("start", self._start_for(w)))
             tasks = [asyncio.ensure_future(self._forward_stop())]
             if self.enough is not None:
                 tasks.append(asyncio.ensure_future(self._ask_enough()))
@@ -153,9 +148,42 @@ class ProcessShards:
         return self._merge(parent_cpu)
 
     # ---------------------------------------------------------------- the pipe
+    async def _launch(self, specs: list[ShardSpec], loop: asyncio.AbstractEventLoop) -> None:
+        """One spawned process per slice, each read by a thread of its own."""
+        ctx = multiprocessing.get_context("spawn")
+        for i, sub in enumerate(specs):
+            parent, child = ctx.Pipe(duplex=True)
+            proc = ctx.Process(target=worker_main, args=(child, i, dumps(sub)),
+                               name=f"servebench-shard-{i}", daemon=True)
+            proc.start()
+            child.close()
+            w = _Worker(index=i, spec=sub, proc=proc, conn=parent)
+            self._workers.append(w)
+            w.reader = threading.Thread(target=self._read, args=(w, loop), name=f"servebench-shard-{i}-reader",
+                                        daemon=True)
+            w.reader.start()
+
+    def _start_for(self, w: _Worker) -> int:
+        """The common start instant in `w`'s clock (this host's processes share perf_counter_ns)."""
+        return self.t0_ns
+
+    def _alive(self, w: _Worker) -> bool:
+        return w.proc is not None and w.proc.is_alive()
+
+    def _gone_text(self, w: _Worker) -> str:
+        """How a shard's host ended (its process's exit), for the loss notes."""
+        if w.proc is None:
+            return "never started"
+        w.proc.join(1.0)
+        return _exit_text(w.proc.exitcode)
+
+    def _label(self, w: _Worker) -> str:
+        return f"worker {w.index}" + (f" (pid {w.pid})" if w.pid is not None else "")
+
     def _read(self, w: _Worker, loop: asyncio.AbstractEventLoop) -> None:
         """A worker's pipe, read on a thread of its own until its result or its end (blocking reads: an
         event loop's reader would make the pipe non-blocking, and a message can span many reads)."""
+        assert w.conn is not None
         try:
             while True:
                 msg = w.conn.recv()
@@ -211,10 +239,9 @@ class ProcessShards:
         if w.over:
             return
         w.gone_ns = time.perf_counter_ns()
-        w.proc.join(1.0)
         if self.t0_ns == 0:  # before the clock: nothing was sent
             return
-        why = f"worker {w.index} (pid {w.pid}) died ({_exit_text(w.proc.exitcode)})"
+        why = f"{self._label(w)} died ({self._gone_text(w)})"
         if w.error:
             why += f" on {w.error}"
         for local, stub in sorted(w.pending.items()):
@@ -228,7 +255,7 @@ class ProcessShards:
             self._record(rec)
 
     def _send(self, w: _Worker, msg: tuple[Any, ...]) -> None:
-        if w.over:
+        if w.over or w.conn is None:
             return
         try:
             w.conn.send(msg)
@@ -237,6 +264,8 @@ class ProcessShards:
 
     def _close(self, w: _Worker) -> None:
         """At the end: its process gone (killed if it lingers), then its pipe (its reader has ended)."""
+        if w.proc is None or w.conn is None:
+            return
         w.proc.join(5.0 if w.result is not None else 0.0)
         if w.proc.is_alive():
             w.proc.kill()  # (a finished worker that does not exit, or a start that failed)
@@ -248,13 +277,14 @@ class ProcessShards:
     async def _wait_ready(self) -> None:
         deadline = time.monotonic() + _READY_TIMEOUT_S
         while not all(w.ready for w in self._workers):
-            dead = [w for w in self._workers if w.gone_ns is not None or not w.proc.is_alive()]
+            dead = [w for w in self._workers if w.gone_ns is not None or not self._alive(w)]
             if dead:
                 w = dead[0]
-                raise ServebenchError(f"worker process {w.index} exited before the clock "
-                                      f"({_exit_text(w.proc.exitcode)}){': ' + w.error if w.error else ''}")
+                raise ServebenchError(f"{self._label(w)} exited before the clock "
+                                      f"({self._gone_text(w)}){': ' + w.error if w.error else ''}")
             if time.monotonic() > deadline:
-                raise ServebenchError(f"worker processes not ready after {_READY_TIMEOUT_S:g} s")
+                raise ServebenchError(f"shards not ready after {_READY_TIMEOUT_S:g} s: "
+                                      + ", ".join(self._label(w) for w in self._workers if not w.ready))
             self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), 0.2)
@@ -294,19 +324,27 @@ class ProcessShards:
         parts: list[ShardResult] = []
         lost_notes: list[str] = []
         lost = 0
+        not_sent: int | None = None
         for w in self._workers:
             if w.result is not None:
                 parts.append(w.result)
                 continue
             n_lost = w.lost
             lost += n_lost
+            # its slice's requests it never sent (or sent in its last moments, unheard of): counted, not recorded
+            planned = w.spec.num_requests if w.spec.num_requests is not None else (
+                len(w.spec.items) if w.spec.duration_s is None else None)
+            unsent = None if planned is None else max(planned - w.finished - n_lost, 0)
+            if unsent is not None:
+                not_sent = (not_sent or 0) + unsent
             gone = ((w.gone_ns or time.perf_counter_ns()) - self.t0_ns) / 1e9
-            lost_notes.append(f"worker {w.index} (pid {w.pid}) died {gone:.2f} s into the run "
-                              f"({_exit_text(w.proc.exitcode)}): {n_lost} requests in flight lost (records of kind "
-                              f"worker_lost), its {w.finished} finished requests kept, the rest of its slice not sent")
+            rest = "the rest of its slice" + (f" ({unsent} requests)" if unsent is not None else "")
+            lost_notes.append(f"{self._label(w)} died {gone:.2f} s into the run "
+                              f"({self._gone_text(w)}): {n_lost} requests in flight lost (records of kind "
+                              f"worker_lost), its {w.finished} finished requests kept, {rest} not sent")
             parts.append(ShardResult(records=[], t0_ns=self.t0_ns, elapsed_s=max(gone, 0.0), rx_timestamps="",
                                      cpu_s=0.0, cpu_busy_peak=0.0, index=w.index, pid=w.pid,
-                                     preconnected=w.preconnected, failure=lost_notes[-1]))
+                                     preconnected=w.preconnected, failure=lost_notes[-1], not_sent=unsent))
         self.records.sort(key=lambda r: r.id)
         finished = [p for p in parts if p.rx_timestamps]
         failures = [f"worker {p.index}: {p.failure}" for p in finished if p.failure] + lost_notes
@@ -326,6 +364,7 @@ class ProcessShards:
             failure="; ".join(failures) or None,
             parts=parts,
             lost=lost,
+            not_sent=not_sent,
             parent_cpu_s=parent_cpu_s,
         )
 
@@ -379,6 +418,12 @@ def shard_figures(result: ShardResult, spec: ShardSpec, *, open_loop: bool, rx_t
             "saturated": False,
             "reasons": [],
         }
+        if died:
+            fig["not_sent"] = part.not_sent
+        if part.host is not None:  # on another host (run.ray_run): where, and its clock against the run's
+            fig["host"] = part.host
+            fig["clock_offset_ms"] = None if part.clock_offset_ns is None else part.clock_offset_ns / 1e6
+            fig["clock_error_ms"] = None if part.clock_error_ns is None else part.clock_error_ns / 1e6
         if not died:
             client: dict[str, Any] = {"cpu_s": part.cpu_s, "elapsed_s": part.elapsed_s,
                                       "cpu_busy_peak": part.cpu_busy_peak,
@@ -417,6 +462,8 @@ def assess_shards(summary: Summary, result: ShardResult, spec: ShardSpec, *, ope
     client["workers"] = {"count": len(figs), "parent_cpu_s": parent_cpu, "shards": figs,
                          "saturated_shard": worst["index"] if worst is not None else None,
                          "lost_in_flight": result.lost}
+    if any(f["died"] for f in figs):
+        client["workers"]["not_sent"] = result.not_sent
     client["saturated"] = bool(reasons)
     client["reasons"] = reasons
     client["advice"] = ("the client, not the server, may be limiting this run (" + "; ".join(reasons) + "). Lower "
