@@ -10,7 +10,9 @@ The rules:
 - `client/` (the hot path) imports no aiohttp and nothing above it (run orchestration, reports, sweeps,
   the planner, the emulator, the target's probe);
 - the emulator is a server shell around `sim/`: it imports nothing of the benchmark client's side;
-- `results/` (what a run leaves) imports nothing that produces load or renders a report.
+- `results/` (what a run leaves) imports nothing that produces load or renders a report;
+- only `run/ray_run.py` imports Ray (an optional extra: `--ray`); `client/remote.py` hosts its actors
+  without knowing Ray.
 """
 
 from __future__ import annotations
@@ -86,6 +88,8 @@ RULES = (
     Rule(("servebench.results",), ("servebench.client", "servebench.run", "servebench.emulator",
                                    "servebench.report", "servebench.sweep", "servebench.plan"),
          "results/ holds what a run leaves: it neither produces load nor renders reports"),
+    Rule(("servebench",), ("ray",), "Ray is an optional extra: only run/ray_run.py imports it",
+         unless=("servebench.run.ray_run",)),
 )
 
 
@@ -172,6 +176,7 @@ def test_every_pure_module_exists() -> None:
     ("servebench/client/sse.py", "from . import pool", "imports servebench.client.pool"),
     ("servebench/client/openai.py", "import aiohttp", "imports aiohttp: client/ is the hot path"),
     ("servebench/emulator/wire.py", "from servebench.client import openai", "imports servebench.client"),
+    ("servebench/client/remote.py", "import ray", "imports ray: Ray is an optional extra"),
 ])
 def test_a_forbidden_import_is_named(tmp_path: Path, target: str, line: str, expect: str) -> None:
     """The checker is not vacuous: adding one forbidden import to a copy of the tree breaks it, by name."""

@@ -59,6 +59,7 @@ from servebench.workload.schedule import open_loop_offsets_ns, ramp_rates
 from servebench.workload.seeds import derive_seed
 
 if TYPE_CHECKING:
+    from servebench.run.ray_run import RayShards
     from servebench.run.workers import ProcessShards
     from servebench.target.capabilities import Capabilities
 
@@ -247,13 +248,20 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     writer = RecordWriter(out_dir / RECORDS)
     target_pct = cfg.target_precision
     enough = None if target_pct is None else precision.StopRule(target_pct)
-    shard: Shard | ProcessShards = Shard(spec, on_record=writer.write, stop=stop, enough=enough)
-    if cfg.workers > 1:  # worker processes on this host (run/workers.py); their PIDs go in the manifest
-        from servebench.run.workers import ProcessShards
+    shard: Shard | ProcessShards | RayShards = Shard(spec, on_record=writer.write, stop=stop, enough=enough)
 
-        def on_ready(doc: dict[str, Any]) -> None:
-            manifest["workers"] = doc
-            write_json(out_dir / MANIFEST, manifest)
+    def on_ready(doc: dict[str, Any]) -> None:  # shards elsewhere: their PIDs (and nodes) go in the manifest
+        manifest["workers"] = doc
+        write_json(out_dir / MANIFEST, manifest)
+
+    if cfg.ray is not None:  # Ray actors, one per node (run/ray_run.py)
+        from servebench.run.ray_run import RayShards
+
+        shard = RayShards(spec, address=cfg.ray, resource=cfg.ray_resource,
+                          shards=cfg.workers if cfg.workers > 1 else None, on_record=writer.write, stop=stop,
+                          enough=enough, on_ready=on_ready)
+    elif cfg.workers > 1:  # worker processes on this host (run/workers.py)
+        from servebench.run.workers import ProcessShards
 
         shard = ProcessShards(spec, workers=cfg.workers, on_record=writer.write, stop=stop, enough=enough,
                               on_ready=on_ready)

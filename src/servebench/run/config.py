@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import os
 from dataclasses import dataclass, field
@@ -73,6 +74,9 @@ class RunConfig:
     same_prompts: bool = False
     reset_cache: bool = False  # empty the target's prefix cache before the run (target/cachereset.py)
     workers: int = 1  # client processes on this host, each a shard of the schedule (run/workers.py)
+    # shards as Ray actors, one per node (run/ray_run.py): the cluster's address, "local" for the one Ray finds
+    ray: str | None = None
+    ray_resource: str | None = None  # with ray: only nodes offering this custom resource host shards
     # GPU telemetry during the measured window: a DCGM exporter's /metrics URL, or "nvml" (target/telemetry.py)
     gpu_metrics_url: str | None = None
     # start the server too (target/launch.py, sweep/serve.py): a command template, its {placeholders}' values
@@ -144,6 +148,10 @@ class RunConfig:
             raise ConfigError("--repeat must be at least 1")
         if self.workers < 1:
             raise ConfigError("--workers must be at least 1")
+        if self.ray_resource is not None and self.ray is None:
+            raise ConfigError("--ray-resource places --ray shards: give --ray too")
+        if self.ray is not None and importlib.util.find_spec("ray") is None:
+            raise ConfigError("--ray needs Ray: pip install 'servebench[ray]'")
         if self.warmup < 0:
             raise ConfigError("--warmup must be >= 0")
         if self.input_len < 1:

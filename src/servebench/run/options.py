@@ -120,6 +120,14 @@ def run_options(fn: Callable[..., Any] | None = None, *, lists: bool = False) ->
                      help="Client processes on this host, each sending its share of the load (a closed loop's "
                           "concurrency split, an open loop's arrivals dealt in turn) from one common start. "
                           "[default: 1]"),
+        click.option("--ray", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
+                     help="Run the shards as Ray actors, one per node of a Ray cluster (extra 'ray'): ADDRESS is "
+                          "the cluster's (HOST:PORT, ray://…, auto); alone, the cluster Ray finds (RAY_ADDRESS, the "
+                          "latest `ray start` here) or a new local one. With --workers N > 1: N shards over the "
+                          "nodes in turn."),
+        click.option("--ray-resource", metavar="NAME",
+                     help="With --ray: place shards only on the nodes offering this custom resource "
+                          "(ray start --resources '{\"NAME\": 1}'), e.g. to keep them off the head node."),
         click.option("--quiet", "-q", is_flag=True, default=None, help="No progress display and no summary table."),
     ]
     for opt in reversed(opts):
