@@ -137,20 +137,32 @@ class RayShards(ProcessShards):
             w.pump.start()
 
     def _pump(self, w: _RayWorker, loop: asyncio.AbstractEventLoop) -> None:
-        """Pull an actor's messages until its `done`, its death, or the run's end (a thread of its own)."""
+        """Pull an actor's messages until its `done`, its death, or the run's end (a thread of its own).
+
+        A call that fails for good (the actor died: `RayActorError`) ends it at once. An actor Ray calls
+        "temporarily unavailable" (its connection reset: a node that died, or a passing fault) is tried
+        again until it has been silent for `SILENT_S`; then, as when a pull gets no answer at all for
+        that long, it is killed (so that it cannot go on sending unheard) and taken for lost."""
         ray = self._ray
+        unavailable = getattr(ray.exceptions, "ActorUnavailableError", ())
+        last = time.monotonic()
         while not self._closing:
+            limit = SILENT_S if w.ready else _READY_TIMEOUT_S
             try:
-                msgs = ray.get(w.actor.pull.remote(PULL_WAIT_S), timeout=SILENT_S if w.ready else _READY_TIMEOUT_S)
+                msgs = ray.get(w.actor.pull.remote(PULL_WAIT_S), timeout=limit)
+            except unavailable as e:
+                if time.monotonic() - last < limit:
+                    time.sleep(PULL_WAIT_S)
+                    continue
+                w.death = f"{_error_text(e)}; silent for {limit:g} s, killed"
+                self._kill(w)
             except ray.exceptions.GetTimeoutError:
-                w.death = f"no answer from it for {SILENT_S if w.ready else _READY_TIMEOUT_S:g} s; killed"
-                try:
-                    ray.kill(w.actor, no_restart=True)
-                except Exception:
-                    pass
+                w.death = f"no answer from it for {limit:g} s; killed"
+                self._kill(w)
             except ray.exceptions.RayError as e:
                 w.death = _error_text(e)
             else:
+                last = time.monotonic()
                 if msgs:
                     loop.call_soon_threadsafe(self._on_messages, w, msgs)
                 if any(m[0] == "done" for m in msgs):
@@ -201,6 +213,9 @@ class RayShards(ProcessShards):
         self._closing = True
         if w.pump is not None:
             w.pump.join(2 * PULL_WAIT_S + 1.0)
+        self._kill(w)
+
+    def _kill(self, w: _RayWorker) -> None:
         try:
             self._ray.kill(w.actor, no_restart=True)
         except Exception:  # (already gone with its node)
