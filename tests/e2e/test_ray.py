@@ -67,6 +67,15 @@ def _read(path: Path) -> Any:
     return json.loads(path.read_text())
 
 
+def _schema_errors(doc: Any) -> list[str]:
+    """The summary against the committed schema (docs/summary.schema.json): the keys --ray adds included."""
+    import jsonschema
+
+    schema = _read(Path(__file__).resolve().parents[2] / "docs" / "summary.schema.json")
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    return [f"{e.json_path}: {e.message}" for e in validator.iter_errors(doc)]
+
+
 def test_ten_thousand_requests_over_two_nodes_all_accounted(net: RayNet, tmp_path: Path) -> None:
     out = tmp_path / "r"
     n = 10_000
@@ -76,6 +85,7 @@ def test_ten_thousand_requests_over_two_nodes_all_accounted(net: RayNet, tmp_pat
     assert proc.returncode == 0, proc.stderr[-4000:]
     print(f"\n--ray: {n} requests over 2 nodes in {took:.1f} s (CLI wall time, ray.init included)", file=sys.stderr)
     doc = _read(out / SUMMARY)
+    assert not _schema_errors(doc)
     records = load_run(out).records
     req = doc["requests"]
     assert req["total"] == n and req["completed"] == n and not req["errors"], req
@@ -143,6 +153,7 @@ def test_a_worker_node_killed_mid_run_loses_only_what_it_had(net: RayNet, tmp_pa
     assert f"ray shard {dead} on {net.worker_ip(1)}" in stderr and "died" in stderr, stderr[-4000:]
 
     summary = _read(out / SUMMARY)
+    assert not _schema_errors(summary)
     records = load_run(out).records
     workers = summary["client"]["workers"]
     mine = [r for r in records if shard_of(r.id, 2) == dead]
