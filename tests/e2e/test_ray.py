@@ -162,6 +162,8 @@ def test_a_worker_node_killed_mid_run_loses_only_what_it_had(net: RayNet, tmp_pa
     assert kept, "the dead node's finished records are gone"
     assert len(mine) == len(kept) + len(lost)
     assert all(r.t_send_ns is not None and r.t_end_ns is not None for r in lost)
+    # lost when last heard from, not when the run gave up on it: the window is the planned 6 s, not 6 + 10
+    assert summary["duration_s"] < n / 500 + 1.5, summary["duration_s"]
     other = [r for r in records if shard_of(r.id, 2) != dead]
     assert len(other) == n // 2 and all(r.status == "ok" for r in other)  # the other node ran to the end
     # every request accounted: on disk (completed, or lost in flight), or counted as never sent

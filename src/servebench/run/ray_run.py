@@ -71,6 +71,7 @@ class _RayWorker(_Worker):
     offset_ns: int = 0  # its perf_counter_ns minus ours
     error_ns: int | None = None  # the bound on that offset's error
     death: str | None = None  # how its calls ended, when they failed
+    heard_ns: int = 0  # when a pull last came back (perf_counter_ns)
     pump: threading.Thread | None = None
 
 
@@ -163,6 +164,7 @@ class RayShards(ProcessShards):
                 w.death = _error_text(e)
             else:
                 last = time.monotonic()
+                w.heard_ns = time.perf_counter_ns()
                 if msgs:
                     loop.call_soon_threadsafe(self._on_messages, w, msgs)
                 if any(m[0] == "done" for m in msgs):
@@ -223,6 +225,11 @@ class RayShards(ProcessShards):
 
     def _alive(self, w: _Worker) -> bool:
         return True  # a death reaches the run through the pulls (`_pump`)
+
+    def _gone_at(self, w: _Worker) -> int:
+        """The last time a pull came back: it died at or after that (not when the run gave up on it)."""
+        assert isinstance(w, _RayWorker)
+        return w.heard_ns or time.perf_counter_ns()
 
     def _gone_text(self, w: _Worker) -> str:
         assert isinstance(w, _RayWorker)

@@ -177,6 +177,10 @@ class ProcessShards:
         w.proc.join(1.0)
         return _exit_text(w.proc.exitcode)
 
+    def _gone_at(self, w: _Worker) -> int:
+        """When a shard's host was last known alive (perf_counter_ns): its lost records' `t_end`."""
+        return time.perf_counter_ns()  # the pipe closed just now
+
     def _label(self, w: _Worker) -> str:
         return f"worker {w.index}" + (f" (pid {w.pid})" if w.pid is not None else "")
 
@@ -238,7 +242,7 @@ class ProcessShards:
         """The pipe closed before a result: the process is gone. What it had in flight is lost."""
         if w.over:
             return
-        w.gone_ns = time.perf_counter_ns()
+        w.gone_ns = self._gone_at(w)
         if self.t0_ns == 0:  # before the clock: nothing was sent
             return
         why = f"{self._label(w)} died ({self._gone_text(w)})"
