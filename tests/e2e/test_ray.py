@@ -11,7 +11,9 @@ recomputed from the pooled records, each shard's self-check with its node and it
 nodes share this machine's CLOCK_MONOTONIC, so the true offset is 0 and the measured one must lie
 within its own error bound); then one worker node SIGKILLed mid-run: the run finishes, the dead
 node's finished records are on disk, its in-flight requests are `worker_lost` records, the rest of
-its slice is counted as not sent, and the run says what was lost (exit 1, as --workers).
+its slice is counted as not sent, and the run says what was lost (exit 1, as --workers). Without
+namespaces or Ray: the flag's error says what to install, and `client.remote.RemoteShard` (what the
+actors are made of) speaks the worker protocol when driven by plain calls.
 """
 
 from __future__ import annotations
@@ -190,3 +192,46 @@ def test_without_ray_the_flag_says_what_to_install(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "--ray needs Ray: pip install 'servebench[ray]'" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "x").exists()
+
+
+def test_remote_shard_speaks_the_worker_protocol_without_ray() -> None:
+    """client.remote.RemoteShard, the class the Ray actors are made of, driven by plain calls: `ready` once its
+    connections are open, the start instant delivered in its clock, batches of sent requests and finished
+    records pulled during the run, `done` with its result; every request once, none twice."""
+    from servebench.client.host import dumps, record_from_fields
+    from servebench.client.openai import build_body, encode_body
+    from servebench.client.remote import RemoteShard
+    from servebench.client.spec import Prepared, ShardSpec
+    from tests.support.procs import scripted
+
+    srv = scripted("--ttft-ms", "5", "--itl-ms", "2")
+    try:
+        body = encode_body(build_body(api="completions", model="m", prompt="hi", max_tokens=8))
+        items = [Prepared(id=i, body=body, input_len=1, output_len=8) for i in range(60)]
+        spec = ShardSpec(url=srv.url + "/v1/completions", api="completions",
+                         headers={"Content-Type": "application/json"}, items=items, concurrency=4, preconnect=4)
+        shard = RemoteShard(dumps(spec), 3)
+        msgs: list[tuple[Any, ...]] = []
+        deadline = time.monotonic() + 30
+        while not msgs and time.monotonic() < deadline:
+            msgs += shard.pull(0.5)
+        assert msgs and msgs[0][0] == "ready" and msgs[0][2] == 4, msgs  # (ready, pid, preconnected, …)
+        start_ns = shard.clock() + 50_000_000
+        shard.deliver(("start", start_ns))
+        batches = 0
+        while not any(m[0] in ("done", "error") for m in msgs) and time.monotonic() < deadline:
+            got = shard.pull(0.5)
+            batches += any(m[0] == "batch" for m in got)
+            msgs += got
+    finally:
+        srv.stop()
+    kinds = [m[0] for m in msgs]
+    assert kinds[0] == "ready" and kinds[-1] == "done" and set(kinds[1:-1]) == {"batch"}, kinds
+    assert batches >= 2  # records came back during the run, not only at the end
+    sent = [stub[0] for m in msgs if m[0] == "batch" for stub in m[1]]
+    records = [record_from_fields(v) for m in msgs if m[0] == "batch" for v in m[2]]
+    assert sorted(sent) == sorted(r.id for r in records) == list(range(60))
+    assert all(r.status == "ok" and r.output_tokens == 8 for r in records)
+    result = msgs[-1][1]
+    assert result.index == 3 and result.records == [] and result.start_late_ms is not None
+    assert result.t0_ns == start_ns  # the instant as delivered: this host's clock, no conversion
