@@ -9,7 +9,10 @@ import numpy as np
 import pytest
 
 from servebench.results import precision
+from servebench.results.columns import RecordColumns
+from servebench.results.metrics import request_latencies_ms
 from servebench.results.precision import half_width_pct, percentile_floor, quantile_interval, run_intervals
+from servebench.results.records import RequestRecord
 
 _Z = {0.5: 0.0, 0.99: 2.3263478740408408}  # standard normal quantiles
 _SIGMA = 0.5  # log-scale spread: lognormal latencies, median 100 ms, P99 ~320 ms
@@ -117,3 +120,58 @@ def test_stop_rule_needs_the_target_twice_in_a_row() -> None:
     assert "ttft p99" in precision.imprecise(few, 10.0)
     block = precision.with_target(precision.precision_block(few), few, 10.0, None, "the limit came first")
     assert block["met"] is False and block["stop_reason"].startswith("the limit came first; still wider")
+
+
+def _records_and_columns(split: bool) -> tuple[list[RequestRecord], RecordColumns]:
+    from tests.unit.test_validation import _varied
+
+    recs = _varied(1500, seed=8)
+    if not split:  # every chunk one token: the gaps stay integer ns in the columns
+        recs = [r for r in recs if not r.chunk_tokens or max(r.chunk_tokens) <= 1 or r.chunks == 1]
+    return recs, RecordColumns.from_records(recs)
+
+
+@pytest.mark.parametrize(("split", "piece"), [(False, None), (True, None), (False, 100), (True, 37)])
+def test_the_column_path_gives_the_record_paths_intervals(split: bool, piece: int | None,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.unit.test_validation import _same
+
+    if piece:  # the gaps read a few rows at a time, as a long run's are
+        monkeypatch.setattr(precision, "_PIECE", piece)
+    recs, cols = _records_and_columns(split)
+    assert (cols.itl_unit_ns == 1e6) is split
+    block = precision.precision_block(recs)
+    assert all(iv is not None for m in block["metrics"].values() for iv in m.values())
+    _same(block, precision.precision_block_columns(cols), "precision")
+    # the ITL interval from the compact integer gaps (a long run's path) is the same too
+    _same(block, precision.precision_block_columns(cols, compact_above=0), "compact")
+    for target in (1.0, 10.0, 50.0):
+        assert precision.imprecise(recs, target) == precision.imprecise_columns(cols, target)
+        _same(precision.with_target(block, recs, target, None, "the limit came first"),
+              precision.with_target_columns(block, cols, target, None, "the limit came first"), "target")
+    assert precision.imprecise(recs, 1.0) and not precision.imprecise(recs, 50.0)
+
+
+def test_the_stop_rule_keeps_three_numbers_a_request_and_says_what_the_records_say() -> None:
+    from tests.support.synth import synth_records
+
+    many = synth_records(4000, seed=2, warmup=3, fail_every=50)
+    observed = precision.StopRule(10.0)
+    rng = np.random.default_rng(0)
+    for r in [many[i] for i in rng.permutation(len(many))]:  # in the order they finish, not sent
+        observed.observe(r)
+    assert observed.observed == sum(1 for r in many if r.ok and not r.warmup)
+    given = precision.StopRule(10.0)
+    assert observed() is None and given(many) is None  # armed at the first look
+    assert observed() == given(many) is not None
+    # a worker's batch of arrays counts as its records would
+    batch = precision.StopRule(10.0)
+    done = [r for r in many if r.ok and not r.warmup]
+    lats = [request_latencies_ms(r) for r in done]
+    batch.observe_batch(np.array([r.t_send_ns for r in done]),
+                        {m: np.array([x[m] if x[m] is not None else np.nan for x in lats]) for m in ("ttft", "tpot")})
+    assert batch() is None and batch() == observed()
+    few = precision.StopRule(10.0)
+    for r in many[:100]:
+        few.observe(r)
+    assert few() is None and few() is None

@@ -8,18 +8,21 @@ import dataclasses
 import pytest
 
 from servebench.results import metrics
+from servebench.results.columns import RecordColumns
 from servebench.results.records import RequestRecord
 from servebench.results.schema import ServerMetrics, Summary
 from servebench.results.validation import (
     Bounds,
     bounds_from_cost,
     concurrency_held,
+    concurrency_held_columns,
     e2e_consistency,
     littles_law,
     percentile_floors,
     physical_bounds,
     token_counts,
     validate,
+    validate_columns,
 )
 from servebench.sim.steptime import StepCost
 from tests.support.synth import synth_records, synth_run_info
@@ -134,3 +137,77 @@ def test_concurrency_held_sees_slots_left_empty(records: list[RequestRecord]) ->
     lagged = concurrency_held(late, 16)
     assert lagged is not None and lagged == pytest.approx(1.38 / 1.58, abs=0.04), lagged
     assert concurrency_held(records[:10], 16) is None  # no refill: nothing to judge
+
+
+# ------------------------------------------------------------------ the column path: the same figures
+def _varied(n: int = 900, seed: int = 5) -> list[RequestRecord]:
+    """Synthetic records with every kind of row the checks treat apart: warm-up, failures, chunks that
+    carry several tokens, one-chunk answers, counted (not usage) tokens, input usage missing."""
+    recs = synth_records(n, concurrency=24, seed=seed, warmup=6, fail_every=37)
+    for r in recs:
+        if not r.ok:
+            continue
+        if r.id % 7 == 0 and len(r.chunk_ns) >= 4:  # chunks of 2 tokens (the last alone if odd)
+            ns = list(r.chunk_ns)
+            r.chunk_ns = ns[::2] if len(ns) % 2 else [*ns[::2][:-1], ns[-1]]
+            r.chunk_tokens = [2] * (len(r.chunk_ns) - 1) + [r.output_tokens - 2 * (len(r.chunk_ns) - 1)]  # type: ignore[operator]
+            r.chunks = len(r.chunk_ns)
+            r.t_last_ns = r.chunk_ns[-1]
+        elif r.id % 11 == 0:  # the whole answer in one chunk
+            r.chunk_ns, r.chunk_tokens, r.chunks = [r.chunk_ns[-1]], [r.output_tokens or 0], 1
+            r.t_first_ns = r.t_first_answer_ns = r.t_last_ns = r.chunk_ns[0]
+        if r.id % 13 == 0:
+            r.output_tokens_source = "counted"
+        if r.id % 17 == 0:
+            r.input_tokens = None
+    return recs
+
+
+def _same(a: object, b: object, where: str = "", rel: float = 1e-12) -> None:
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and list(a) == list(b), where
+        for k in a:
+            _same(a[k], b[k], f"{where}.{k}", rel)
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _same(x, y, f"{where}[{i}]", rel)
+    elif isinstance(a, float):
+        assert b == pytest.approx(a, rel=rel, abs=1e-12), where
+    else:
+        assert a == b and type(a) is type(b), (where, a, b)
+
+
+@pytest.mark.parametrize(("seed", "piece"), [(5, None), (6, 50)])
+def test_the_column_path_gives_the_record_paths_figures(seed: int, piece: int | None,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    if piece:  # the gaps read a few rows at a time, as a long run's are
+        from servebench.results import precision
+
+        monkeypatch.setattr(precision, "_PIECE", piece)
+    recs = _varied(seed=seed)
+    cols = RecordColumns.from_records(recs)
+    gen = sum(r.output_tokens or 0 for r in recs)
+    for server in (None, _server(gen), _server(gen * 1.5)):
+        s = _summary(recs, server)
+        bounds: Bounds = {"itl_floor_ms": 5.0, "tokens_per_s_ceiling": 1e6, "source": "test"}
+        by_record = validate(recs, s, bounds=bounds)
+        by_column = validate_columns(cols, s, bounds=bounds)
+        # exact, but E2E's per-request mean gap, summed in another order (within rounding)
+        _same(by_record, by_column, "validation", rel=1e-9)
+        assert [c["status"] for c in by_record] == [c["status"] for c in by_column]
+    assert validate(recs, _summary(recs, _server(gen * 1.5)))[0]["status"] == "fail"  # token_counts
+    assert concurrency_held(recs, 24) == concurrency_held_columns(cols, 24)
+    few = recs[:10]
+    assert concurrency_held(few, 24) is concurrency_held_columns(RecordColumns.from_records(few), 24) is None
+    # a failing E2E check is failed the same way
+    bad = [dataclasses.replace(r, output_tokens=2 * (r.output_tokens or 0)) if r.id % 5 == 0 and r.ok else r
+           for r in recs]
+    _same(e2e_consistency(bad), validate_columns(RecordColumns.from_records(bad), _summary(bad))[2], "e2e", rel=1e-9)
+    assert e2e_consistency(bad)["status"] == "fail"
+
+
+def test_the_column_path_reads_an_empty_run() -> None:
+    failed = synth_records(40, fail_every=1)
+    s = _summary(failed)
+    _same(validate(failed, s), validate_columns(RecordColumns.from_records(failed), s), "validation")

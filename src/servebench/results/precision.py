@@ -24,10 +24,13 @@ quantiles the interval covers the true median and P99 in at least 90% of them.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from array import array
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from servebench.results.colsummary import COMPACT_ABOVE, linear_percentiles
+from servebench.results.columns import RecordColumns
 from servebench.results.metrics import itl_gaps_ms, request_latencies_ms
 from servebench.results.records import RequestRecord
 from servebench.results.schema import PercentileInterval, Precision
@@ -40,12 +43,16 @@ __all__ = [
     "STOP_METRICS",
     "half_width_pct",
     "imprecise",
+    "imprecise_columns",
     "percentile_floor",
     "plus_minus",
     "precision_block",
+    "precision_block_columns",
     "quantile_interval",
+    "row_gaps_ms",
     "run_intervals",
     "with_target",
+    "with_target_columns",
 ]
 
 #: The confidence level of every interval here.
@@ -54,6 +61,7 @@ CONFIDENCE = 0.95
 MAX_BATCHES = 16
 #: Values per batch at the least; below 2 batches' worth there is no interval.
 MIN_PER_BATCH = 8
+_PIECE = 1 << 22  # gaps in ms at a time, reading them from columns
 #: The headline percentiles: (label, q).
 HEADLINE: tuple[tuple[str, float], ...] = (("median", 0.5), ("p99", 0.99))
 #: What --target-precision waits for: these metrics' headline percentiles.
@@ -107,16 +115,27 @@ def quantile_interval(values: Sequence[float] | np.ndarray, q: float, *,
     n = x.size
     per = np.ones(n, dtype=np.int64) if sizes is None else np.asarray(sizes, dtype=np.int64)
     per = per[per > 0]
-    k = batch_count(int(per.size))
-    if n == 0 or k == 0 or int(per.sum()) != n:
+    if n == 0 or batch_count(int(per.size)) == 0 or int(per.sum()) != n:
         return None
     estimate = float(np.percentile(x, 100 * q))
     below = (x <= estimate).astype(np.int64)
     starts = np.concatenate([[0], np.cumsum(per)[:-1]])
+    return _interval(q, estimate, np.add.reduceat(below, starts), per,
+                     lambda level: float(np.percentile(x, 100 * level)))
+
+
+def _interval(q: float, estimate: float, below: np.ndarray, per: np.ndarray,
+              percentile: Callable[[float], float]) -> PercentileInterval | None:
+    """Steps 2-4 of the module docstring: `below[i]` of request i's `per[i]` values (send order, every
+    `per` > 0) are <= `estimate`; `percentile(level)` is the sample's quantile at a level in [0, 1]."""
+    n = int(per.sum())
+    k = batch_count(int(per.size))
+    if k == 0:
+        return None
     cuts = _cuts(per, k)
-    bounds = np.concatenate([[0], starts[cuts], [n]])
+    bounds = np.concatenate([[0], cuts, [per.size]])
     c = np.add.reduceat(below, bounds[:-1])
-    m = np.diff(bounds).astype(float)
+    m = np.add.reduceat(per, bounds[:-1]).astype(float)
     k = int(m.size)
     if k < 2:
         return None
@@ -125,8 +144,8 @@ def quantile_interval(values: Sequence[float] | np.ndarray, q: float, *,
     se = math.sqrt(max(se2, q * (1 - q) / n))
     t = t975(k - 1)
     lo, hi = q - t * se, q + t * se
-    low = float(np.percentile(x, 100 * lo)) if lo >= 0 else None
-    high = float(np.percentile(x, 100 * hi)) if hi <= 1 else None
+    low = percentile(lo) if lo >= 0 else None
+    high = percentile(hi) if hi <= 1 else None
     return {"estimate": estimate, "low": low, "high": high, "half_width_pct": _half_width_pct(estimate, low, high)}
 
 
@@ -176,11 +195,24 @@ def precision_block(records: Sequence[RequestRecord]) -> Precision:
 def imprecise(records: Sequence[RequestRecord], target_pct: float) -> list[str]:
     """The headline percentiles of STOP_METRICS not yet known to ±target_pct % (empty: all are), for
     --target-precision. Only what the stop rule needs is computed (no ITL)."""
-    done = _completed_in_send_order(records)
+    done = [r for r in records if not r.warmup and r.status == "ok" and r.t_send_ns is not None]
     lats = [request_latencies_ms(r) for r in done]
+    return _imprecise(np.array([r.t_send_ns or 0 for r in done], dtype=np.int64),
+                      {m: np.array([_nan(x[m]) for x in lats], dtype=float) for m in STOP_METRICS}, target_pct)
+
+
+def _nan(v: float | None) -> float:
+    return math.nan if v is None else v
+
+
+def _imprecise(t_send_ns: np.ndarray, values: Mapping[str, np.ndarray], target_pct: float) -> list[str]:
+    """`imprecise` over arrays of completed measured requests in any order (NaN: no value): sorted by
+    send time (stably, so ties keep the given order)."""
+    order = np.argsort(t_send_ns, kind="stable")
     out = []
     for metric in STOP_METRICS:
-        x = np.array([v for a in lats if (v := a[metric]) is not None], dtype=float)
+        x = values[metric][order]
+        x = x[~np.isnan(x)]
         for label, q in HEADLINE:
             hw = half_width_pct(quantile_interval(x, q))
             if hw is None or hw > target_pct:
@@ -191,20 +223,55 @@ def imprecise(records: Sequence[RequestRecord], target_pct: float) -> list[str]:
 class StopRule:
     """The --target-precision stop rule (client.shard asks it every few seconds, off the hot path): why
     the run may stop now, or None. The target must hold at two checks in a row, so one lucky check
-    (a tail that looked quiet for a moment) does not end the run."""
+    (a tail that looked quiet for a moment) does not end the run.
+
+    It keeps what it needs of each completed measured request as it finishes (`observe` a record, or
+    `observe_batch` arrays from a worker's batch): its send time, TTFT and TPOT, three numbers in
+    packed arrays, never the record."""
 
     def __init__(self, target_pct: float) -> None:
         self.target_pct = target_pct
         self._streak = 0
+        self._t_send = array("q")
+        self._lat = {m: array("d") for m in STOP_METRICS}
 
-    def __call__(self, records: Sequence[RequestRecord]) -> str | None:
-        if imprecise(records, self.target_pct):
+    def observe(self, record: RequestRecord) -> None:
+        """A finished request (any: only completed measured ones count)."""
+        if record.warmup or record.status != "ok" or record.t_send_ns is None:
+            return
+        lat = request_latencies_ms(record)
+        self._t_send.append(record.t_send_ns)
+        for m in STOP_METRICS:
+            self._lat[m].append(_nan(lat[m]))
+
+    def observe_batch(self, t_send_ns: np.ndarray, latencies_ms: Mapping[str, np.ndarray]) -> None:
+        """Completed measured requests at once: their send times and, per STOP_METRICS name, their
+        latencies in ms (NaN: none)."""
+        self._t_send.extend(np.asarray(t_send_ns, dtype=np.int64).tolist())
+        for m in STOP_METRICS:
+            self._lat[m].extend(np.asarray(latencies_ms[m], dtype=float).tolist())
+
+    @property
+    def observed(self) -> int:
+        """Completed measured requests observed so far."""
+        return len(self._t_send)
+
+    def __call__(self, records: Sequence[RequestRecord] | None = None) -> str | None:
+        """The verdict over `records`, or (None) over the requests observed."""
+        if records is not None:
+            missing = imprecise(records, self.target_pct)
+            n = sum(1 for r in records if not r.warmup and r.status == "ok")
+        else:
+            t_send = np.frombuffer(self._t_send, dtype=np.int64)
+            missing = _imprecise(t_send, {m: np.frombuffer(a, dtype=float) for m, a in self._lat.items()},
+                                 self.target_pct)
+            n = t_send.size
+        if missing:
             self._streak = 0
             return None
         self._streak += 1
         if self._streak < 2:
             return None
-        n = sum(1 for r in records if not r.warmup and r.status == "ok")
         return (f"target precision reached: the median and P99 of TTFT and TPOT known to ±{self.target_pct:g}% "
                 f"(95%) at two checks in a row, after {n:,} completed requests")
 
@@ -215,10 +282,107 @@ def with_target(block: Precision, records: Sequence[RequestRecord], target_pct: 
     the run, or the final records meet it), and why the run stopped (`stopped_by` from the rule, else
     `otherwise`: the limit, an interrupt). The block's intervals cover every completed request,
     those still in flight at the stop included, so they may differ a little from the rule's last look."""
-    missing = imprecise(records, target_pct)
+    return _with_missing(block, imprecise(records, target_pct), target_pct, stopped_by, otherwise)
+
+
+def _with_missing(block: Precision, missing: list[str], target_pct: float, stopped_by: str | None,
+                  otherwise: str) -> Precision:
     reason = stopped_by or (otherwise + (f"; still wider than ±{target_pct:g}%: {', '.join(missing)}"
                                          if missing else ""))
     return {**block, "target_pct": target_pct, "met": stopped_by is not None or not missing, "stop_reason": reason}
+
+
+# ------------------------------------------------------------------------------ from columns
+def _completed_rows_in_send_order(cols: RecordColumns) -> np.ndarray:
+    """Rows of completed measured requests, in send order (stably: rows are in id order, as records
+    sorted by id)."""
+    done = np.flatnonzero(cols.completed)
+    return done[np.argsort(cols.t_send[done], kind="stable")]
+
+
+def _latencies(cols: RecordColumns, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """TTFT, TPOT and E2E (ms, NaN where undefined) of `rows`, with `metrics.request_latencies_ms`'s
+    float operations."""
+    send, first, last = cols.t_send[rows], cols.t_first[rows], cols.t_last[rows]
+    n = np.nan_to_num(cols.output_tokens[rows])
+    has = (n > 1) & ~np.isnan(last) & ~np.isnan(first)
+    tpot = np.full(rows.size, math.nan)
+    tpot[has] = (last[has] - first[has]) / 1e6 / (n[has] - 1)
+    return {"ttft": (first - send) / 1e6, "tpot": tpot, "e2e": (last - send) / 1e6}
+
+
+def row_gaps_ms(cols: RecordColumns, max_piece: int | None = None) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
+    """`cols.itl` in ms, a piece of whole rows at a time (about `max_piece` gaps, default `_PIECE`):
+    (first row, end row, their gaps in ms, each row's start in the piece plus the piece's end). Rows are
+    in id order, rows without gaps included (empty)."""
+    max_piece = max_piece or _PIECE
+    counts = cols.itl_counts
+    ends = np.cumsum(counts)
+    starts = ends - counts
+    r, rows = 0, int(counts.size)
+    while r < rows:
+        r1 = max(r + 1, int(np.searchsorted(ends, starts[r] + max_piece, side="right")))
+        a, b = int(starts[r]), int(ends[r1 - 1])
+        seg = cols.itl[a:b]
+        ms = seg if cols.itl_unit_ns == 1e6 else seg / 1e6
+        yield r, r1, np.asarray(ms, dtype=float), np.append(starts[r:r1] - a, b - a)
+        r = r1
+
+
+def _itl_percentile(cols: RecordColumns, compact_above: int) -> Callable[[float], float]:
+    """The gaps' quantile (ms) at a level in [0, 1], as np.percentile over them in ms: from their compact
+    integer form when there are many (colsummary.linear_percentiles), else from a copy in ms."""
+    if cols.itl_unit_ns == 1.0 and cols.itl.size > compact_above:
+        itl = cols.itl
+        return lambda level: linear_percentiles(itl, (100 * level,), 1e6)[0]
+    x = cols.itl_ms()
+    return lambda level: float(np.percentile(x, 100 * level))
+
+
+def _itl_intervals(cols: RecordColumns, order: np.ndarray, compact_above: int) -> dict[str, PercentileInterval | None]:
+    """The ITL intervals with the gaps left where they lie (module docstring of `precision_block_columns`)."""
+    per = cols.itl_counts[order]
+    keep = per > 0
+    if cols.itl.size == 0 or batch_count(int(keep.sum())) == 0:
+        return {label: None for label, _ in HEADLINE}
+    percentile = _itl_percentile(cols, compact_above)
+    out: dict[str, PercentileInterval | None] = {}
+    for label, q in HEADLINE:
+        estimate = percentile(q)
+        below = np.zeros(cols.itl_counts.size, dtype=np.int64)
+        for r, r1, ms, bounds in row_gaps_ms(cols):
+            cum = np.zeros(ms.size + 1, dtype=np.int64)
+            np.cumsum(ms <= estimate, out=cum[1:])
+            below[r:r1] = cum[bounds[1:]] - cum[bounds[:-1]]
+        out[label] = _interval(q, estimate, below[order][keep], per[keep], percentile)
+    return out
+
+
+def precision_block_columns(cols: RecordColumns, *, compact_above: int = COMPACT_ABOVE) -> Precision:
+    """`precision_block` of the same records from their columns (`columns.RecordColumns`, as a run reads
+    requests.parquet back): the same figures, with no record in memory. The ITL gaps stay where they
+    lie (rows in id order): the estimate and the interval's ends are percentiles of all of them, in any
+    order, and the batches need only each request's count of gaps at or below the estimate, taken in
+    send order."""
+    order = _completed_rows_in_send_order(cols)
+    lat = _latencies(cols, order)
+    metrics: dict[str, dict[str, PercentileInterval | None]] = {
+        name: {label: quantile_interval(x[~np.isnan(x)], q) for label, q in HEADLINE} for name, x in lat.items()}
+    metrics["itl"] = _itl_intervals(cols, order, compact_above)
+    return {"method": METHOD, "confidence": CONFIDENCE, "metrics": metrics}
+
+
+def imprecise_columns(cols: RecordColumns, target_pct: float) -> list[str]:
+    """`imprecise` of the same records from their columns."""
+    rows = np.flatnonzero(cols.completed)
+    lat = _latencies(cols, rows)
+    return _imprecise(cols.t_send[rows].astype(np.int64), lat, target_pct)
+
+
+def with_target_columns(block: Precision, cols: RecordColumns, target_pct: float, stopped_by: str | None,
+                        otherwise: str) -> Precision:
+    """`with_target` of the same records from their columns."""
+    return _with_missing(block, imprecise_columns(cols, target_pct), target_pct, stopped_by, otherwise)
 
 
 def plus_minus(iv: PercentileInterval | None, digits: int = 1) -> str:

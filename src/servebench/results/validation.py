@@ -24,8 +24,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypedDict
 
+import numpy as np
+
+from servebench.results.columns import RecordColumns
 from servebench.results.metrics import dig, itl_gaps_ms, request_latencies_ms, window_ns
-from servebench.results.precision import percentile_floor
+from servebench.results.precision import percentile_floor, row_gaps_ms
 from servebench.results.records import RequestRecord
 from servebench.results.schema import Summary, ValidationCheck
 from servebench.sim.steptime import StepCost, distinct_experts
@@ -38,14 +41,20 @@ __all__ = [
     "Bounds",
     "bounds_from_cost",
     "concurrency_held",
+    "concurrency_held_columns",
     "e2e_consistency",
+    "e2e_consistency_columns",
     "in_flight_mean",
     "littles_law",
+    "littles_law_columns",
     "percentile_floors",
     "physical_bounds",
     "summary_line",
     "token_counts",
+    "token_counts_columns",
     "validate",
+    "validate_columns",
+    "window_columns",
 ]
 
 #: Σ usage vs the server's generation counter: relative tolerance (plus the tokens of failed requests).
@@ -95,22 +104,34 @@ def token_counts(records: Sequence[RequestRecord], server: Mapping[str, Any] | N
     """Client-counted chunks vs server usage (per request), Σ usage vs the server's counter."""
     sent = [r for r in records if r.t_send_ns is not None]
     with_usage = [r for r in sent if r.status == "ok" and r.output_tokens_source == "usage" and r.chunk_ns]
+    usage = None
+    if with_usage:
+        usage = (sum(r.chunks for r in with_usage), sum(r.output_tokens or 0 for r in with_usage),
+                 sum(1 for r in with_usage if r.chunks > (r.output_tokens or 0)))
+    return _token_verdict(
+        usage, server,
+        client=sum(r.output_tokens or 0 for r in sent),  # warm-up included: the server counted it too
+        shortfall=sum(max(r.output_len - (r.output_tokens or 0), 0) for r in sent if r.status != "ok"),
+        client_input=sum(r.input_tokens if r.input_tokens is not None else r.input_len for r in sent))
+
+
+def _token_verdict(usage: tuple[int, int, int] | None, server: Mapping[str, Any] | None, *, client: int,
+                   shortfall: int, client_input: int) -> ValidationCheck:
+    """`token_counts` judged from its totals over sent requests: (chunks, usage tokens, requests with more
+    chunks than usage) of completed ones with usage (None: none has), every output token the client
+    saw, the tokens failed ones were asked for and did not get, the input tokens."""
     figures: dict[str, float | int | str | None] = {}
     problems: list[str] = []
     checked: list[str] = []
-    if with_usage:
-        chunks = sum(r.chunks for r in with_usage)
-        usage = sum(r.output_tokens or 0 for r in with_usage)
-        over = sum(1 for r in with_usage if r.chunks > (r.output_tokens or 0))
-        figures.update({"client_chunks": chunks, "usage_tokens": usage, "requests_more_chunks_than_usage": over})
+    if usage is not None:
+        chunks, used, over = usage
+        figures.update({"client_chunks": chunks, "usage_tokens": used, "requests_more_chunks_than_usage": over})
         checked.append("usage")
         if over:
             problems.append(f"{over} requests carried more token chunks than their usage reports tokens")
     gen = (server or {}).get("generation_tokens")
     if gen is not None:
-        client = sum(r.output_tokens or 0 for r in sent)  # warm-up included: the server counted it too
-        failed = [r for r in sent if r.status != "ok"]
-        slack = TOKEN_TOLERANCE * client + sum(max(r.output_len - (r.output_tokens or 0), 0) for r in failed)
+        slack = TOKEN_TOLERANCE * client + shortfall
         figures.update({"client_output_tokens": client, "server_generation_tokens": gen,
                         "tolerance_tokens": slack})
         checked.append("server metrics")
@@ -121,8 +142,7 @@ def token_counts(records: Sequence[RequestRecord], server: Mapping[str, Any] | N
     prompt = (server or {}).get("prompt_tokens")
     if prompt is not None:  # reported, not judged: engines differ on whether cached tokens count
         figures["server_prompt_tokens"] = prompt
-        figures["client_input_tokens"] = sum(r.input_tokens if r.input_tokens is not None else r.input_len
-                                             for r in sent)
+        figures["client_input_tokens"] = client_input
     if not checked:
         return _check("token_counts", "skipped", figures,
                       "no usage in the responses and no generation counter on the server: nothing to compare")
@@ -177,7 +197,11 @@ def littles_law(records: Sequence[RequestRecord], summary: Summary) -> Validatio
         return _check("littles_law", "skipped", {}, "no completed request in a measured window")
     w_ms = sum((r.t_end_ns or 0) - (r.t_send_ns or 0) for r in done) / len(done) / 1e6
     sent = [r for r in records if r.t_send_ns is not None]
-    L = in_flight_mean(sent, *win)
+    return _littles_verdict(lam, w_ms, in_flight_mean(sent, *win), summary)
+
+
+def _littles_verdict(lam: float, w_ms: float, L: float, summary: Summary) -> ValidationCheck:
+    """Little's law judged: throughput `lam` (req/s) × mean response time `w_ms` against `L` in flight."""
     lw = lam * w_ms / 1e3
     err = abs(lw - L) / L if L > 0 else float("inf")
     figures: dict[str, float | int | str | None] = {
@@ -216,6 +240,10 @@ def e2e_consistency(records: Sequence[RequestRecord]) -> ValidationCheck:
         worst = max(worst, err / e2e if e2e > 0 else 0.0)
         if err > max(E2E_TOLERANCE * e2e, 1.0):
             off += 1
+    return _e2e_verdict(judged, off, worst)
+
+
+def _e2e_verdict(judged: int, off: int, worst: float) -> ValidationCheck:
     if not judged:
         return _check("e2e_consistency", "skipped", {},
                       "no completed streamed request with two or more chunks and tokens")
@@ -287,6 +315,111 @@ def validate(records: Sequence[RequestRecord], summary: Summary, *,
         token_counts(records, summary.get("server")),
         littles_law(records, summary),
         e2e_consistency(records),
+        physical_bounds(summary, bounds),
+        percentile_floors(summary),
+    ]
+
+
+# ------------------------------------------------------------------------------ from columns
+# The same checks over `columns.RecordColumns` (what a run reads back from requests.parquet), so the run
+# keeps no record in memory: the same figures as the record functions above (tests/unit/test_validation.py
+# holds them together). Times in the columns are float64 ns, exact (< 2**53); sums run over int64.
+
+def _ns(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.int64)
+
+
+def _in_flight_ns(send: np.ndarray, end: np.ndarray, start_ns: int, end_ns: int) -> float:
+    """`in_flight_mean` over int64 send and end times."""
+    if end_ns <= start_ns:
+        return 0.0
+    busy = np.maximum(np.minimum(end, end_ns) - np.maximum(send, start_ns), 0)
+    return int(busy.sum()) / (end_ns - start_ns)
+
+
+def window_columns(cols: RecordColumns) -> tuple[int, int] | None:
+    """`metrics.window_ns` of the measured rows: first send to last end."""
+    m = cols.measured
+    sends, ends = cols.t_send[m], cols.t_end[m]
+    ends = ends[~np.isnan(ends)]
+    if not sends.size or not ends.size:
+        return None
+    return int(sends.min()), int(ends.max())
+
+
+def token_counts_columns(cols: RecordColumns, server: Mapping[str, Any] | None) -> ValidationCheck:
+    """`token_counts` from columns."""
+    sent = ~np.isnan(cols.t_send)
+    out = np.nan_to_num(cols.output_tokens)
+    chunks = np.nan_to_num(cols.chunks)
+    with_usage = sent & cols.ok & cols.usage_output & (chunks > 0)
+    usage = None
+    if with_usage.any():
+        usage = (int(chunks[with_usage].sum()), int(out[with_usage].sum()),
+                 int(np.count_nonzero(chunks[with_usage] > out[with_usage])))
+    failed = sent & ~cols.ok
+    inputs = np.where(np.isnan(cols.input_tokens), cols.input_len, cols.input_tokens)
+    return _token_verdict(usage, server, client=int(out[sent].sum()),
+                          shortfall=int(np.maximum(cols.output_len[failed] - out[failed], 0).sum()),
+                          client_input=int(inputs[sent].sum()))
+
+
+def littles_law_columns(cols: RecordColumns, summary: Summary) -> ValidationCheck:
+    """`littles_law` from columns."""
+    win = window_columns(cols)
+    lam = summary["throughput"]["requests_per_s"]
+    done = cols.measured & cols.ok & ~np.isnan(cols.t_end)
+    if win is None or win[1] <= win[0] or not lam or not done.any():
+        return _check("littles_law", "skipped", {}, "no completed request in a measured window")
+    w_ms = int((_ns(cols.t_end[done]) - _ns(cols.t_send[done])).sum()) / int(done.sum()) / 1e6
+    sent = ~np.isnan(cols.t_send) & ~np.isnan(cols.t_end)
+    return _littles_verdict(lam, w_ms, _in_flight_ns(_ns(cols.t_send[sent]), _ns(cols.t_end[sent]), *win), summary)
+
+
+def concurrency_held_columns(cols: RecordColumns, concurrency: int | None,
+                             rows: np.ndarray | None = None) -> float | None:
+    """`concurrency_held` from columns (of the rows in the boolean mask `rows`, if given)."""
+    if not concurrency:
+        return None
+    sent = ~np.isnan(cols.t_send) & ~np.isnan(cols.t_end)
+    if rows is not None:
+        sent &= rows
+    if (~np.isnan(cols.session[sent])).any() or int(sent.sum()) <= concurrency:
+        return None
+    send, end = _ns(cols.t_send[sent]), _ns(cols.t_end[sent])
+    sends = np.sort(send)
+    start, last = int(sends[concurrency - 1]), int(sends[-1])
+    if last <= start:
+        return None
+    return _in_flight_ns(send, end, start, last) / concurrency
+
+
+def e2e_consistency_columns(cols: RecordColumns) -> ValidationCheck:
+    """`e2e_consistency` from columns: each request's mean gap is its gaps' sum over their count (the
+    record path's mean of the same gaps, to rounding)."""
+    sums = np.zeros(cols.itl_counts.size)
+    for r, r1, ms, bounds in row_gaps_ms(cols):
+        has = bounds[1:] > bounds[:-1]
+        if has.any():
+            sums[r:r1][has] = np.add.reduceat(ms, bounds[:-1][has])
+    n = np.nan_to_num(cols.output_tokens)
+    rows = (cols.completed & (np.nan_to_num(cols.chunks) >= 2) & (n >= 2) & ~np.isnan(cols.t_first)
+            & ~np.isnan(cols.t_last) & (cols.itl_counts > 0))
+    send = cols.t_send[rows]
+    ttft, e2e = (cols.t_first[rows] - send) / 1e6, (cols.t_last[rows] - send) / 1e6
+    predicted = ttft + sums[rows] / cols.itl_counts[rows] * (n[rows] - 1)
+    err = np.abs(predicted - e2e)
+    rel = np.divide(err, e2e, out=np.zeros(err.size), where=e2e > 0)
+    off = int(np.count_nonzero(err > np.maximum(E2E_TOLERANCE * e2e, 1.0)))
+    return _e2e_verdict(int(rows.sum()), off, max(0.0, float(rel.max())) if rel.size else 0.0)
+
+
+def validate_columns(cols: RecordColumns, summary: Summary, *, bounds: Bounds | None = None) -> list[ValidationCheck]:
+    """`validate` from columns: every self-check, in the same order."""
+    return [
+        token_counts_columns(cols, summary.get("server")),
+        littles_law_columns(cols, summary),
+        e2e_consistency_columns(cols),
         physical_bounds(summary, bounds),
         percentile_floors(summary),
     ]
