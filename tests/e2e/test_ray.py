@@ -235,3 +235,22 @@ def test_remote_shard_speaks_the_worker_protocol_without_ray() -> None:
     result = msgs[-1][1]
     assert result.index == 3 and result.records == [] and result.start_late_ms is not None
     assert result.t0_ns == start_ns  # the instant as delivered: this host's clock, no conversion
+
+
+def test_an_address_nothing_answers_at_fails_at_once(tmp_path: Path) -> None:
+    """ray.init would retry a dead address for minutes: the run checks it first, before any result is written."""
+    import importlib.util
+    import socket
+
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("Ray is not installed")
+    with socket.socket() as s:  # a port nothing listens on: bound, never listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        t = time.monotonic()
+        proc = subprocess.run([str(_BIN / "servebench"), "run", "--ray", f"127.0.0.1:{port}", "--num-requests", "5",
+                               "--out", str(tmp_path / "x"), "--no-report"], capture_output=True, text=True,
+                              timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"--ray 127.0.0.1:{port}: nothing answers there" in " ".join(proc.stderr.split())
+    assert time.monotonic() - t < 60 and not (tmp_path / "x").exists()

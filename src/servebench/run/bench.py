@@ -184,6 +184,10 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     """One run against a server already up at `url` (`emulated`: it is our emulator, `cfg.profile`)."""
     base = normalize_base_url(url)
     headers = cfg.request_headers()
+    if cfg.ray is not None:  # a Ray address nothing answers at fails before anything is written
+        from servebench.run.ray_run import check_reachable
+
+        check_reachable(cfg.ray)
     info = await preflight(base, cfg.model, headers)
     gpus, gpus_source = await _gpus(cfg, info.base_url, headers, emulated=emulated)
     caps = await _probe(cfg, info, headers)

@@ -30,6 +30,7 @@ worker_lost accounting and its merge) over another transport. In order:
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ from servebench.client.spec import ShardResult, ShardSpec
 from servebench.errors import ConfigError, ServebenchError
 from servebench.run.workers import ProcessShards, _Worker
 
-__all__ = ["LEAD_S", "PULL_WAIT_S", "SILENT_S", "RayShards", "import_ray"]
+__all__ = ["LEAD_S", "PULL_WAIT_S", "SILENT_S", "RayShards", "check_reachable", "import_ray"]
 
 #: The common start instant is this far ahead of now once every actor is ready (a call to each).
 LEAD_S = 1.0
@@ -107,6 +108,8 @@ class RayShards(ProcessShards):
         ray = self._ray
         if not ray.is_initialized():
             address = None if self.address in (None, "", "local") else self.address
+            if address is not None:
+                check_reachable(address)
             try:
                 ray.init(address=address, log_to_driver=False, configure_logging=False)
             except (ConnectionError, RuntimeError, ValueError) as e:
@@ -266,6 +269,18 @@ class RayShards(ProcessShards):
             assert isinstance(w, _RayWorker)
             part.host, part.clock_offset_ns, part.clock_error_ns = w.host, w.offset_ns, w.error_ns
         return result
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A HOST:PORT address that nothing answers at fails now, in words (ray.init would retry for minutes)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or "://" in address or not port.isdigit():
+        return  # ray://…, auto: Ray's to resolve
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout_s).close()
+    except OSError as e:
+        raise ServebenchError(f"--ray {address}: nothing answers there ({e}); is `ray start --head` running at "
+                              "that address, and reachable from here?") from e
 
 
 def _error_text(e: BaseException) -> str:
