@@ -19,8 +19,10 @@ Two faces over the same `shard.Shard`:
   never stalls the event loop; the loop only appends to two lists. Messages from the run are read
   by another thread (blocking reads; the pipe stays in blocking mode for both). A worker ignores SIGINT (the run
   forwards `stop`) and stops when the pipe closes (the run is gone).
+- `host_shard(out, listen, index, spec)`: that loop over any transport; `client.remote.RemoteShard`
+  runs it on a thread with a queue for its messages (what a `--ray` actor hosts, run/ray_run.py).
 - `run_shard(spec_bytes, start_ns)`: the same shard as one blocking call that returns its result
-  with every record, for any host that can call a function (the seam a Ray actor will use).
+  with every record, for any host that can only call a function.
 
 Clocks: `start_ns` is `time.perf_counter_ns()`, which on Linux reads CLOCK_MONOTONIC, one clock for
 every process of the host: a worker takes the instant as given and its records are relative to the
