@@ -95,8 +95,8 @@ class RayShards(ProcessShards):
     # ------------------------------------------------------------------ public
     async def run(self) -> ShardResult:
         self._ray = import_ray()
-        self._connect()
         try:
+            self._connect()
             return await super().run()
         finally:
             self._closing = True
