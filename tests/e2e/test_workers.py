@@ -183,11 +183,19 @@ def test_stop_rule_is_asked_of_the_merged_records_and_forwarded() -> None:
     from servebench.run.workers import ProcessShards
     from tests.support.procs import scripted
 
-    seen: list[set[int]] = []
+    class Enough:
+        """A stop rule that has seen enough after 20 completed requests, from whichever shard."""
 
-    def enough(records: Any) -> str | None:
-        seen.append({shard_of(r.id, 2) for r in records})
-        return "enough" if len(records) >= 20 else None
+        def __init__(self) -> None:
+            self.seen: list[int] = []
+
+        def observe(self, record: RequestRecord) -> None:
+            self.seen.append(shard_of(record.id, 2))
+
+        def __call__(self) -> str | None:
+            return "enough" if len(self.seen) >= 20 else None
+
+    enough = Enough()
 
     srv = scripted("--ttft-ms", "5", "--itl-ms", "5")
     try:
@@ -199,7 +207,8 @@ def test_stop_rule_is_asked_of_the_merged_records_and_forwarded() -> None:
         result = asyncio.run(shards.run())
     finally:
         srv.stop()
-    assert shards.stopped_by == "enough" and seen[-1] == {0, 1}
+    assert shards.stopped_by == "enough" and set(enough.seen) == {0, 1}
+    assert sorted(enough.seen) == sorted(shard_of(r.id, 2) for r in result.records)  # every record, once
     assert 20 <= len(result.records) < 200  # 400 at ~0.1 s each on 4 slots would take ~10 s
     assert all(r.status == "ok" for r in result.records)
     assert not result.failure and not result.interrupted

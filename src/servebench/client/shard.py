@@ -31,7 +31,8 @@ import gc
 import itertools
 import resource
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Protocol
 
 from servebench.client.openai import StreamAccumulator
 from servebench.client.outcome import classify_status, exception_kind, fail, finish_stream, finish_unary
@@ -41,7 +42,7 @@ from servebench.client.spec import Prepared, ShardResult, ShardSpec
 from servebench.client.split import units_of
 from servebench.results.records import RequestRecord
 
-__all__ = ["CLIENT_ERROR_STREAK", "Shard"]
+__all__ = ["CLIENT_ERROR_STREAK", "Shard", "StopCheck"]
 
 _perf_ns = time.perf_counter_ns
 
@@ -49,8 +50,21 @@ _perf_ns = time.perf_counter_ns
 CLIENT_ERROR_STREAK = 32
 
 
+class StopCheck(Protocol):
+    """A stop rule as the shard uses it (`results.precision.StopRule`): told of each finished record,
+    asked every few seconds whether the run may stop (why, or None)."""
+
+    def observe(self, record: RequestRecord) -> None: ...
+
+    def __call__(self) -> str | None: ...
+
+
 class Shard:
-    """Runs one shard's schedule against the target and returns its records."""
+    """Runs one shard's schedule against the target and returns its records.
+
+    Records go to `on_record` as they finish; only without one does the shard keep them, for its
+    result (`ShardResult.records`). A run writes them to disk and keeps none: its memory does not grow
+    with the number of requests."""
 
     def __init__(
         self,
@@ -58,7 +72,7 @@ class Shard:
         *,
         on_record: Callable[[RequestRecord], None] | None = None,
         stop: asyncio.Event | None = None,
-        enough: Callable[[Sequence[RequestRecord]], str | None] | None = None,
+        enough: StopCheck | None = None,
         ready: Callable[[int], Awaitable[int]] | None = None,
         on_send: Callable[[RequestRecord], None] | None = None,
     ) -> None:
@@ -69,9 +83,10 @@ class Shard:
         self.ready = ready
         self.on_send = on_send  # told of each request as it is sent (its host tracks what is in flight)
         self.stop = stop or asyncio.Event()
-        # a stop rule (--target-precision): asked every few seconds, off the hot path, whether the
-        # records so far say enough; its answer (why) stops new sends like a limit does
+        # a stop rule (--target-precision): told of each record, asked every few seconds, off the hot
+        # path, whether the records so far say enough; its answer (why) stops new sends like a limit does
         self.enough = enough
+        self._keep = on_record is None
         self.stopped_by: str | None = None
         self.records: list[RequestRecord] = []
         self.t0_ns = 0
@@ -328,7 +343,8 @@ class Shard:
             self._record(rec)
 
     def _record(self, rec: RequestRecord) -> None:
-        self.records.append(rec)
+        if self._keep:
+            self.records.append(rec)
         self.done += 1
         if rec.status != "ok":
             self.failed += 1
@@ -341,6 +357,8 @@ class Shard:
                               f"last on {rec.error_detail}")
         else:
             self._client_errors = 0
+        if self.enough is not None:
+            self.enough.observe(rec)
         if self.on_record is not None:
             self.on_record(rec)
 
@@ -358,7 +376,7 @@ class Shard:
         while self.stopped_by is None:
             await asyncio.sleep(wait_s)
             t = _perf_ns()
-            self.stopped_by = self.enough(self.records)
+            self.stopped_by = self.enough()
             wait_s = max(2.0, 100 * (_perf_ns() - t) / 1e9)
 
     async def _watch(self, lag: list[float], cpu_peak: list[float]) -> None:

@@ -48,7 +48,13 @@ from servebench.results.store import (
     prepare_out_dir,
     write_json,
 )
-from servebench.results.validation import Bounds, bounds_from_cost, concurrency_held, validate
+from servebench.results.validation import (
+    Bounds,
+    bounds_from_cost,
+    concurrency_held_columns,
+    validate_columns,
+    window_columns,
+)
 from servebench.run.config import RunConfig
 from servebench.target import servermetrics
 from servebench.target.preflight import DEFAULT_PROFILE, EmulatorProcess, TargetInfo, preflight
@@ -199,6 +205,8 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     items = workload.items
     prepared = plan_requests(cfg, items, info.model, rejected)
     trace = any("t_s" in item.meta for item in items)
+    del items
+    workload.items = []  # the prompts live on in the encoded bodies: not held through the run
     open_loop = cfg.load_mode != "concurrency" or trace
     cache_reset = None
     if cfg.reset_cache:  # after the workload's own requests to the server (tokenize, probes), before the clock
@@ -286,7 +294,9 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     metrics_after = (await servermetrics.scrape(info.base_url, headers, path=metrics_path)
                      if metrics_before else None)
 
-    out_tokens = sum(r.output_tokens or 0 for r in result.records if r.status == "ok")
+    # every figure from here on is computed from the records on disk, as columns (the run keeps no record)
+    cols = load_columns(out_dir)
+    out_tokens = int(np.nan_to_num(cols.output_tokens[cols.ok]).sum())
     client: ClientMeasures = {
         "cpu_s": result.cpu_s,
         "cpu_us_per_token": (result.cpu_s * 1e6 / out_tokens) if out_tokens else None,
@@ -325,18 +335,18 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
         "interrupted": interrupted,
     }
     # from the records on disk, as columns (results.colsummary): the same figures as metrics.summarize
-    summary = summarize_columns(load_columns(out_dir), run=run_doc, slo=cfg.slo or None, client=client,
+    summary = summarize_columns(cols, run=run_doc, slo=cfg.slo or None, client=client,
                                 gpus=gpus, gpus_source=gpus_source)
 
     if not open_loop:  # the closed loop's share of --concurrency held while refilling (results.validation)
-        summary["client"]["concurrency_held"] = concurrency_held(result.records, spec.concurrency)
+        summary["client"]["concurrency_held"] = concurrency_held_columns(cols, spec.concurrency)
     saturated, reasons, advice = assess_client(summary, open_loop=cfg.load_mode in ("rate", "ramp"),
                                                rx_timestamps=result.rx_timestamps)
     summary["client"].update({"saturated": saturated, "reasons": reasons, "advice": advice})
     if result.parts:  # --workers: each process judged on its own, the saturated one named (run/workers.py)
         from servebench.run.workers import assess_shards
 
-        assess_shards(summary, result, spec, open_loop=cfg.load_mode in ("rate", "ramp"),
+        assess_shards(summary, result, spec, cols, open_loop=cfg.load_mode in ("rate", "ramp"),
                       rx_timestamps=result.rx_timestamps)
     # connections asked for before the clock but not opened (so opened inside it), and why the
     # client stopped sending early, if it did (client.shard)
@@ -347,16 +357,16 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
         slo_spec = parse_slo_spec(cfg.slo_text)
         if slo_spec.has_run_limits:
             summary["slo_check"] = evaluate_slo(summary, slo_spec)
-    summary["validation"] = validate(result.records, summary, bounds=_bounds(cfg, emulated))
-    summary["precision"] = precision.precision_block(result.records)
+    summary["validation"] = validate_columns(cols, summary, bounds=_bounds(cfg, emulated))
+    summary["precision"] = precision.precision_block_columns(cols)
     if target_pct is not None:
         otherwise = ("interrupted" if interrupted else "the client stopped on an error" if result.failure
                      else "the limit came first (--num-requests or --duration)")
-        summary["precision"] = precision.with_target(summary["precision"], result.records, target_pct,
-                                                     shard.stopped_by, otherwise)
+        summary["precision"] = precision.with_target_columns(summary["precision"], cols, target_pct,
+                                                             shard.stopped_by, otherwise)
     summary["notes"] = _notes(cfg, summary, caps, len(prepared))
     # GPU energy over the measured window (target/telemetry.py, results/energy.py); why not, without a source
-    summary["energy"] = gpu.finish(out_dir, result.t0_ns, result.records, summary["tokens"]["output_total"])
+    summary["energy"] = gpu.finish(out_dir, result.t0_ns, window_columns(cols), summary["tokens"]["output_total"])
     if cache_reset is not None and cache_reset.get("note"):
         summary["notes"].append(cache_reset["note"])
     if shortfall:

@@ -32,7 +32,7 @@ import resource
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, cast
@@ -41,14 +41,15 @@ import numpy as np
 
 from servebench.client.host import dumps, record_from_fields, worker_main
 from servebench.client.outcome import fail
-from servebench.client.shard import quiet_gc
+from servebench.client.shard import StopCheck, quiet_gc
 from servebench.client.spec import ShardResult, ShardSpec
-from servebench.client.split import global_id, shard_of, split_spec
+from servebench.client.split import global_id, split_spec
 from servebench.errors import ServebenchError
+from servebench.results.columns import RecordColumns
 from servebench.results.metrics import assess_client
 from servebench.results.records import RequestRecord
 from servebench.results.schema import ShardFigures, Summary
-from servebench.results.validation import concurrency_held
+from servebench.results.validation import concurrency_held_columns
 
 __all__ = ["LEAD_S", "ProcessShards", "assess_shards", "shard_figures"]
 
@@ -97,7 +98,7 @@ class ProcessShards:
         workers: int,
         on_record: Callable[[RequestRecord], None] | None = None,
         stop: asyncio.Event | None = None,
-        enough: Callable[[Sequence[RequestRecord]], str | None] | None = None,
+        enough: StopCheck | None = None,
         on_ready: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.spec = spec
@@ -107,7 +108,7 @@ class ProcessShards:
         self.enough = enough
         self.on_ready = on_ready
         self.stopped_by: str | None = None
-        self.records: list[RequestRecord] = []
+        self.records: list[RequestRecord] = []  # kept only without `on_record` (as `Shard` does)
         self.done = 0
         self.failed = 0
         self.output_tokens = 0
@@ -229,14 +230,17 @@ class ProcessShards:
             w.error = msg[1]
 
     def _record(self, rec: RequestRecord) -> None:
-        self.records.append(rec)
         self.done += 1
         if rec.status != "ok":
             self.failed += 1
         elif rec.output_tokens:
             self.output_tokens += rec.output_tokens
+        if self.enough is not None:
+            self.enough.observe(rec)
         if self.on_record is not None:
             self.on_record(rec)
+        else:
+            self.records.append(rec)
 
     def _lost(self, w: _Worker) -> None:
         """The pipe closed before a result: the process is gone. What it had in flight is lost."""
@@ -318,7 +322,7 @@ class ProcessShards:
         while self.stopped_by is None:
             await asyncio.sleep(wait_s)
             t = time.perf_counter_ns()
-            self.stopped_by = self.enough(self.records)
+            self.stopped_by = self.enough()
             wait_s = max(2.0, 100 * (time.perf_counter_ns() - t) / 1e9)
         for w in self._workers:
             self._send(w, ("enough", self.stopped_by))
@@ -390,26 +394,28 @@ def _cpu_s() -> float:
 
 
 # --------------------------------------------------------------------- summary
-def shard_figures(result: ShardResult, spec: ShardSpec, *, open_loop: bool, rx_timestamps: str) -> list[ShardFigures]:
-    """Each shard's own figures from the merged result: its records (by run-wide id), CPU, lags, and
-    `assess_client`'s verdict on it alone."""
+def shard_figures(result: ShardResult, spec: ShardSpec, cols: RecordColumns, *, open_loop: bool,
+                  rx_timestamps: str) -> list[ShardFigures]:
+    """Each shard's own figures from the merged result and the run's records as columns: its rows (by
+    run-wide id), CPU, lags, and `assess_client`'s verdict on it alone."""
     n = len(result.parts)
     slices = split_spec(spec, n) if n else []
-    by_shard: list[list[RequestRecord]] = [[] for _ in range(n)]
-    for r in result.records:
-        by_shard[shard_of(r.id, n)].append(r)
+    shard = cols.id % max(n, 1)  # (split.shard_of, over every row)
+    lost = cols.error_kind == "worker_lost"
     out: list[ShardFigures] = []
-    for part, recs, sub in zip(result.parts, by_shard, slices, strict=True):
-        measured = [r for r in recs if not r.warmup and r.error_kind != "worker_lost"]
-        lag = np.array([(r.t_send_ns - r.t_sched_ns) / 1e6 for r in measured if r.t_send_ns is not None])
+    for part, sub in zip(result.parts, slices, strict=True):
+        mine = shard == part.index
+        measured = mine & ~cols.warmup & ~lost
+        sent = measured & ~np.isnan(cols.t_send)
+        lag = (cols.t_send[sent] - cols.t_sched[sent]) / 1e6
         died = not part.rx_timestamps
         fig: ShardFigures = {
             "index": part.index,
             "pid": part.pid,
             "concurrency": sub.concurrency,
-            "requests": len(recs),
-            "completed": sum(1 for r in recs if r.status == "ok"),
-            "lost": sum(1 for r in recs if r.error_kind == "worker_lost"),
+            "requests": int(mine.sum()),
+            "completed": int((mine & cols.ok).sum()),
+            "lost": int((mine & lost).sum()),
             "died": died,
             "cpu_s": None if died else part.cpu_s,
             "cpu_share": None if died or not part.elapsed_s else part.cpu_s / part.elapsed_s,
@@ -434,7 +440,7 @@ def shard_figures(result: ShardResult, spec: ShardSpec, *, open_loop: bool, rx_t
                                       "loop_lag_ms_p99": fig["loop_lag_ms_p99"] or 0.0,
                                       "schedule_lag_ms": {"p99": fig["schedule_lag_ms_p99"]}}
             if not open_loop:
-                client["concurrency_held"] = concurrency_held(measured, sub.concurrency)
+                client["concurrency_held"] = concurrency_held_columns(cols, sub.concurrency, rows=measured)
             saturated, reasons, _ = assess_client(cast(Summary, {"client": client}), open_loop=open_loop,
                                                   rx_timestamps=rx_timestamps)
             fig["saturated"], fig["reasons"] = saturated, reasons
@@ -442,14 +448,14 @@ def shard_figures(result: ShardResult, spec: ShardSpec, *, open_loop: bool, rx_t
     return out
 
 
-def assess_shards(summary: Summary, result: ShardResult, spec: ShardSpec, *, open_loop: bool,
-                  rx_timestamps: str) -> None:
+def assess_shards(summary: Summary, result: ShardResult, spec: ShardSpec, cols: RecordColumns, *,
+                  open_loop: bool, rx_timestamps: str) -> None:
     """The client verdict of a run over worker processes, in place: each shard judged on its own (CPU is
     a process's, so summed CPU over the run says nothing of saturation), the merged send lag or
     concurrency held judged over the run, and the run process's own CPU (it reads and writes every
     record); names the saturated shard (`client.workers.saturated_shard`, the highest CPU share among them)."""
     client = summary["client"]
-    figs = shard_figures(result, spec, open_loop=open_loop, rx_timestamps=rx_timestamps)
+    figs = shard_figures(result, spec, cols, open_loop=open_loop, rx_timestamps=rx_timestamps)
     parent_cpu = result.parent_cpu_s
     merged: dict[str, Any] = {"schedule_lag_ms": client["schedule_lag_ms"],
                               "concurrency_held": client.get("concurrency_held")}

@@ -36,13 +36,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from servebench.results.energy import GpuReading, energy_block, not_available
-from servebench.results.metrics import window_ns
-from servebench.results.records import RequestRecord
 from servebench.results.schema import Energy
 from servebench.results.store import write_json
 from servebench.target.prometheus import labelled_samples
@@ -246,14 +243,13 @@ class Telemetry:
                 out.append(GpuReading(t_s, gpu, **{k: d.get(k) for k in _FIELDS}))
         return out
 
-    def finish(self, out_dir: Path, origin_ns: int, records: Sequence[RequestRecord], output_tokens: int) -> Energy:
+    def finish(self, out_dir: Path, origin_ns: int, win: tuple[int, int] | None, output_tokens: int) -> Energy:
         """Stop sampling, write gpu-telemetry.json, and return the summary's `energy` block over the
-        measured window (the measured requests' first send to last end)."""
+        measured window `win` (ns from the origin: the measured requests' first send to last end)."""
         self.stop()
         if self.source is None:
             return not_available(self.why or "no GPU telemetry")
         readings = self.readings(origin_ns)
-        win = window_ns([r for r in records if not r.warmup and r.t_send_ns is not None])
         window = (win[0] / 1e9, win[1] / 1e9) if win else None
         doc = {
             "schema": "servebench.gpu_telemetry/1", "source": self.source.name, "url": self.spec,
