@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +18,17 @@ import pytest
 
 from servebench.report.data import inflight_series, samples_ms, tokens_per_s_series
 from servebench.report.html import write_report
-from servebench.results import metrics
-from servebench.results.colsummary import linear_percentiles, order_statistics, pairwise_sum, summarize_columns
+from servebench.results import metrics, tokenpass
+from servebench.results.colsummary import (
+    GapStats,
+    bucket_counts,
+    linear_percentiles,
+    order_statistics,
+    pairwise_sum,
+    plan_windows,
+    streamed_gap_distribution,
+    summarize_columns,
+)
 from servebench.results.columnar import PARTS, RECORDS, RecordWriter, load_columns, read_records
 from servebench.results.columns import RecordColumns
 from servebench.results.export import export_records
@@ -151,3 +162,66 @@ def test_old_jsonl_result_still_loads_and_renders(tmp_path: Path) -> None:
     assert [dataclasses.asdict(r) for r in loaded.records] == [dataclasses.asdict(r) for r in recs]
     assert "Requests in flight" in write_report(run).read_text()
     assert load_columns(run).id.tolist() == [r.id for r in recs]
+
+
+def _streamed(monkeypatch: pytest.MonkeyPatch, *, pilot_every: int = 2, chart: int = 1000) -> None:
+    """Columns built from now on keep no gap (as a run of more than HOLD_UP_TO gaps does)."""
+    monkeypatch.setattr(tokenpass, "HOLD_UP_TO", 0)
+    monkeypatch.setattr(tokenpass, "PILOT_EVERY", pilot_every)
+    monkeypatch.setattr(tokenpass, "CHART_SAMPLE", chart)
+
+
+def _exact_mean_std(ns: np.ndarray) -> tuple[float, float]:
+    """The mean and population standard deviation of ns integers, in ms, from exact rationals."""
+    n, s1, s2 = len(ns), sum(int(x) for x in ns), sum(int(x) ** 2 for x in ns)
+    return float(Fraction(s1, n * 10**6)), math.sqrt(Fraction(n * s2 - s1 * s1, n * n * 10**12))
+
+
+@pytest.mark.parametrize("pilot_every", [1, 3, 1000])
+def test_a_large_run_keeps_no_gap_and_gives_the_same_itl_summary(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pilot_every: int) -> None:
+    """A run of more gaps than HOLD_UP_TO is summarised from sums, bucket counts and the gaps kept
+    in the percentile windows (or a second pass where a window misses: pilot_every=1000 samples
+    one group of rows only): every ITL figure as numpy's, mean and std exact."""
+    recs = synth_records(700, seed=11, concurrency=16)
+    held = RecordColumns.from_records(recs)
+    want = metrics.summarize(recs)["latency_ms"]["itl"]
+    with RecordWriter(tmp_path / RECORDS, flush_records=64) as w:  # 11 row groups, read in 2 parts
+        for r in recs:
+            w.write(r)
+    _streamed(monkeypatch, pilot_every=pilot_every)
+    for cols in (RecordColumns.from_records(recs), load_columns(tmp_path)):
+        assert cols.held_itl is None and cols.gap_stats is not None and cols.gap_stats.n == held.itl.size
+        got = summarize_columns(cols)["latency_ms"]["itl"]
+        assert {k: v for k, v in got.items() if k not in ("mean", "std")} == {
+            k: v for k, v in want.items() if k not in ("mean", "std")}
+        assert (got["mean"], got["std"]) == _exact_mean_std(held.itl)
+        assert got["mean"] == pytest.approx(want["mean"], rel=1e-15)
+        assert got["std"] == pytest.approx(want["std"], rel=1e-14)
+        step = -(-held.itl.size // 1000)
+        assert cols.itl_chart_ms.tolist() == (held.itl[::step] / 1e6).tolist()  # every step-th in send order
+        assert cols.itl.tolist() == held.itl.tolist()  # read again when asked (compare), in send order
+
+
+def test_windows_that_miss_fall_back_to_a_second_pass() -> None:
+    rng = np.random.default_rng(4)
+    gaps = rng.lognormal(np.log(20e6), 0.5, 50_000).astype(np.int64)
+    ms = gaps / 1e6
+    want = [float(x) for x in np.percentile(ms, metrics.PERCENTILES)]
+    ranks_q = np.asarray(metrics.PERCENTILES) / 100
+    right = plan_windows(bucket_counts(gaps), ranks_q)
+    wrong = plan_windows(bucket_counts(np.sort(gaps)[:5000]), ranks_q)  # from the smallest gaps only: they miss
+    for windows, second_passes in ((right, 0), (wrong, 1), (None, 1)):
+        stats = GapStats(windows=windows)
+        for piece in np.array_split(gaps, 7):
+            stats.add(piece, int(piece.min()), int(piece.max()))
+        passes: list[int] = []
+
+        def parts(passes: list[int] = passes) -> list[list[np.ndarray]]:
+            passes.append(1)
+            return [np.array_split(gaps, 3)]
+
+        got = streamed_gap_distribution(stats, parts)
+        assert [got["median"], got["p90"], got["p95"], got["p99"]] == want
+        assert (got["min"], got["max"], got["count"]) == (ms.min(), ms.max(), gaps.size)
+        assert len(passes) == second_passes

@@ -13,7 +13,7 @@ from servebench.report.charts import (
     RefLine,
     Series,
     cdf_chart,
-    gantt_chart,
+    gantt_columns,
     histogram_chart,
     line_chart,
 )
@@ -51,12 +51,14 @@ def _use_log(xs: Sequence[float]) -> bool:
     return len(pos) == len(xs) and len(xs) > 2 and max(pos) / min(pos) >= 8
 
 
-def _thin_points(xs: list[float], ys: list[float], k: int = 4000) -> tuple[list[float], list[float], str]:
-    """At most k points of a scatter (an evenly spaced, deterministic subset) and a note saying so."""
-    if len(xs) <= k:
-        return xs, ys, ""
-    idx = [int(i * len(xs) / k) for i in range(k)]
-    return [xs[i] for i in idx], [ys[i] for i in idx], f"{k} of {len(xs)} requests shown"
+def _thin_points(xs: np.ndarray, ys: np.ndarray, k: int = 4000) -> tuple[list[float], list[float], str]:
+    """At most k points of a scatter (an evenly spaced, deterministic subset: point int(i·n/k) for
+    i < k) and a note saying so."""
+    n = int(xs.size)
+    if n <= k:
+        return xs.tolist(), ys.tolist(), ""
+    idx = (np.arange(k) * n / k).astype(np.int64)
+    return xs[idx].tolist(), ys[idx].tolist(), f"{k} of {n} requests shown"
 
 
 def run_figures(run: RunResult) -> dict[str, str]:
@@ -91,13 +93,12 @@ def run_figures(run: RunResult) -> dict[str, str]:
     end = np.where(np.isnan(c.t_end[m]), np.where(np.isnan(c.t_last[m]), send, c.t_last[m]), c.t_end[m])
     # (send, first token or None, end, failed) of each request, in the order gantt_chart sorts them
     order = np.lexsort((~ok_m, end, np.nan_to_num(first, nan=-np.inf), send))
-    firsts = [None if math.isnan(f) else f for f in (first[order] / 1e9).tolist()]
-    bars = list(zip((send[order] / 1e9).tolist(), firsts, (end[order] / 1e9).tolist(), (~ok_m[order]).tolist()))
     good = ok_m & ~np.isnan(first)  # completed: time to first token; failed: time to failure
     bad_end = np.where(np.isnan(c.t_end[m]) | (c.t_end[m] == 0), send, c.t_end[m])[~ok_m]
     bad_send = send[~ok_m]
-    figs["requests_gantt"] = gantt_chart(bars, title="Requests over the run", presorted=True)
-    sx, sy, note = _thin_points((send[good] / 1e9).tolist(), ((first[good] - send[good]) / 1e6).tolist())
+    figs["requests_gantt"] = gantt_columns(send[order] / 1e9, first[order] / 1e9, end[order] / 1e9, ~ok_m[order],
+                                           title="Requests over the run")
+    sx, sy, note = _thin_points(send[good] / 1e9, (first[good] - send[good]) / 1e6)
     series = [Series("TTFT", sx, sy, lines=False, markers=True)]
     if bad_send.size:
         series.append(Series("failed (time to failure)", (bad_send / 1e9).tolist(),
@@ -105,7 +106,7 @@ def run_figures(run: RunResult) -> dict[str, str]:
                              lines=False, markers=True))
     figs["ttft_over_time"] = line_chart(series, title="TTFT by send time", x_label="send time (s)", subtitle=note,
                                         y_label="TTFT (ms)", x_zero=True, refs=_slo_ref(slo, "ttft_ms", "y"))
-    lx, ly, note = _thin_points((c.t_sched[m] / 1e9).tolist(), ((send - c.t_sched[m]) / 1e6).tolist())
+    lx, ly, note = _thin_points(c.t_sched[m] / 1e9, (send - c.t_sched[m]) / 1e6)
     figs["schedule_lag"] = line_chart(
         [Series("schedule lag", lx, ly, lines=False, markers=True)], subtitle=note,
         title="Client schedule lag (send − scheduled)", x_label="scheduled time (s)", y_label="lag (ms)", x_zero=True)

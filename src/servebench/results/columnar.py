@@ -33,10 +33,12 @@ from servebench.results.columns import (
     LIST_COLUMNS,
     NEEDED_COLUMNS,
     SCHEMA,
+    THREADS,
     RecordColumns,
     build_columns,
     compact,
     records_to_table,
+    table_parts,
     table_to_records,
 )
 from servebench.results.records import RequestRecord, record_from_dict
@@ -53,6 +55,7 @@ __all__ = [
     "read_records",
     "read_table",
     "record_files",
+    "token_parts",
 ]
 
 RECORDS = "requests.parquet"
@@ -193,17 +196,66 @@ def _jsonl_records(path: Path) -> list[RequestRecord]:
     return out
 
 
+def _read_file(path: Path, columns: Sequence[str] | None) -> pa.Table:
+    """One Parquet file's columns as `SCHEMA` types (read by `ParquetFile`, column by column on
+    Arrow's threads); a column an older file lacks comes back all null."""
+    want = list(columns) if columns else list(SCHEMA.names)
+    pf = pq.ParquetFile(path)
+    present = set(pf.schema_arrow.names)
+    table = pf.read(columns=[c for c in want if c in present])
+    cols = [table.column(c) if c in present else pa.nulls(table.num_rows, SCHEMA.field(c).type) for c in want]
+    schema = pa.schema([SCHEMA.field(c) for c in want])
+    out = pa.Table.from_arrays(cols, names=want)
+    return out if out.schema == schema else out.cast(schema)
+
+
 def read_table(run_dir: str | Path, columns: Sequence[str] | None = None) -> pa.Table:
     """A run's records as one Arrow table of `SCHEMA` (rows in the order requests finished; an old
     JSONL run's in file order). Empty when there are none."""
     p = Path(run_dir)
     files = record_files(p)
     if files:
-        tables = [pq.read_table(f, columns=list(columns) if columns else None, schema=SCHEMA) for f in files]
-        return pa.concat_tables(tables)
+        return pa.concat_tables([_read_file(f, columns) for f in files])
     jsonl = p / RECORDS_JSONL
     table = records_to_table(_jsonl_records(jsonl)) if jsonl.is_file() else SCHEMA.empty_table()
     return table.select(list(columns)) if columns else table
+
+
+def token_parts(run_dir: str | Path, parts: int = THREADS, group_rows: int = _BATCH_ROWS,
+                every: int = 1) -> list[Iterator[pa.RecordBatch]]:
+    """The token lists (`id`, `chunk_offsets_ns`, `chunk_tokens`) of a run's Parquet files in
+    `parts` runs of consecutive row groups of about equal rows, each an iterator of batches that
+    can be read on a thread of its own (Arrow decodes without the GIL); about `group_rows` rows
+    are read at a time (bounded memory). `every` k: every k-th row group only (a sample)."""
+    groups = []
+    for f in record_files(run_dir):
+        meta = pq.ParquetFile(f).metadata
+        groups += [(f, g, meta.row_group(g).num_rows) for g in range(meta.num_row_groups)]
+    groups = groups[::every]
+    total = sum(n for *_, n in groups) or 1
+    shares: list[list[tuple[Path, int]]] = [[] for _ in range(max(1, parts))]
+    seen = 0
+    for f, g, n in groups:
+        shares[min(len(shares) - 1, seen * len(shares) // total)].append((f, g))
+        seen += n
+    return [_read_groups(share, group_rows) for share in shares if share]
+
+
+def _read_groups(share: list[tuple[Path, int]], group_rows: int) -> Iterator[pa.RecordBatch]:
+    files: dict[Path, pq.ParquetFile] = {}
+    pending: list[int] = []
+    rows = 0
+    for i, (f, g) in enumerate(share):
+        if f not in files:
+            files[f] = pq.ParquetFile(f, pre_buffer=False)
+        pf = files[f]
+        pending.append(g)
+        rows += pf.metadata.row_group(g).num_rows
+        if rows >= group_rows or i == len(share) - 1 or share[i + 1][0] != f:
+            yield from pf.read_row_groups(pending, columns=["id", *LIST_COLUMNS], use_threads=False).to_batches()
+            pending, rows = [], 0
+            if i == len(share) - 1 or share[i + 1][0] != f:
+                del files[f]
 
 
 def iter_batches(run_dir: str | Path, columns: Sequence[str] | None = None,
@@ -225,7 +277,7 @@ def read_records(path: str | Path) -> list[RequestRecord]:
     if p.is_file() and p.suffix == ".jsonl":
         records = _jsonl_records(p)
     elif p.is_file():
-        records = table_to_records(pq.read_table(p, schema=SCHEMA))
+        records = table_to_records(_read_file(p, None))
     else:
         records = table_to_records(read_table(p))
     records.sort(key=lambda r: r.id)
@@ -238,7 +290,7 @@ def load_columns(run_dir: str | Path) -> RecordColumns:
     p = Path(run_dir)
     if record_files(p):
         return build_columns(read_table(p, [*NEEDED_COLUMNS, "chunk_tokens"]),
-                             lambda: iter_batches(p, ["id", *LIST_COLUMNS]))
+                             lambda every: token_parts(p, every=every))
     table = read_table(p)
     return build_columns(table.select([*NEEDED_COLUMNS, "chunk_tokens"]),
-                         lambda: iter(table.select(["id", *LIST_COLUMNS]).to_batches(max_chunksize=_BATCH_ROWS)))
+                         table_parts(table, _BATCH_ROWS))
