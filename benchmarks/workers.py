@@ -6,9 +6,11 @@ Starts the scripted server (tests/support/scripted_server.py) with no delays in 
 
 1. closed loop, `--concurrency` streams of `--output-len` tokens: the run's shard in this process
    (`client.shard.Shard`) and over 2 worker processes (`run.workers.ProcessShards`), interleaved
-   `--repeats` times. CPU is the shard's own measure over the run (getrusage from t0 to the end): one
-   process's, or the sum of both workers' and this process's (which receives and unpickles every
-   record). Target (issue 15): within 10% per streamed token.
+   `--repeats` times, each writing its records to requests.parquet as `servebench run` does
+   (`RecordWriter`, Arrow warmed up before the clock; `--no-records`: records kept in memory, written
+   nowhere). CPU is the shard's own measure over the run (getrusage from t0 to the end, every
+   thread): one process's, or the sum of both workers' and this process's (which receives, unpickles
+   and writes every record). Target (issue 15): within 10% per streamed token.
 2. open loop, Poisson at `--rate` req/s for `--seconds`, over 2 worker processes: the achieved rate
    (requests over the span of their sends, against the nominal rate and against the planned
    schedule's own span) and the median schedule lag (send time - planned time). Target: within 2%,
@@ -23,10 +25,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import tempfile
 from collections.abc import Awaitable
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -34,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 from servebench.client.openai import build_body, encode_body  # noqa: E402
 from servebench.client.shard import Shard  # noqa: E402
 from servebench.client.spec import Prepared, ShardResult, ShardSpec  # noqa: E402
+from servebench.results.store import RECORDS, RecordWriter, warm_up  # noqa: E402
 from servebench.run.workers import ProcessShards  # noqa: E402
 from servebench.workload.schedule import open_loop_offsets_ns  # noqa: E402
 from tests.support.procs import scripted  # noqa: E402
@@ -63,21 +68,45 @@ def _check(result: ShardResult) -> int:
     return sum(len(r.chunk_ns) for r in result.records)
 
 
-def closed_loop(url: str, body: bytes, n: int, c: int, repeats: int) -> None:
+def _closed_once(url: str, body: bytes, n: int, c: int, workers: int, records: bool) -> tuple[ShardResult, int]:
+    """One closed-loop run (records written to a temporary requests.parquet unless not `records`) and
+    its streamed tokens."""
+    spec = _spec(url, body, n, concurrency=c)
+    with tempfile.TemporaryDirectory(prefix="sb-workers-") as tmp:
+        path = Path(tmp) / RECORDS
+
+        async def go() -> ShardResult:
+            writer = RecordWriter(path) if records else None
+            on_record = writer.write if writer is not None else None
+            try:
+                if workers == 1:
+                    return await Shard(spec, on_record=on_record).run()
+                return await ProcessShards(spec, workers=workers, on_record=on_record).run()
+            finally:
+                if writer is not None:
+                    writer.close()
+
+        result = _run(go())
+        if records:
+            table = pq.read_table(path, columns=["status", "chunks"]).to_pydict()
+            assert len(table["status"]) == n and set(table["status"]) == {"ok"}
+            return result, sum(table["chunks"])
+    return result, _check(result)
+
+
+def closed_loop(url: str, body: bytes, n: int, c: int, repeats: int, records: bool) -> None:
     runs: dict[str, list[tuple[float, float]]] = {"1 process": [], "--workers 2": []}
     detail: dict[str, list[str]] = {name: [] for name in runs}
     for _ in range(repeats):
         for name in runs:
-            spec = _spec(url, body, n, concurrency=c)
-            shard = Shard(spec) if name == "1 process" else ProcessShards(spec, workers=2)
-            result = _run(shard.run())
-            tokens = _check(result)
+            result, tokens = _closed_once(url, body, n, c, 1 if name == "1 process" else 2, records)
             runs[name].append((result.cpu_s * 1e6 / tokens, tokens / result.elapsed_s))
             parts = result.parts or [result]
             detail[name].append(" + ".join(f"{p.cpu_s * 1e6 / tokens:.2f}" for p in parts)
                                 + (f" + run process {result.parent_cpu_s * 1e6 / tokens:.2f}" if result.parts else "")
                                 + f" (read pauses {sum(p.read_pauses for p in parts)})")
-    print(f"closed loop, concurrency {c}, {n} requests (median of {repeats}, interleaved)")
+    print(f"closed loop, concurrency {c}, {n} requests (median of {repeats}, interleaved), records "
+          + ("written to requests.parquet" if records else "kept in memory (--no-records)"))
     base = float(np.median([x[0] for x in runs["1 process"]]))
     for name, xs in runs.items():
         us = float(np.median([x[0] for x in xs]))
@@ -122,9 +151,11 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--open-output-len", type=int, default=16)
     ap.add_argument("--skip-closed", action="store_true")
+    ap.add_argument("--no-records", action="store_true", help="closed loop: keep records in memory, write none")
     ap.add_argument("--skip-open", action="store_true")
     args = ap.parse_args()
     srv = scripted("--ttft-ms", "0", "--itl-ms", "0", "--no-usage-chunk")
+    warm_up()  # as servebench run does before the clock
     try:
         url = srv.url + "/v1/completions"
 
@@ -132,7 +163,7 @@ def main() -> None:
             return encode_body(build_body(api="completions", model="m", prompt="hello " * 16, max_tokens=n))
 
         if not args.skip_closed:
-            closed_loop(url, body(args.output_len), args.requests, args.concurrency, args.repeats)
+            closed_loop(url, body(args.output_len), args.requests, args.concurrency, args.repeats, not args.no_records)
         if not args.skip_open:
             open_loop(url, body(args.open_output_len), args.rate, args.seconds)
     finally:

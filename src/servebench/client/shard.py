@@ -40,6 +40,7 @@ from servebench.client.pool import ConnectionPool, Endpoint, request_head
 from servebench.client.sinks import BufferSink, StreamSink
 from servebench.client.spec import Prepared, ShardResult, ShardSpec
 from servebench.client.split import units_of
+from servebench.results.columns import compact
 from servebench.results.records import RequestRecord
 
 __all__ = ["CLIENT_ERROR_STREAK", "Shard", "StopCheck"]
@@ -345,6 +346,8 @@ class Shard:
     def _record(self, rec: RequestRecord) -> None:
         if self._keep:
             self.records.append(rec)
+        else:  # on its way to a file (or a pipe): chunk times packed, ones dropped (a third of the cost
+            compact((rec,))  # of turning records into columns, and of pickling them, for ~1 µs here)
         self.done += 1
         if rec.status != "ok":
             self.failed += 1

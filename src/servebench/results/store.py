@@ -26,7 +26,7 @@ from servebench.errors import ConfigError
 from servebench.results.colsummary import summarize_columns
 from servebench.results.columnar import PARTS, RECORDS, RECORDS_JSONL, RecordWriter, has_records, load_columns
 from servebench.results.columnar import read_records as _read_records
-from servebench.results.columns import RecordColumns
+from servebench.results.columns import RecordColumns, records_to_table
 from servebench.results.records import RequestRecord
 from servebench.results.schema import SUMMARY_VERSIONS, RunInfo, Summary
 
@@ -37,6 +37,7 @@ __all__ = [
     "SUMMARY",
     "RecordWriter",
     "RunResult",
+    "warm_up",
     "default_out_dir",
     "load_run",
     "prepare_out_dir",
@@ -172,3 +173,10 @@ def load_run(path: str | Path, *, with_records: bool = True) -> RunResult:
                                         gpus=gpus if isinstance(gpus, int) else None,
                                         gpus_source=(manifest.get("target") or {}).get("gpus_source"))
     return run
+
+
+def warm_up() -> None:
+    """Turn records into columns once, before the clock: Arrow's first conversion imports pandas where it
+    is installed (about 0.2 s of CPU), which would otherwise stall the event loop at a run's first
+    flush, inside the measured window."""
+    records_to_table([])

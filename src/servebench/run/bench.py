@@ -46,6 +46,7 @@ from servebench.results.store import (
     RecordWriter,
     default_out_dir,
     prepare_out_dir,
+    warm_up,
     write_json,
 )
 from servebench.results.validation import (
@@ -258,6 +259,7 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
 
     loop.add_signal_handler(signal.SIGINT, on_sigint)
     writer = RecordWriter(out_dir / RECORDS)
+    warm_up()  # Arrow's first conversion, before the clock (results.store)
     target_pct = cfg.target_precision
     enough = None if target_pct is None else precision.StopRule(target_pct)
     shard: Shard | ProcessShards | RayShards = Shard(spec, on_record=writer.write, stop=stop, enough=enough)
