@@ -12,6 +12,7 @@ requests.jsonl. Columns and units are those of requests.parquet (docs/results.md
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,15 +21,15 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from servebench.errors import ConfigError, handle_errors
 from servebench.results.columnar import RECORDS, has_records, iter_batches, record_files
-from servebench.results.columns import SCHEMA
+from servebench.results.columns import LIST_COLUMNS, SCHEMA
 from servebench.results.records import RequestRecord
 
-__all__ = ["FORMATS", "export_command", "export_records"]
+__all__ = ["FORMATS", "csv_lines", "export_command", "export_records"]
+_GROUP_ROWS = 8192
 
 FORMATS = ("csv", "parquet", "jsonl")
 _FIELDS = tuple(RequestRecord.__dataclass_fields__)
@@ -46,7 +47,7 @@ def export_records(run_dir: str | Path, fmt: str, out: str | Path | None = None)
         return dest, pq.ParquetFile(dest).metadata.num_rows  # it is the run's own file
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(dest.name + ".tmp")
-    rows = {"csv": _csv, "parquet": _parquet, "jsonl": _jsonl}[fmt](iter_batches(src), tmp)
+    rows = _csv(src, tmp) if fmt == "csv" else {"parquet": _parquet, "jsonl": _jsonl}[fmt](iter_batches(src), tmp)
     tmp.replace(dest)
     return dest, rows
 
@@ -66,17 +67,81 @@ def _joined(lists: pa.Array) -> pa.Array:
     return pc.fill_null(pc.binary_join(text, " "), "")
 
 
-def _csv(batches: Iterator[pa.RecordBatch], path: Path) -> int:
+def _quoted(text: pa.Array) -> pa.Array:
+    """Text as a CSV field in double quotes (a quote inside doubled); null: empty, unquoted."""
+    escaped = pc.replace_substring(text, '"', '""')
+    return pc.fill_null(pc.binary_join_element_wise('"', escaped, '"', ""), "")
+
+
+def csv_lines(batch: pa.RecordBatch) -> pa.Buffer:
+    """The CSV lines of a batch of `SCHEMA` rows, each ending in a newline, exactly as
+    `pyarrow.csv` writes them (strings and the list columns quoted, nulls empty), built column by
+    column in Arrow compute and joined once: no CSV writer scanning a gigabyte of digits for
+    quotes. (The list columns hold digits and spaces only: their quotes are put around them, and
+    the commas and the newline, as the lines are joined.)"""
+    parts: list[pa.Array | str] = []
+    for name in SCHEMA.names:
+        col = batch.column(name)
+        if name in LIST_COLUMNS:
+            parts += ['"', _joined(col), '"']
+        elif pa.types.is_string(col.type):
+            parts.append(_quoted(col))
+        else:
+            parts.append(pc.fill_null(pc.cast(col, pa.string()), ""))
+        parts.append(",")
+    parts[-1] = "\n"
+    lines = pc.binary_join_element_wise(*parts, "")
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32, count=len(lines) + 1, offset=lines.offset * 4)
+    return lines.buffers()[2].slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+
+
+def _csv(src: Path, path: Path) -> int:
+    """CSV (module docstring): the header, then the lines of each group of rows, read and
+    formatted on threads and written in order."""
+    from servebench.results.tokenpass import ordered_map
+
     rows = 0
-    schema = pa.schema([SCHEMA.field(n) if n not in ("chunk_offsets_ns", "chunk_tokens") else pa.field(n, pa.string())
-                        for n in SCHEMA.names])
-    with pacsv.CSVWriter(path, schema) as writer:
-        for b in batches:
-            cols = [(_joined(b.column(n)) if n in ("chunk_offsets_ns", "chunk_tokens") else b.column(n))
-                    for n in SCHEMA.names]
-            writer.write_batch(pa.RecordBatch.from_arrays(cols, schema=schema))
-            rows += len(b)
+    with path.open("wb") as f:
+        f.write((",".join(f'"{n}"' for n in SCHEMA.names) + "\n").encode())
+        for n, texts in ordered_map(_lines_of, _row_groups(src)):
+            for text in texts:
+                f.write(text)
+            rows += n
     return rows
+
+
+_open = threading.local()  # each thread's open Parquet file (its metadata is parsed once)
+
+
+def _row_groups(src: Path) -> Iterator[tuple[Path, list[int]] | pa.RecordBatch]:
+    """What to format, in order: runs of row groups of the Parquet files (about 8,192 rows each),
+    or batches of an old JSONL run."""
+    files = record_files(src)
+    if not files:
+        yield from iter_batches(src)
+        return
+    for f in files:
+        meta = pq.ParquetFile(f).metadata
+        group: list[int] = []
+        rows = 0
+        for g in range(meta.num_row_groups):
+            group.append(g)
+            rows += meta.row_group(g).num_rows
+            if rows >= _GROUP_ROWS:
+                yield f, group
+                group, rows = [], 0
+        if group:
+            yield f, group
+
+
+def _lines_of(item: tuple[Path, list[int]] | pa.RecordBatch) -> tuple[int, list[pa.Buffer]]:
+    if isinstance(item, pa.RecordBatch):
+        return len(item), [csv_lines(item)]
+    f, groups = item
+    if getattr(_open, "path", None) != f:
+        _open.path, _open.file = f, pq.ParquetFile(f, pre_buffer=False)
+    table = _open.file.read_row_groups(groups, use_threads=False)
+    return table.num_rows, [csv_lines(b) for b in table.to_batches()]
 
 
 def _jsonl(batches: Iterator[pa.RecordBatch], path: Path) -> int:

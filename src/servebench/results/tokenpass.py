@@ -18,8 +18,9 @@ their per-request columns.
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +31,7 @@ from servebench.results.colsummary import COMPACT_ABOVE, GapStats, Windows, add_
 from servebench.results.columns import CHART_SAMPLE, THREADS, RecordColumns, TokenParts
 from servebench.results.metrics import PERCENTILES
 
-__all__ = ["HOLD_UP_TO", "parallel_map", "token_pass"]
+__all__ = ["HOLD_UP_TO", "ordered_map", "parallel_map", "token_pass"]
 
 #: Runs with at most this many gaps keep them all in memory (uint32: 64 MB); larger ones stream.
 HOLD_UP_TO = COMPACT_ABOVE
@@ -48,6 +49,23 @@ def parallel_map(fn: Callable[[Any], Any], items: Iterable[Any], threads: int = 
         return [fn(x) for x in work]
     with ThreadPoolExecutor(max_workers=n, thread_name_prefix="servebench-columns") as pool:
         return list(pool.map(fn, work))
+
+
+def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], threads: int = THREADS,
+                ahead: int = 4) -> Iterator[Any]:
+    """`map(fn, items)` with fn on up to `threads` threads, results in order, at most `ahead` items
+    taken from `items` before their results are used (bounded memory)."""
+    if threads <= 1 or (os.cpu_count() or 1) <= 1:
+        yield from map(fn, items)
+        return
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="servebench-columns") as pool:
+        pending: deque[Future[Any]] = deque()
+        for x in items:
+            pending.append(pool.submit(fn, x))
+            if len(pending) >= ahead:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
 
 
 class _Widen(Exception):
