@@ -13,6 +13,9 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
@@ -30,8 +33,8 @@ from servebench.results.colsummary import (
     summarize_columns,
 )
 from servebench.results.columnar import PARTS, RECORDS, RecordWriter, load_columns, read_records
-from servebench.results.columns import RecordColumns
-from servebench.results.export import export_records
+from servebench.results.columns import LIST_COLUMNS, SCHEMA, RecordColumns, records_to_table
+from servebench.results.export import csv_lines, export_records
 from servebench.results.records import RequestRecord
 from servebench.results.store import load_run, write_json
 from tests.support.synth import synth_records, synth_run_info
@@ -225,3 +228,22 @@ def test_windows_that_miss_fall_back_to_a_second_pass() -> None:
         assert [got["median"], got["p90"], got["p95"], got["p99"]] == want
         assert (got["min"], got["max"], got["count"]) == (ms.min(), ms.max(), gaps.size)
         assert len(passes) == second_passes
+
+
+def test_csv_lines_equal_pyarrow_csv_writer() -> None:
+    """The export's own CSV lines are byte for byte what pyarrow.csv writes for the same table
+    (strings quoted, quotes doubled, nulls empty; list columns as quoted space-separated integers)."""
+    recs = realistic()
+    recs[3].status, recs[3].error_kind, recs[3].error_detail = "error", "http_5xx", 'he said "no", then\nleft'
+    recs[4].response_id = 'a"b,c'
+    batch = records_to_table(recs).to_batches()[0]
+    schema = pa.schema([pa.field(n, pa.string()) if n in LIST_COLUMNS else SCHEMA.field(n) for n in SCHEMA.names])
+    cols = [pc.fill_null(pc.binary_join(pa.ListArray.from_arrays(batch.column(n).offsets,
+                                                                 pc.cast(batch.column(n).values, pa.string())), " "),
+                         "") if n in LIST_COLUMNS else batch.column(n) for n in SCHEMA.names]
+    sink = pa.BufferOutputStream()
+    with pacsv.CSVWriter(sink, schema) as writer:
+        writer.write_batch(pa.RecordBatch.from_arrays(cols, schema=schema))
+    header, want = sink.getvalue().to_pybytes().split(b"\n", 1)
+    assert csv_lines(batch).to_pybytes() == want
+    assert header == ",".join(f'"{n}"' for n in SCHEMA.names).encode()
