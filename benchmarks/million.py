@@ -2,9 +2,9 @@
 
     .venv/bin/python benchmarks/million.py [--requests 1000000] [--tokens 128] [--dir /tmp/sb-million]
 
-Writes a synthetic result directory (requests.parquet in the form a run writes it: row groups of
-2,048 requests, one chunk per token, lognormal TTFT and gaps; a manifest; no summary.json), then in
-fresh processes, one after the other:
+Writes a synthetic result directory (requests.parquet in the form a run writes it: parts of 2,048
+requests joined into row groups of 16,384, one chunk per token, lognormal TTFT and gaps; a manifest;
+no summary.json), then in fresh processes, one after the other:
 
 1. `load_run` (the summary recomputed from the columns, as for a killed run); then `write_report`
    (which loads the run, recomputes the summary once and renders report.html and its charts);
@@ -35,10 +35,10 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from servebench.results.columnar import PARQUET_OPTIONS, RECORDS  # noqa: E402
+from servebench.results.columnar import JOIN_ROWS, PARQUET_OPTIONS, RECORDS  # noqa: E402
 from servebench.results.columns import SCHEMA  # noqa: E402
 
-_GROUP = 2048
+_GROUP = 2048  # records per part file of a run; joined into row groups of JOIN_ROWS
 
 
 def synthesize(out: Path, n: int, tokens: int, concurrency: int = 512, seed: int = 0) -> None:
@@ -47,6 +47,7 @@ def synthesize(out: Path, n: int, tokens: int, concurrency: int = 512, seed: int
     out.mkdir(parents=True, exist_ok=True)
     slot_free = np.zeros(concurrency, dtype=np.int64)
     with pq.ParquetWriter(out / RECORDS, SCHEMA, **PARQUET_OPTIONS) as writer:
+        pending: list[pa.Table] = []
         for start in range(0, n, _GROUP):
             m = min(_GROUP, n - start)
             slots = np.arange(start, start + m) % concurrency
@@ -74,7 +75,10 @@ def synthesize(out: Path, n: int, tokens: int, concurrency: int = 512, seed: int
                 "response_id": pa.array([f"cmpl-{i}" for i in range(start, start + m)]),
                 "session": pa.nulls(m, pa.int64()), "turn": pa.nulls(m, pa.int64()),
             }
-            writer.write_table(pa.Table.from_pydict(cols, schema=SCHEMA))
+            pending.append(pa.Table.from_pydict(cols, schema=SCHEMA))
+            if len(pending) * _GROUP >= JOIN_ROWS or start + m >= n:  # as columnar.join_parts joins them
+                writer.write_table(pa.concat_tables(pending), row_group_size=JOIN_ROWS * 2)
+                pending = []
     (out / "manifest.json").write_text(json.dumps({
         "run_id": "million",
         "config": {"model": "synthetic", "url": "http://127.0.0.1:1/v1", "concurrency": concurrency,
@@ -104,11 +108,11 @@ TARGETS = {"summary": (None, None), "summary+report": (5.0, 1000.0), "csv": (10.
            "jsonl": (None, None)}
 
 
-def _run(what: str, d: Path) -> tuple[float, float, float, int]:
+def _run(what: str, d: Path, src: Path) -> tuple[float, float, float, int]:
     """One fresh process: wall s (from before the imports), CPU s (user + system), peak RSS MB, and
     the size of what it wrote."""
     out = d / f"export.{what}"
-    env = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"}
+    env = {"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"}
     proc = subprocess.run([sys.executable, "-c", _CHILD, what, str(d), str(out)], capture_output=True, text=True,
                           check=False, env=env)
     if proc.returncode:
@@ -131,6 +135,8 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=Path("/tmp/sb-million"))
     ap.add_argument("--repeat", type=int, default=3, help="fresh processes per measurement (min and median shown)")
     ap.add_argument("--only", nargs="*", choices=list(TARGETS), help="measure only these")
+    ap.add_argument("--src", type=Path, default=ROOT / "src",
+                    help="the servebench source tree to measure (e.g. a worktree of an older commit, for before/after)")
     args = ap.parse_args()
     d = args.dir
     if not (d / RECORDS).is_file():
@@ -142,7 +148,7 @@ def main() -> None:
     print(f"{os.cpu_count()} CPUs; load average before: {_load()}")
     verdicts = []
     for what in args.only or list(TARGETS):
-        runs = [_run(what, d) for _ in range(args.repeat)]
+        runs = [_run(what, d, args.src) for _ in range(args.repeat)]
         walls, cpus, rsss = ([r[i] for r in runs] for i in range(3))
         size = f", {runs[-1][3] / 1e6:.0f} MB written" if runs[-1][3] else ""
         label = what if what.startswith("summary") else f"export --format {what}"

@@ -32,7 +32,7 @@ from servebench.results.colsummary import (
     streamed_gap_distribution,
     summarize_columns,
 )
-from servebench.results.columnar import PARTS, RECORDS, RecordWriter, load_columns, read_records
+from servebench.results.columnar import PARTS, RECORDS, RecordWriter, join_parts, load_columns, read_records
 from servebench.results.columns import LIST_COLUMNS, SCHEMA, RecordColumns, records_to_table
 from servebench.results.export import csv_lines, export_records
 from servebench.results.records import RequestRecord
@@ -124,7 +124,16 @@ def test_writer_parts_survive_a_kill_and_join_at_close(tmp_path: Path) -> None:
     for r in recs[200:]:
         w.write(r)
     w.close()
-    assert not (tmp_path / PARTS).exists() and pq.ParquetFile(tmp_path / RECORDS).metadata.num_row_groups == 8
+    assert not (tmp_path / PARTS).exists() and pq.ParquetFile(tmp_path / RECORDS).metadata.num_row_groups == 1
+    join_parts_in_groups = RecordWriter(tmp_path / "b" / RECORDS, flush_records=64)
+    for r in recs:
+        join_parts_in_groups.write(r)
+    join_parts_in_groups.flush()
+    for f in join_parts_in_groups._writes:
+        f.result()
+    join_parts(join_parts_in_groups.parts, tmp_path / "b" / RECORDS, group_rows=150)  # 3 parts a group, then 1
+    meta = pq.ParquetFile(tmp_path / "b" / RECORDS).metadata
+    assert [meta.row_group(g).num_rows for g in range(meta.num_row_groups)] == [192, 192, len(recs) - 384]
     assert [r.to_dict() for r in read_records(tmp_path)] == want
     # written records stay in memory packed, and mean the same
     assert not isinstance(recs[0].chunk_ns, list) and metrics.summarize(recs) == metrics.summarize(

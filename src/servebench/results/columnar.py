@@ -44,6 +44,7 @@ from servebench.results.columns import (
 from servebench.results.records import RequestRecord, record_from_dict
 
 __all__ = [
+    "JOIN_ROWS",
     "PARQUET_OPTIONS",
     "PARTS",
     "RECORDS",
@@ -62,9 +63,13 @@ RECORDS = "requests.parquet"
 PARTS = "requests.parts"
 RECORDS_JSONL = "requests.jsonl"  # runs before Parquet; still read
 _BATCH_ROWS = 8192
+#: Records per row group of requests.parquet (parts joined at the end of a run).
+JOIN_ROWS = 16384
 # Offsets within a request rise: delta encoding stores them in ~1-2 bytes each.
 _ENCODING = {"chunk_offsets_ns.list.element": "DELTA_BINARY_PACKED"}
-_DICTIONARY = [n for n in SCHEMA.names if n != "chunk_offsets_ns"]
+# Dictionaries for text only: on the integer columns (times, ids, lengths) they more than double the
+# time to read a column back and save little once zstd has run.
+_DICTIONARY = [n for n in SCHEMA.names if pa.types.is_string(SCHEMA.field(n).type) and n != "response_id"]
 
 
 #: How records are encoded: zstd level 1 (as fast to write as snappy, smaller files), but the chunk
@@ -159,13 +164,18 @@ class RecordWriter:
         self.close()
 
 
-def join_parts(parts: Path, path: Path) -> None:
-    """The part files, in order, as one Parquet file (one row group each), then the parts removed."""
+def join_parts(parts: Path, path: Path, group_rows: int = JOIN_ROWS) -> None:
+    """The part files, in order, as one Parquet file (consecutive parts joined into row groups of
+    at least `group_rows` records: a reader pays per row group and column), then the parts removed."""
     files = sorted(parts.glob("part-*.parquet"))
     tmp = path.with_name(path.name + ".tmp")
     with pq.ParquetWriter(tmp, SCHEMA, **PARQUET_OPTIONS) as writer:
-        for f in files:
-            writer.write_table(pq.read_table(f, schema=SCHEMA))
+        pending: list[pa.Table] = []
+        for i, f in enumerate(files):
+            pending.append(_read_file(f, None))
+            if sum(t.num_rows for t in pending) >= group_rows or i == len(files) - 1:
+                writer.write_table(pa.concat_tables(pending), row_group_size=max(group_rows, 1) * 2)
+                pending = []
     os.replace(tmp, path)
     shutil.rmtree(parts, ignore_errors=True)
 

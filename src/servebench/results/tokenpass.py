@@ -37,7 +37,7 @@ __all__ = ["HOLD_UP_TO", "ordered_map", "parallel_map", "token_pass"]
 HOLD_UP_TO = COMPACT_ABOVE
 _U32_MAX = int(np.iinfo(np.uint32).max)
 #: The sample that places the percentile windows: every PILOT_EVERY-th group of rows.
-PILOT_EVERY = 64
+PILOT_EVERY = 16
 
 
 def parallel_map(fn: Callable[[Any], Any], items: Iterable[Any], threads: int = THREADS) -> list[Any]:
