@@ -5,7 +5,7 @@ During a run, finished records collect in memory and are written every `flush_re
 written under a temporary name and renamed when complete. A run killed with SIGKILL leaves every
 part written before the kill, each a complete Parquet file; what it loses is the records that
 finished since the last flush (at most `flush_records`, at most ~`flush_s` seconds' worth). When the
-run ends the parts are joined into `requests.parquet` (one row group per part) and removed.
+run ends the parts are joined into `requests.parquet` (row groups of `JOIN_ROWS`) and removed.
 Readers take `requests.parquet`, else the parts of a killed run, else an old run's `requests.jsonl`.
 
 The writer's cost on the loop is that of turning each batch into Arrow columns (a few microseconds a
