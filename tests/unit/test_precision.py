@@ -10,7 +10,6 @@ import pytest
 
 from servebench.results import precision
 from servebench.results.columns import RecordColumns
-from servebench.results.metrics import request_latencies_ms
 from servebench.results.precision import half_width_pct, percentile_floor, quantile_interval, run_intervals
 from servebench.results.records import RequestRecord
 
@@ -164,13 +163,6 @@ def test_the_stop_rule_keeps_three_numbers_a_request_and_says_what_the_records_s
     given = precision.StopRule(10.0)
     assert observed() is None and given(many) is None  # armed at the first look
     assert observed() == given(many) is not None
-    # a worker's batch of arrays counts as its records would
-    batch = precision.StopRule(10.0)
-    done = [r for r in many if r.ok and not r.warmup]
-    lats = [request_latencies_ms(r) for r in done]
-    batch.observe_batch(np.array([r.t_send_ns for r in done]),
-                        {m: np.array([x[m] if x[m] is not None else np.nan for x in lats]) for m in ("ttft", "tpot")})
-    assert batch() is None and batch() == observed()
     few = precision.StopRule(10.0)
     for r in many[:100]:
         few.observe(r)

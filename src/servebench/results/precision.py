@@ -225,9 +225,8 @@ class StopRule:
     the run may stop now, or None. The target must hold at two checks in a row, so one lucky check
     (a tail that looked quiet for a moment) does not end the run.
 
-    It keeps what it needs of each completed measured request as it finishes (`observe` a record, or
-    `observe_batch` arrays from a worker's batch): its send time, TTFT and TPOT, three numbers in
-    packed arrays, never the record."""
+    It keeps what it needs of each completed measured request as it finishes (`observe`): its send
+    time, TTFT and TPOT, three numbers in packed arrays, never the record."""
 
     def __init__(self, target_pct: float) -> None:
         self.target_pct = target_pct
@@ -243,13 +242,6 @@ class StopRule:
         self._t_send.append(record.t_send_ns)
         for m in STOP_METRICS:
             self._lat[m].append(_nan(lat[m]))
-
-    def observe_batch(self, t_send_ns: np.ndarray, latencies_ms: Mapping[str, np.ndarray]) -> None:
-        """Completed measured requests at once: their send times and, per STOP_METRICS name, their
-        latencies in ms (NaN: none)."""
-        self._t_send.extend(np.asarray(t_send_ns, dtype=np.int64).tolist())
-        for m in STOP_METRICS:
-            self._lat[m].extend(np.asarray(latencies_ms[m], dtype=float).tolist())
 
     @property
     def observed(self) -> int:
