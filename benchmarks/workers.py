@@ -150,11 +150,13 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=2000.0)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--open-output-len", type=int, default=16)
+    ap.add_argument("--itl-ms", type=float, default=0.0,
+                    help="the server's gap between tokens (0: none, each process's CPU is then at its ceiling)")
     ap.add_argument("--skip-closed", action="store_true")
     ap.add_argument("--no-records", action="store_true", help="closed loop: keep records in memory, write none")
     ap.add_argument("--skip-open", action="store_true")
     args = ap.parse_args()
-    srv = scripted("--ttft-ms", "0", "--itl-ms", "0", "--no-usage-chunk")
+    srv = scripted("--ttft-ms", "0", "--itl-ms", str(args.itl_ms), "--no-usage-chunk")
     warm_up()  # as servebench run does before the clock
     try:
         url = srv.url + "/v1/completions"
