@@ -21,6 +21,7 @@ import pytest
 
 from servebench.report.data import inflight_series, samples_ms, tokens_per_s_series
 from servebench.report.html import write_report
+from servebench.results import export as export_module
 from servebench.results import metrics, tokenpass
 from servebench.results.colsummary import (
     GapStats,
@@ -33,8 +34,8 @@ from servebench.results.colsummary import (
     summarize_columns,
 )
 from servebench.results.columnar import PARTS, RECORDS, RecordWriter, join_parts, load_columns, read_records
-from servebench.results.columns import LIST_COLUMNS, SCHEMA, RecordColumns, records_to_table
-from servebench.results.export import csv_lines, export_records
+from servebench.results.columns import LIST_COLUMNS, SCHEMA, RecordColumns
+from servebench.results.export import export_records
 from servebench.results.records import RequestRecord
 from servebench.results.store import load_run, write_json
 from tests.support.synth import synth_records, synth_run_info
@@ -239,20 +240,23 @@ def test_windows_that_miss_fall_back_to_a_second_pass() -> None:
         assert len(passes) == second_passes
 
 
-def test_csv_lines_equal_pyarrow_csv_writer() -> None:
-    """The export's own CSV lines are byte for byte what pyarrow.csv writes for the same table
-    (strings quoted, quotes doubled, nulls empty; list columns as quoted space-separated integers)."""
+def test_csv_export_equals_pyarrow_csv_of_the_whole_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Groups of rows formatted on threads and written in order: the file pyarrow.csv writes for the
+    whole table (strings quoted, quotes doubled, nulls empty; list columns as quoted space-separated
+    integers), whatever the row groups."""
     recs = realistic()
     recs[3].status, recs[3].error_kind, recs[3].error_detail = "error", "http_5xx", 'he said "no", then\nleft'
     recs[4].response_id = 'a"b,c'
-    batch = records_to_table(recs).to_batches()[0]
-    schema = pa.schema([pa.field(n, pa.string()) if n in LIST_COLUMNS else SCHEMA.field(n) for n in SCHEMA.names])
-    cols = [pc.fill_null(pc.binary_join(pa.ListArray.from_arrays(batch.column(n).offsets,
-                                                                 pc.cast(batch.column(n).values, pa.string())), " "),
-                         "") if n in LIST_COLUMNS else batch.column(n) for n in SCHEMA.names]
+    with RecordWriter(tmp_path / "run" / RECORDS, flush_records=50) as w:
+        for r in recs:
+            w.write(r)
+    table = pq.read_table(tmp_path / "run" / RECORDS)
+    cols = [pc.fill_null(pc.binary_join(pa.ListArray.from_arrays(table.column(n).combine_chunks().offsets, pc.cast(
+        table.column(n).combine_chunks().values, pa.string())), " "), "") if n in LIST_COLUMNS else table.column(n)
+        for n in SCHEMA.names]
     sink = pa.BufferOutputStream()
-    with pacsv.CSVWriter(sink, schema) as writer:
-        writer.write_batch(pa.RecordBatch.from_arrays(cols, schema=schema))
-    header, want = sink.getvalue().to_pybytes().split(b"\n", 1)
-    assert csv_lines(batch).to_pybytes() == want
-    assert header == ",".join(f'"{n}"' for n in SCHEMA.names).encode()
+    pacsv.write_csv(pa.table(cols, names=list(SCHEMA.names)), sink)
+    for rows in (100, 8192):  # several groups of rows (threads), one
+        monkeypatch.setattr(export_module, "_GROUP_ROWS", rows)
+        path, n = export_records(tmp_path / "run", "csv", tmp_path / f"out-{rows}.csv")
+        assert n == len(recs) and path.read_bytes() == sink.getvalue().to_pybytes()

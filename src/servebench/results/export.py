@@ -21,6 +21,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from servebench.errors import ConfigError, handle_errors
@@ -28,8 +29,9 @@ from servebench.results.columnar import RECORDS, has_records, iter_batches, reco
 from servebench.results.columns import LIST_COLUMNS, SCHEMA
 from servebench.results.records import RequestRecord
 
-__all__ = ["FORMATS", "csv_lines", "export_command", "export_records"]
+__all__ = ["FORMATS", "export_command", "export_records"]
 _GROUP_ROWS = 8192
+_CSV_SCHEMA = pa.schema([pa.field(n, pa.string()) if n in LIST_COLUMNS else SCHEMA.field(n) for n in SCHEMA.names])
 
 FORMATS = ("csv", "parquet", "jsonl")
 _FIELDS = tuple(RequestRecord.__dataclass_fields__)
@@ -67,46 +69,24 @@ def _joined(lists: pa.Array) -> pa.Array:
     return pc.fill_null(pc.binary_join(text, " "), "")
 
 
-def _quoted(text: pa.Array) -> pa.Array:
-    """Text as a CSV field in double quotes (a quote inside doubled); null: empty, unquoted."""
-    escaped = pc.replace_substring(text, '"', '""')
-    return pc.fill_null(pc.binary_join_element_wise('"', escaped, '"', ""), "")
-
-
-def csv_lines(batch: pa.RecordBatch) -> pa.Buffer:
-    """The CSV lines of a batch of `SCHEMA` rows, each ending in a newline, exactly as
-    `pyarrow.csv` writes them (strings and the list columns quoted, nulls empty), built column by
-    column in Arrow compute and joined once: no CSV writer scanning a gigabyte of digits for
-    quotes. (The list columns hold digits and spaces only: their quotes are put around them, and
-    the commas and the newline, as the lines are joined.)"""
-    parts: list[pa.Array | str] = []
-    for name in SCHEMA.names:
-        col = batch.column(name)
-        if name in LIST_COLUMNS:
-            parts += ['"', _joined(col), '"']
-        elif pa.types.is_string(col.type):
-            parts.append(_quoted(col))
-        else:
-            parts.append(pc.fill_null(pc.cast(col, pa.string()), ""))
-        parts.append(",")
-    parts[-1] = "\n"
-    lines = pc.binary_join_element_wise(*parts, "")
-    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32, count=len(lines) + 1, offset=lines.offset * 4)
-    return lines.buffers()[2].slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+def _csv_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A batch of `SCHEMA` rows with the list columns as text (`_CSV_SCHEMA`)."""
+    return pa.RecordBatch.from_arrays([_joined(batch.column(n)) if n in LIST_COLUMNS else batch.column(n)
+                                       for n in SCHEMA.names], schema=_CSV_SCHEMA)
 
 
 def _csv(src: Path, path: Path) -> int:
-    """CSV (module docstring): the header, then the lines of each group of rows, read and
-    formatted on threads and written in order."""
+    """CSV (module docstring) written by `pyarrow.csv`: the groups of rows read and their list
+    columns turned into text on two threads (the int -> text cast is most of the work), written in
+    order."""
     from servebench.results.tokenpass import ordered_map
 
     rows = 0
-    with path.open("wb") as f:
-        f.write((",".join(f'"{n}"' for n in SCHEMA.names) + "\n").encode())
-        for n, texts in ordered_map(_lines_of, _row_groups(src)):
-            for text in texts:
-                f.write(text)
-            rows += n
+    with pacsv.CSVWriter(path, _CSV_SCHEMA) as writer:
+        for batches in ordered_map(_csv_batches, _row_groups(src)):
+            for b in batches:
+                writer.write_batch(b)
+                rows += len(b)
     return rows
 
 
@@ -134,14 +114,13 @@ def _row_groups(src: Path) -> Iterator[tuple[Path, list[int]] | pa.RecordBatch]:
             yield f, group
 
 
-def _lines_of(item: tuple[Path, list[int]] | pa.RecordBatch) -> tuple[int, list[pa.Buffer]]:
+def _csv_batches(item: tuple[Path, list[int]] | pa.RecordBatch) -> list[pa.RecordBatch]:
     if isinstance(item, pa.RecordBatch):
-        return len(item), [csv_lines(item)]
+        return [_csv_batch(item)]
     f, groups = item
     if getattr(_open, "path", None) != f:
         _open.path, _open.file = f, pq.ParquetFile(f, pre_buffer=False)
-    table = _open.file.read_row_groups(groups, use_threads=False)
-    return table.num_rows, [csv_lines(b) for b in table.to_batches()]
+    return [_csv_batch(b) for b in _open.file.read_row_groups(groups, use_threads=False).to_batches()]
 
 
 def _jsonl(batches: Iterator[pa.RecordBatch], path: Path) -> int:
