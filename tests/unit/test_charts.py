@@ -105,3 +105,21 @@ def test_gantt_draws_three_kinds_and_subsamples() -> None:
     svg = gantt_chart(many, title="g", max_rows=1000)
     assert "1000 of 5000 requests shown" in svg
     assert _parse(svg).findall(f"{SVG_NS}path")[1].get("d").count("M") == 1000
+
+
+def test_gantt_from_columns_draws_the_same_subset_as_from_tuples() -> None:
+    """A million requests reach the Gantt chart as columns: only the evenly spaced rows drawn become
+    Python objects, and the chart is the one the tuples give, byte for byte."""
+    import numpy as np
+
+    from servebench.report.charts import gantt_chart, gantt_columns
+
+    rng = np.random.default_rng(2)
+    send = np.sort(rng.uniform(0, 60, 5000))
+    first = np.where(rng.random(5000) < 0.1, np.nan, send + rng.uniform(0.05, 0.3, 5000))
+    end = send + rng.uniform(0.5, 4, 5000)
+    failed = rng.random(5000) < 0.05
+    bars = [(s, None if math.isnan(f) else f, e, bool(x)) for s, f, e, x in zip(send, first, end, failed)]
+    svg = gantt_columns(send, first, end, failed, title="g")
+    assert svg == gantt_chart(bars, title="g", presorted=True)
+    assert "2000 of 5000 requests shown" in svg
