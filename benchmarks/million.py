@@ -7,14 +7,17 @@ requests joined into row groups of 16,384, one chunk per token, lognormal TTFT a
 no summary.json), then in fresh processes, one after the other:
 
 1. `load_run` (the summary recomputed from the columns, as for a killed run); then `write_report`
-   (which loads the run, recomputes the summary once and renders report.html and its charts);
+   (which loads the run, recomputes the summary once and renders report.html and its charts); then
+   the post-run checks (`checks`: the columns and the summary as a run ends, then `validate_columns`
+   and `precision_block_columns`, timed alone);
 2. `servebench export DIR --format csv`, then `--format parquet`, then `--format jsonl`.
 
 Each reports its wall time (from before its imports), its CPU time (user + system: the machine has 2
 cores shared with others, so the wall time of a busy machine says more about the others) and its
 peak resident memory (its own ru_maxrss, MB of 10**6 bytes), `--repeat` times (min and median
 shown), with the load average, and a PASS/FAIL line per target: (1) summary + report under 5 s
-and 1 GB; (2) CSV export under 10 s.
+and 1 GB; (2) CSV export under 10 s; (3) the post-run checks of a run (`checks`: run/bench.py's
+validation and precision over the columns, after the summary) under 1 GB, the process's peak.
 """
 
 from __future__ import annotations
@@ -88,11 +91,23 @@ def synthesize(out: Path, n: int, tokens: int, concurrency: int = 512, seed: int
 
 _CHILD = """
 import os, resource, sys, time
-t = time.perf_counter()
+t, cpu0 = time.perf_counter(), 0.0
 what, d = sys.argv[1], sys.argv[2]
 if what == "summary":
     from servebench.results.store import load_run
     load_run(d).summary  # no summary.json: recomputed from the columns
+elif what == "checks":
+    from servebench.results import precision
+    from servebench.results.colsummary import summarize_columns
+    from servebench.results.columnar import load_columns
+    from servebench.results.validation import validate_columns
+    cols = load_columns(d)  # as run/bench.py after a run: the columns, the summary, then the checks
+    summary = summarize_columns(cols)
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    print(f"peak RSS before the checks: {r.ru_maxrss * 1024 / 1e6:.0f} MB")
+    t, cpu0 = time.perf_counter(), r.ru_utime + r.ru_stime  # (the checks' own time)
+    validate_columns(cols, summary)
+    precision.precision_block_columns(cols)
 elif what == "summary+report":
     from servebench.report.html import write_report
     write_report(d)  # loads the run (the summary recomputed, once) and renders report.html + charts
@@ -100,17 +115,19 @@ else:
     from servebench.results.export import export_records
     export_records(d, what, sys.argv[3])
 r = resource.getrusage(resource.RUSAGE_SELF)
-print(f"{time.perf_counter() - t:.3f} {r.ru_utime + r.ru_stime:.3f} {r.ru_maxrss * 1024 / 1e6:.0f}")
+print(f"{time.perf_counter() - t:.3f} {r.ru_utime + r.ru_stime - cpu0:.3f} {r.ru_maxrss * 1024 / 1e6:.0f}")
 """
 
 #: (what, wall-time limit s, peak-RSS limit MB) of issue 15, must-hold 1; None: no limit.
-TARGETS = {"summary": (None, None), "summary+report": (5.0, 1000.0), "csv": (10.0, None), "parquet": (None, None),
-           "jsonl": (None, None)}
+#: "checks": the post-run checks of run/bench.py (validation, precision) after the summary, timed alone
+#: (wall and CPU); the peak RSS is the process's, the columns and the summary before them included.
+TARGETS = {"summary": (None, None), "summary+report": (5.0, 1000.0), "checks": (None, 1000.0), "csv": (10.0, None),
+           "parquet": (None, None), "jsonl": (None, None)}
 
 
-def _run(what: str, d: Path, src: Path) -> tuple[float, float, float, int]:
-    """One fresh process: wall s (from before the imports), CPU s (user + system), peak RSS MB, and
-    the size of what it wrote."""
+def _run(what: str, d: Path, src: Path) -> tuple[float, float, float, int, str]:
+    """One fresh process: wall s (from before the imports), CPU s (user + system), peak RSS MB, the
+    size of what it wrote, and what else it printed."""
     out = d / f"export.{what}"
     env = {"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"}
     proc = subprocess.run([sys.executable, "-c", _CHILD, what, str(d), str(out)], capture_output=True, text=True,
@@ -121,7 +138,7 @@ def _run(what: str, d: Path, src: Path) -> tuple[float, float, float, int]:
     size = out.stat().st_size if out.is_file() else 0
     out.unlink(missing_ok=True)
     (d / "summary.json").unlink(missing_ok=True)
-    return wall, cpu, rss, size
+    return wall, cpu, rss, size, "; ".join(proc.stdout.splitlines()[:-1])
 
 
 def _load() -> str:
@@ -151,7 +168,9 @@ def main() -> None:
         runs = [_run(what, d, args.src) for _ in range(args.repeat)]
         walls, cpus, rsss = ([r[i] for r in runs] for i in range(3))
         size = f", {runs[-1][3] / 1e6:.0f} MB written" if runs[-1][3] else ""
-        label = what if what.startswith("summary") else f"export --format {what}"
+        size += f" ({runs[-1][4]})" if runs[-1][4] else ""
+        label = what if what.startswith("summary") else "post-run checks" if what == "checks" else \
+            f"export --format {what}"
         print(f"{label}: wall {' '.join(f'{w:.2f}' for w in walls)} s (min {min(walls):.2f}, median "
               f"{statistics.median(walls):.2f}); CPU median {statistics.median(cpus):.2f} s; peak RSS max "
               f"{max(rsss):.0f} MB{size}; load average {_load()}")

@@ -3,12 +3,17 @@ data with known quantiles, the open side below the sample floor, batching by req
 
 from __future__ import annotations
 
+import functools
 import math
+from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
-from servebench.results import precision
+from servebench.results import columnar, precision, tokenpass
+from servebench.results.colsummary import summarize_columns
+from servebench.results.columnar import RECORDS, RecordWriter, load_columns
 from servebench.results.columns import RecordColumns
 from servebench.results.precision import half_width_pct, percentile_floor, quantile_interval, run_intervals
 from servebench.results.records import RequestRecord
@@ -167,3 +172,62 @@ def test_the_stop_rule_keeps_three_numbers_a_request_and_says_what_the_records_s
     for r in many[:100]:
         few.observe(r)
     assert few() is None and few() is None
+
+
+def kept_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[RequestRecord], RecordColumns,
+                                                                          RecordColumns]:
+    """Records (warm-up, failures, one-chunk answers; one token a chunk: a large run's integer gaps)
+    whose ids are not in send order, written in the order they end into several row groups; their
+    columns read back holding every gap, and read back as a run of more than HOLD_UP_TO gaps is
+    (keeping none: a `tokenpass.GapReader` reads them again)."""
+    recs, _ = _records_and_columns(split=False)
+    for r, i in zip(recs, np.random.default_rng(1).permutation(len(recs)), strict=True):
+        r.id = int(i)
+    monkeypatch.setattr(columnar, "join_parts", functools.partial(columnar.join_parts, group_rows=150))
+    with RecordWriter(tmp_path / RECORDS, flush_records=64) as w:
+        for r in sorted(recs, key=lambda r: r.t_end_ns or 0):
+            w.write(r)
+    assert pq.ParquetFile(tmp_path / RECORDS).metadata.num_row_groups > 4
+    held = load_columns(tmp_path)
+    assert held.held_itl is not None and held.held_itl.size
+    monkeypatch.setattr(tokenpass, "HOLD_UP_TO", 0)
+    monkeypatch.setattr(tokenpass, "PILOT_EVERY", 3)
+    streamed = load_columns(tmp_path)
+    assert streamed.held_itl is None and isinstance(streamed.gap_parts, tokenpass.GapReader)
+    return sorted(recs, key=lambda r: r.id), held, streamed
+
+
+@pytest.mark.parametrize("summary_first", [False, True])
+def test_a_run_that_keeps_no_gap_gets_the_same_intervals_without_reading_every_gap(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, summary_first: bool) -> None:
+    """The ITL interval of a large run: each request's counts from the token lists read again a batch
+    at a time, the estimates the summary's percentiles (or computed, before the summary), the ends
+    from the gaps kept around the percentiles: the in-memory path's figures, to the bit."""
+    from tests.unit.test_validation import _same
+
+    recs, held, streamed = kept_none(tmp_path, monkeypatch)
+    want = precision.precision_block_columns(held)
+    assert want == precision.precision_block_columns(held, compact_above=0)
+    assert all(iv is not None for iv in want["metrics"]["itl"].values())
+    if summary_first:
+        summarize_columns(streamed, compact_above=0)
+        assert streamed.itl_summary is not None
+    assert precision.precision_block_columns(streamed, compact_above=0) == want
+    assert streamed.held_itl is None  # no array of every gap was made
+    _same(precision.precision_block(recs), want, "records")
+
+
+def test_gap_pieces_cover_every_request_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`row_gaps_ms` names each request with gaps once, with its own gaps, held or read again."""
+    _, held, streamed = kept_none(tmp_path, monkeypatch)
+    starts = np.cumsum(held.itl_counts) - held.itl_counts
+    want = [float(np.sum(held.itl[a: a + n] / 1e6)) for a, n in zip(starts.tolist(), held.itl_counts.tolist(),
+                                                                      strict=True)]
+    got = []
+    for cols in (held, streamed):
+        counts = precision.per_row(cols, lambda ms, b: np.diff(b)[None, :], 1, np.int64)[0]
+        assert counts.tolist() == held.itl_counts.tolist()
+        got.append(precision.per_row(cols, lambda ms, b: np.add.reduceat(ms, b[:-1])[None, :], 1, np.float64)[0])
+        assert got[-1].tolist() == pytest.approx(want, rel=1e-13)
+    assert got[0].tolist() == got[1].tolist()  # each request's gaps summed alike: the same, to the bit
+    assert streamed.held_itl is None

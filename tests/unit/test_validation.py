@@ -4,6 +4,7 @@ on a crafted one that breaks exactly what it checks."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -211,3 +212,17 @@ def test_the_column_path_reads_an_empty_run() -> None:
     failed = synth_records(40, fail_every=1)
     s = _summary(failed)
     _same(validate(failed, s), validate_columns(RecordColumns.from_records(failed), s), "validation")
+
+
+def test_a_run_that_keeps_no_gap_gets_the_same_checks_without_reading_every_gap(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """E2E consistency's per-request gap sums of a large run, read again from the token lists a batch
+    at a time: the figures of the columns that hold every gap, to the bit."""
+    from tests.unit.test_precision import kept_none
+
+    recs, held, streamed = kept_none(tmp_path, monkeypatch)
+    s = _summary(recs)
+    want = validate_columns(held, s)
+    assert want[2]["name"] == "e2e_consistency" and want[2]["status"] == "pass"
+    assert validate_columns(streamed, s) == want
+    assert streamed.held_itl is None  # no array of every gap was made

@@ -28,7 +28,7 @@ from servebench.results.schema import Client, ClientMeasures, Distribution, Good
 
 __all__ = ["BUCKET_SHIFT", "COMPACT_ABOVE", "GapParts", "GapStats", "Mapper", "Windows", "add_counts",
            "bucket_counts", "gap_distribution", "linear_percentiles", "order_statistics", "pairwise_sum",
-           "plan_windows", "streamed_gap_distribution", "summarize_columns", "tpot_ms"]
+           "plan_windows", "streamed_gap_distribution", "streamed_percentiles", "summarize_columns", "tpot_ms"]
 
 #: `map`, or a thread pool's `map`: how the pieces of a large array are computed.
 Mapper: TypeAlias = Callable[[Callable[[Any], Any], Iterable[Any]], Iterable[Any]]
@@ -320,15 +320,20 @@ def streamed_gap_distribution(stats: GapStats, parts: GapParts, mapper: Mapper =
     and the standard deviation are exact (correctly rounded) from the integer sums, where numpy's
     pairwise float sum over the ms values can differ in the last bit or two."""
     n = stats.n
-    q = np.true_divide(np.asarray(PERCENTILES, dtype=np.float64), 100)
-    virtual = (n - 1) * q
-    lo = np.floor(virtual).astype(np.int64)
-    hi = np.minimum(lo + 1, n - 1)
-    found = _windowed(stats, parts, np.concatenate([lo, hi]), mapper)
-    p50, p90, p95, p99 = _lerp(found[: lo.size] / 1e6, found[lo.size:] / 1e6, virtual - np.floor(virtual))
+    p50, p90, p95, p99 = streamed_percentiles(stats, parts, PERCENTILES, mapper)
     var = (n * stats.squares - stats.total * stats.total) / (n * n * 10**12)
     return {"count": n, "mean": stats.total / (n * 10**6), "median": p50, "p90": p90, "p95": p95, "p99": p99,
             "min": stats.lo / 1e6, "max": stats.hi / 1e6, "std": math.sqrt(var)}
+
+
+def streamed_percentiles(stats: GapStats, parts: GapParts, qs: Sequence[float], mapper: Mapper = map) -> list[float]:
+    """`linear_percentiles(gaps, qs, 1e6)` of the gaps of `stats`: from its windows, else a pass over `parts`."""
+    q = np.true_divide(np.asarray(qs, dtype=np.float64), 100)
+    virtual = (stats.n - 1) * q
+    lo = np.floor(virtual).astype(np.int64)
+    hi = np.minimum(lo + 1, stats.n - 1)
+    found = _windowed(stats, parts, np.concatenate([lo, hi]), mapper)
+    return _lerp(found[: lo.size] / 1e6, found[lo.size:] / 1e6, virtual - np.floor(virtual))
 
 
 def _windowed(stats: GapStats, parts: GapParts, ranks: np.ndarray, mapper: Mapper) -> np.ndarray:

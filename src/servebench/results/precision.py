@@ -26,14 +26,19 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TypeAlias
 
 import numpy as np
 
-from servebench.results.colsummary import COMPACT_ABOVE, linear_percentiles
+from servebench.results.colsummary import COMPACT_ABOVE, GapStats, linear_percentiles, streamed_percentiles
 from servebench.results.columns import RecordColumns
 from servebench.results.metrics import itl_gaps_ms, request_latencies_ms
 from servebench.results.records import RequestRecord
 from servebench.results.schema import PercentileInterval, Precision
+from servebench.results.tokenpass import GapReader, RowGaps
+
+#: A piece of gaps in ms with their requests: (rows, gaps row after row, each row's start plus the end).
+RowGapsMs: TypeAlias = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 __all__ = [
     "CONFIDENCE",
@@ -45,6 +50,7 @@ __all__ = [
     "imprecise",
     "imprecise_columns",
     "percentile_floor",
+    "per_row",
     "plus_minus",
     "precision_block",
     "precision_block_columns",
@@ -128,6 +134,15 @@ def _interval(q: float, estimate: float, below: np.ndarray, per: np.ndarray,
               percentile: Callable[[float], float]) -> PercentileInterval | None:
     """Steps 2-4 of the module docstring: `below[i]` of request i's `per[i]` values (send order, every
     `per` > 0) are <= `estimate`; `percentile(level)` is the sample's quantile at a level in [0, 1]."""
+    levels = _levels(q, below, per)
+    if levels is None:
+        return None
+    lo, hi = levels
+    return _ends(estimate, percentile(lo) if lo >= 0 else None, percentile(hi) if hi <= 1 else None)
+
+
+def _levels(q: float, below: np.ndarray, per: np.ndarray) -> tuple[float, float] | None:
+    """Steps 2-3: the levels q ∓ t·se whose percentiles are the interval's ends (outside [0, 1]: open)."""
     n = int(per.sum())
     k = batch_count(int(per.size))
     if k == 0:
@@ -143,9 +158,10 @@ def _interval(q: float, estimate: float, below: np.ndarray, per: np.ndarray,
     se2 = float(np.sum((c - f * m) ** 2)) / (k * (k - 1) * (n / k) ** 2)
     se = math.sqrt(max(se2, q * (1 - q) / n))
     t = t975(k - 1)
-    lo, hi = q - t * se, q + t * se
-    low = percentile(lo) if lo >= 0 else None
-    high = percentile(hi) if hi <= 1 else None
+    return q - t * se, q + t * se
+
+
+def _ends(estimate: float, low: float | None, high: float | None) -> PercentileInterval:
     return {"estimate": estimate, "low": low, "high": high, "half_width_pct": _half_width_pct(estimate, low, high)}
 
 
@@ -303,11 +319,27 @@ def _latencies(cols: RecordColumns, rows: np.ndarray) -> dict[str, np.ndarray]:
     return {"ttft": (first - send) / 1e6, "tpot": tpot, "e2e": (last - send) / 1e6}
 
 
-def row_gaps_ms(cols: RecordColumns, max_piece: int | None = None) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
-    """`cols.itl` in ms, a piece of whole rows at a time (about `max_piece` gaps, default `_PIECE`):
-    (first row, end row, their gaps in ms, each row's start in the piece plus the piece's end). Rows are
-    in id order, rows without gaps included (empty)."""
-    max_piece = max_piece or _PIECE
+def row_gaps_ms(cols: RecordColumns, max_piece: int | None = None) -> list[Iterator[RowGapsMs]]:
+    """The gaps in ms with the requests they belong to, a piece at a time, in parts that may be read at
+    once (through `cols.mapper`): (rows, their gaps in ms row after row, each row's start in the piece
+    plus the piece's end), only rows with gaps, every row once. Held gaps (`cols.itl`): one part, rows
+    in id order, about `max_piece` gaps a piece (default `_PIECE`). A run that keeps none
+    (tokenpass.GapReader): its token lists read again a batch at a time, no gap array kept."""
+    reader = cols.gap_parts
+    if cols.held_itl is None and isinstance(reader, GapReader):
+        return [_ms_pieces(part) for part in reader.rows()]
+    return [_held_pieces(cols, max_piece or _PIECE)]
+
+
+def _ms_pieces(part: Iterator[RowGaps]) -> Iterator[RowGapsMs]:
+    for rows, sizes, ns in part:
+        if rows.size:
+            bounds = np.zeros(sizes.size + 1, dtype=np.int64)
+            np.cumsum(sizes, out=bounds[1:])
+            yield rows, ns / 1e6, bounds
+
+
+def _held_pieces(cols: RecordColumns, max_piece: int) -> Iterator[RowGapsMs]:
     counts = cols.itl_counts
     ends = np.cumsum(counts)
     starts = ends - counts
@@ -315,10 +347,39 @@ def row_gaps_ms(cols: RecordColumns, max_piece: int | None = None) -> Iterator[t
     while r < rows:
         r1 = max(r + 1, int(np.searchsorted(ends, starts[r] + max_piece, side="right")))
         a, b = int(starts[r]), int(ends[r1 - 1])
-        seg = cols.itl[a:b]
-        ms = seg if cols.itl_unit_ns == 1e6 else seg / 1e6
-        yield r, r1, np.asarray(ms, dtype=float), np.append(starts[r:r1] - a, b - a)
+        has = counts[r:r1] > 0
+        if has.any():
+            seg = cols.itl[a:b]
+            ms = seg if cols.itl_unit_ns == 1e6 else seg / 1e6
+            yield np.arange(r, r1)[has], np.asarray(ms, dtype=float), np.append((starts[r:r1] - a)[has], b - a)
         r = r1
+
+
+def per_row(cols: RecordColumns, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], width: int,
+            dtype: type[np.generic]) -> np.ndarray:
+    """(`width`, rows) figures of each request from its gaps: `fn(ms, bounds)` of a piece of
+    `row_gaps_ms` gives the (`width`, its rows) figures of its rows; rows without gaps: 0."""
+    out = np.zeros((width, cols.itl_counts.size), dtype=dtype)
+
+    def part(pieces: Iterator[RowGapsMs]) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [(rows, fn(ms, bounds)) for rows, ms, bounds in pieces]
+
+    for done in cols.mapper(part, row_gaps_ms(cols)):
+        for rows, figures in done:
+            out[:, rows] = figures
+    return out
+
+
+def _below(estimates: Sequence[float]) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """`per_row`'s function: each row's count of gaps at or below each estimate."""
+    def fn(ms: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+        out = np.empty((len(estimates), bounds.size - 1), dtype=np.int64)
+        cum = np.zeros(ms.size + 1, dtype=np.int64)
+        for i, estimate in enumerate(estimates):
+            np.cumsum(ms <= estimate, out=cum[1:])
+            out[i] = cum[bounds[1:]] - cum[bounds[:-1]]
+        return out
+    return fn
 
 
 def _itl_percentile(cols: RecordColumns, compact_above: int) -> Callable[[float], float]:
@@ -335,18 +396,38 @@ def _itl_intervals(cols: RecordColumns, order: np.ndarray, compact_above: int) -
     """The ITL intervals with the gaps left where they lie (module docstring of `precision_block_columns`)."""
     per = cols.itl_counts[order]
     keep = per > 0
-    if cols.itl.size == 0 or batch_count(int(keep.sum())) == 0:
+    if (cols.itl_size if cols.held_itl is None else cols.held_itl.size) == 0 or batch_count(int(keep.sum())) == 0:
         return {label: None for label, _ in HEADLINE}
+    stats, reader = cols.gap_stats, cols.gap_parts
+    if cols.held_itl is None and stats is not None and isinstance(reader, GapReader):
+        return _streamed_itl_intervals(cols, order, stats, reader)
     percentile = _itl_percentile(cols, compact_above)
+    estimates = [percentile(q) for _, q in HEADLINE]
+    below = per_row(cols, _below(estimates), len(HEADLINE), np.int64)
+    return {label: _interval(q, estimate, below[i][order][keep], per[keep], percentile)
+            for i, ((label, q), estimate) in enumerate(zip(HEADLINE, estimates))}
+
+
+def _streamed_itl_intervals(cols: RecordColumns, order: np.ndarray, stats: GapStats,
+                            reader: GapReader) -> dict[str, PercentileInterval | None]:
+    """`_itl_intervals` of a run that keeps no gap: the estimates are the summary's ITL percentiles
+    (computed here when the summary has not been), each request's counts at or below them one pass over
+    the token lists, and the interval's ends (every one at once) from the gaps `stats` kept around
+    the percentiles, else one more pass: the figures of the in-memory path, to the bit."""
+    summary = cols.itl_summary
+    known = [summary["median"], summary["p99"]] if summary is not None else []
+    estimates = [x for x in known if x is not None]
+    if [q for _, q in HEADLINE] != [0.5, 0.99] or len(estimates) != len(HEADLINE):
+        estimates = streamed_percentiles(stats, reader, [100 * q for _, q in HEADLINE], cols.mapper)
+    below = per_row(cols, _below(estimates), len(HEADLINE), np.int64)
+    per = cols.itl_counts[order]
+    keep = per > 0
+    levels = [_levels(q, below[i][order][keep], per[keep]) for i, (_, q) in enumerate(HEADLINE)]
+    wanted = sorted({x for pair in levels if pair is not None for x in pair if 0 <= x <= 1})
+    found = dict(zip(wanted, streamed_percentiles(stats, reader, [100 * x for x in wanted], cols.mapper)))
     out: dict[str, PercentileInterval | None] = {}
-    for label, q in HEADLINE:
-        estimate = percentile(q)
-        below = np.zeros(cols.itl_counts.size, dtype=np.int64)
-        for r, r1, ms, bounds in row_gaps_ms(cols):
-            cum = np.zeros(ms.size + 1, dtype=np.int64)
-            np.cumsum(ms <= estimate, out=cum[1:])
-            below[r:r1] = cum[bounds[1:]] - cum[bounds[:-1]]
-        out[label] = _interval(q, estimate, below[order][keep], per[keep], percentile)
+    for (label, _), estimate, pair in zip(HEADLINE, estimates, levels):
+        out[label] = None if pair is None else _ends(estimate, found.get(pair[0]), found.get(pair[1]))
     return out
 
 

@@ -9,7 +9,9 @@ sums), so the threads change no figure.
 A run of up to `HOLD_UP_TO` gaps keeps every gap (uint32 ns, in id order: 64 MB at most). A larger
 one keeps none: `colsummary.GapStats` (exact sums, min, max, counts by 1.024 µs bucket) is enough
 for the mean, the standard deviation, the minimum and maximum, and for the percentiles together
-with one more pass over the lists (`RecordColumns.gap_parts`, colsummary.streamed_gap_distribution);
+with one more pass over the lists (`RecordColumns.gap_parts`, a `GapReader`:
+colsummary.streamed_gap_distribution; precision and validation read the per-request figures they
+need the same way, a batch at a time);
 `RecordColumns.itl` reads every gap again when something asks for them (compare's bootstrap). So a
 million 128-token requests (127 million gaps, 508 MB as uint32) are summarised in the memory of
 their per-request columns.
@@ -22,7 +24,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -31,7 +33,7 @@ from servebench.results.colsummary import COMPACT_ABOVE, GapStats, Windows, add_
 from servebench.results.columns import CHART_SAMPLE, THREADS, RecordColumns, TokenParts
 from servebench.results.metrics import PERCENTILES
 
-__all__ = ["HOLD_UP_TO", "ordered_map", "parallel_map", "token_pass"]
+__all__ = ["HOLD_UP_TO", "GapReader", "RowGaps", "ordered_map", "parallel_map", "token_pass"]
 
 #: Runs with at most this many gaps keep them all in memory (uint32: 64 MB); larger ones stream.
 HOLD_UP_TO = COMPACT_ABOVE
@@ -135,7 +137,7 @@ def token_pass(cols: RecordColumns, tokens: pa.ChunkedArray, parts: TokenParts) 
         cols.itl = out
         cols.itl_chart_ms = (out[:: plan.step].copy() if split else out[:: plan.step] / 1e6) if total else np.empty(0)
         return
-    cols.gap_parts = lambda: [_gap_values(plan, part) for part in parts(1)]
+    cols.gap_parts = GapReader(plan, parts)
     cols.itl_loader = lambda: _load_all(plan, parts)
     chart = np.empty(-(-total // plan.step))
     for r in done:
@@ -151,14 +153,43 @@ def _load_all(plan: _Plan, parts: TokenParts) -> np.ndarray:
     return out
 
 
-def _gap_values(plan: _Plan, batches: Iterable[pa.RecordBatch]) -> Iterator[np.ndarray]:
-    """The gaps of each batch (int64 ns, in batch order), for another pass over them."""
+#: One batch's gaps with the requests they belong to: the rows (indices into the columns, in the
+#: batch's order, only rows with gaps), each row's gap count, and the gaps (int64 ns, row after row).
+RowGaps: TypeAlias = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+class GapReader:
+    """The gaps of a run that keeps none (`RecordColumns.gap_parts`), read again from the token lists
+    a batch at a time, in the parts that can be read at once. Called: the parts as int64 arrays
+    (`colsummary.GapParts`: percentiles); `rows()`: the same parts with each batch's rows and their
+    gap counts (per-request figures: precision's batches, validation's per-request sums). Each array
+    is valid until the next one of its part is taken (one buffer a part)."""
+
+    def __init__(self, plan: _Plan, parts: TokenParts) -> None:
+        self._plan, self._parts = plan, parts
+
+    def __call__(self) -> list[Iterator[np.ndarray]]:
+        return [_gap_values(self._plan, part) for part in self._parts(1)]
+
+    def rows(self) -> list[Iterator[RowGaps]]:
+        return [_batch_gaps(self._plan, part) for part in self._parts(1)]
+
+
+def _batch_gaps(plan: _Plan, batches: Iterable[pa.RecordBatch]) -> Iterator[RowGaps]:
+    """Each batch's `RowGaps`, for another pass over the gaps."""
     scratch = np.empty(0, dtype=np.int64)
     for batch in batches:
         b = _Batch(plan.cols, batch)
         if scratch.size < b.vals.size:
             scratch = np.empty(b.vals.size, dtype=np.int64)
-        yield _gaps(b, plan.counts[b.rows], False, scratch)
+        want = plan.counts[b.rows]
+        sel = want > 0
+        yield b.rows[sel], want[sel], _gaps(b, want, False, scratch)
+
+
+def _gap_values(plan: _Plan, batches: Iterable[pa.RecordBatch]) -> Iterator[np.ndarray]:
+    """The gaps of each batch (int64 ns, in batch order)."""
+    return (gaps for _, _, gaps in _batch_gaps(plan, batches))
 
 
 def _plan_windows(plan: _Plan, parts: TokenParts) -> Windows | None:

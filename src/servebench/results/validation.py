@@ -28,7 +28,7 @@ import numpy as np
 
 from servebench.results.columns import RecordColumns
 from servebench.results.metrics import dig, itl_gaps_ms, request_latencies_ms, window_ns
-from servebench.results.precision import percentile_floor, row_gaps_ms
+from servebench.results.precision import per_row, percentile_floor
 from servebench.results.records import RequestRecord
 from servebench.results.schema import Summary, ValidationCheck
 from servebench.sim.steptime import StepCost, distinct_experts
@@ -396,12 +396,9 @@ def concurrency_held_columns(cols: RecordColumns, concurrency: int | None,
 
 def e2e_consistency_columns(cols: RecordColumns) -> ValidationCheck:
     """`e2e_consistency` from columns: each request's mean gap is its gaps' sum over their count (the
-    record path's mean of the same gaps, to rounding)."""
-    sums = np.zeros(cols.itl_counts.size)
-    for r, r1, ms, bounds in row_gaps_ms(cols):
-        has = bounds[1:] > bounds[:-1]
-        if has.any():
-            sums[r:r1][has] = np.add.reduceat(ms, bounds[:-1][has])
+    record path's mean of the same gaps, to rounding). The sums are taken a piece of requests at a time
+    (`precision.per_row`: a large run's gaps read again from the token lists, never all at once)."""
+    sums = per_row(cols, _gap_sums, 1, np.float64)[0]
     n = np.nan_to_num(cols.output_tokens)
     rows = (cols.completed & (np.nan_to_num(cols.chunks) >= 2) & (n >= 2) & ~np.isnan(cols.t_first)
             & ~np.isnan(cols.t_last) & (cols.itl_counts > 0))
@@ -412,6 +409,11 @@ def e2e_consistency_columns(cols: RecordColumns) -> ValidationCheck:
     rel = np.divide(err, e2e, out=np.zeros(err.size), where=e2e > 0)
     off = int(np.count_nonzero(err > np.maximum(E2E_TOLERANCE * e2e, 1.0)))
     return _e2e_verdict(int(rows.sum()), off, max(0.0, float(rel.max())) if rel.size else 0.0)
+
+
+def _gap_sums(ms: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Each row's sum of its gaps (ms) in a piece of `precision.row_gaps_ms`."""
+    return np.add.reduceat(ms, bounds[:-1])[None, :]
 
 
 def validate_columns(cols: RecordColumns, summary: Summary, *, bounds: Bounds | None = None) -> list[ValidationCheck]:
