@@ -94,7 +94,7 @@ def test_coordinates_use_fixed_one_decimal_format() -> None:
 
 
 def test_gantt_draws_three_kinds_and_subsamples() -> None:
-    from servebench.report.charts import gantt_chart
+    from servebench.report.gantt import gantt_chart
 
     bars = [(0.0, 0.1, 1.0, False), (0.2, None, 0.3, True), (0.5, 0.9, 2.0, False)]
     root = _parse(gantt_chart(bars, title="g"))
@@ -112,7 +112,7 @@ def test_gantt_from_columns_draws_the_same_subset_as_from_tuples() -> None:
     Python objects, and the chart is the one the tuples give, byte for byte."""
     import numpy as np
 
-    from servebench.report.charts import gantt_chart, gantt_columns
+    from servebench.report.gantt import gantt_chart, gantt_columns
 
     rng = np.random.default_rng(2)
     send = np.sort(rng.uniform(0, 60, 5000))

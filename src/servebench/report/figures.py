@@ -13,7 +13,6 @@ from servebench.report.charts import (
     RefLine,
     Series,
     cdf_chart,
-    gantt_columns,
     histogram_chart,
     line_chart,
 )
@@ -23,6 +22,7 @@ from servebench.report.data import (
     samples_ms,
     tokens_per_s_series,
 )
+from servebench.report.gantt import gantt_columns
 from servebench.results.metrics import dig
 from servebench.results.schema import Summary
 from servebench.results.store import RunResult
