@@ -34,7 +34,7 @@ from servebench.results.colsummary import (
     summarize_columns,
 )
 from servebench.results.columnar import PARTS, RECORDS, RecordWriter, join_parts, load_columns, read_records
-from servebench.results.columns import LIST_COLUMNS, SCHEMA, RecordColumns
+from servebench.results.columns import LIST_COLUMNS, SCHEMA, RecordColumns, compact
 from servebench.results.export import export_records
 from servebench.results.records import RequestRecord
 from servebench.results.store import load_run, write_json
@@ -136,7 +136,10 @@ def test_writer_parts_survive_a_kill_and_join_at_close(tmp_path: Path) -> None:
     meta = pq.ParquetFile(tmp_path / "b" / RECORDS).metadata
     assert [meta.row_group(g).num_rows for g in range(meta.num_row_groups)] == [192, 192, len(recs) - 384]
     assert [r.to_dict() for r in read_records(tmp_path)] == want
-    # written records stay in memory packed, and mean the same
+    # the writer keeps no record and leaves the caller's as they were; packed (as a run's shards pack
+    # each as it finishes) they mean the same
+    assert [r.to_dict() for r in recs] == want
+    compact(recs)
     assert not isinstance(recs[0].chunk_ns, list) and metrics.summarize(recs) == metrics.summarize(
         [RequestRecord(**d) for d in want])
 

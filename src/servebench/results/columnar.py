@@ -11,7 +11,9 @@ Readers take `requests.parquet`, else the parts of a killed run, else an old run
 The writer's cost on the loop is that of turning each batch into Arrow columns (a few microseconds a
 record of 128 tokens, less than the JSON line and write call per record of the JSONL writer it
 replaces); encoding and writing run on one background thread (Arrow releases the GIL). Written
-records stay in memory compacted (`columns.compact`) for the self-checks the run computes at its end.
+records are not kept: the writer drops them once they are columns, and what a run computes at its
+end (the summary, the self-checks, precision) it computes from the columns read back
+(`load_columns`), a large run's per-token gaps a batch at a time (`tokenpass`).
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ from servebench.results.columns import (
     THREADS,
     RecordColumns,
     build_columns,
-    compact,
     records_to_table,
     table_parts,
     table_to_records,
@@ -136,8 +137,7 @@ class RecordWriter:
         # encoding and the write off the loop (Arrow releases the GIL); one thread keeps parts in order
         self._writes.append(self._pool.submit(_write_part, table, final))
         self._n_parts += 1
-        compact(self._pending)
-        self._pending = []
+        self._pending = []  # (dropped, not compacted: nothing keeps written records; a shard compacts its own)
         while self._writes and self._writes[0].done():
             self._writes.pop(0).result()  # a write that failed fails the run here
 
