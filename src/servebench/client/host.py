@@ -74,20 +74,26 @@ def dumps(spec: ShardSpec) -> bytes:
     return pickle.dumps(spec, protocol=_PICKLE)
 
 
-def wall_minus_perf_ns(tries: int = 7) -> tuple[int, int]:
-    """`time.time_ns() - time.perf_counter_ns()` now, and its error bound (ns): the wall clock read
-    between two perf_counter reads, the narrowest bracket of `tries` kept (half its width bounds
-    the error)."""
+def clock_offset_ns(read: Callable[[], int], tries: int) -> tuple[int, int]:
+    """Another clock minus this process's `perf_counter_ns`, and its error bound (ns): `read()` (the
+    other clock) bracketed by two perf_counter reads, the narrowest bracket of `tries` kept, the
+    reading taken at its midpoint; half its width bounds the error. One routine for the wall clock
+    here and a Ray actor's clock over a round trip (run.ray_run)."""
     best: tuple[int, int] | None = None
     for _ in range(tries):
         a = time.perf_counter_ns()
-        w = time.time_ns()
+        other = read()
         b = time.perf_counter_ns()
-        cand = (w - (a + b) // 2, (b - a + 1) // 2)
+        cand = (other - (a + b) // 2, (b - a + 1) // 2)
         if best is None or cand[1] < best[1]:
             best = cand
     assert best is not None
     return best
+
+
+def wall_minus_perf_ns(tries: int = 7) -> tuple[int, int]:
+    """`time.time_ns() - time.perf_counter_ns()` now, and its error bound (ns) (`clock_offset_ns`)."""
+    return clock_offset_ns(time.time_ns, tries)
 
 
 def run_shard(spec_bytes: bytes, start_ns: int, *, clock: str = "perf") -> ShardResult:

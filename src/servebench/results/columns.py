@@ -251,20 +251,3 @@ def build_columns(scalars: pa.Table, token_parts: TokenParts) -> RecordColumns:
 def _equals(table: pa.Table, name: str, value: str) -> np.ndarray:
     return np.asarray(pc.fill_null(pc.equal(table.column(name), value), False).to_numpy(zero_copy_only=False),
                       dtype=bool)
-
-
-def _per_token_counts(cols: RecordColumns, tokens: pa.ChunkedArray) -> tuple[np.ndarray, bool]:
-    """ITL values each row contributes (its chunks − 1, or the tokens after its first chunk where
-    chunks carry several), and whether any row splits gaps over several tokens."""
-    chunks = np.nan_to_num(cols.chunks).astype(np.int64)
-    counts = np.where(cols.completed, np.maximum(chunks - 1, 0), 0)
-    split = False
-    if tokens.null_count < len(tokens):
-        for i, k in enumerate(tokens.to_pylist()):
-            if k is None or not counts[i] or len(k) != chunks[i]:
-                continue
-            tail = np.asarray(k[1:], dtype=np.int64)
-            if np.any(tail != 1):
-                counts[i] = int(np.maximum(tail, 1).sum())
-                split = True
-    return counts, split

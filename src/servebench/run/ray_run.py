@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from servebench.client.host import dumps
+from servebench.client.host import clock_offset_ns, dumps
 from servebench.client.remote import RemoteShard
 from servebench.client.spec import ShardResult, ShardSpec
 from servebench.errors import ConfigError, ServebenchError
@@ -192,16 +192,8 @@ class RayShards(ProcessShards):
     def _offset(self, w: _RayWorker) -> tuple[int, int]:
         """The actor's perf_counter_ns minus ours, and the bound on its error, from the shortest of a few
         round trips (the remote reading against the midpoint of our send and receive)."""
-        best: tuple[int, int] | None = None
-        for _ in range(_OFFSET_TRIES):
-            a = time.perf_counter_ns()
-            remote = self._ray.get(w.actor.clock.remote(), timeout=_READY_TIMEOUT_S)
-            b = time.perf_counter_ns()
-            cand = (remote - (a + b) // 2, (b - a + 1) // 2)
-            if best is None or cand[1] < best[1]:
-                best = cand
-        assert best is not None
-        return best
+        return clock_offset_ns(lambda: int(self._ray.get(w.actor.clock.remote(), timeout=_READY_TIMEOUT_S)),
+                               _OFFSET_TRIES)
 
     def _start_for(self, w: _Worker) -> int:
         assert isinstance(w, _RayWorker)
