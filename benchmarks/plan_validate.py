@@ -13,6 +13,7 @@ measured per metric for every point, median |error| by metric for both, and cove
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -39,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="write the per-point results and summary as JSON")
     ap.add_argument("--quiet", action="store_true", help="summary only")
     ap.add_argument("--jobs", type=int, default=2, help="processes fitting the held-out folds [2]")
+    ap.add_argument("--publish", action="store_true",
+                    help="write the held-out figures into the calibration (plan's uncertainty band; --refit does)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     points = load_corpus()
@@ -96,6 +99,17 @@ def main(argv: list[str] | None = None) -> int:
         ok &= ho["median_abs_error"] <= BOUNDS[m]
         print(line)
     print(f"({time.perf_counter() - t0:.1f} s) {'within the bounds' if ok else 'OUTSIDE the bounds'}")
+    if args.refit or args.publish:
+        ho_sum = summary["held_out"]  # type: ignore[index]
+        band = {"output_tokens_per_s": ho_sum["tok_s"]["median_abs_error"], "itl_ms": ho_sum["itl"]["median_abs_error"],
+                "ttft_ms": ho_sum["ttft"]["median_abs_error"]}
+        cal = dataclasses.replace(cal, heldout_median_abs_error=band, heldout_source=(
+            f"held-out median |error| by source against {summary['expressible']} published measurements "
+            f"(leave-one-source-out, benchmarks/plan_validate.py): {band['output_tokens_per_s']:.0%} output tok/s, "
+            f"{band['itl_ms']:.0%} ITL, {band['ttft_ms']:.0%} TTFT"))
+        out = Path(args.write) if args.write else Path(str(resources.files("servebench.deploy") / "calibration.yaml"))
+        out.write_text(dump_calibration(cal), encoding="utf-8")
+        print(f"wrote the held-out figures to {out}", file=sys.stderr)
     if args.json:
         rows = [{"key": tr.point.key, "measured": {m: list(v) for m, v in tr.measured.items()},
                  "train": tr.predicted, "held_out": ho.predicted} for tr, ho in zip(train, held)]

@@ -92,3 +92,30 @@ def test_a_directory_of_sources_loads_and_file_names_must_match_ids(tmp_path: Pa
     (tmp_path / "renamed.yaml").write_text(text)
     with pytest.raises(ConfigError):
         load_corpus(tmp_path)
+
+
+def test_engine_args_are_checked_and_kept() -> None:
+    """A point may state the launch settings it ran with (`engine_args:`); unknown keys, a non-boolean
+    chunked_prefill and non-positive sizes are refused."""
+    doc = _doc()
+    doc["points"][0]["engine_args"] = {"max_model_len": 91680, "chunked_prefill": False, "max_num_seqs": 1024}
+    _src, pts = parse_source(doc)
+    assert dict(pts[0].engine_args) == {"max_model_len": 91680, "chunked_prefill": False, "max_num_seqs": 1024}
+    for bad, match in (({"max_num_seqs": 0}, "positive"), ({"chunked_prefill": "no"}, "true or false"),
+                       ({"enforce_eager": True}, "unknown engine_args"), ([1, 2], "mapping")):
+        doc = _doc()
+        doc["points"][0]["engine_args"] = bad
+        with pytest.raises(ConfigError, match=match):
+            parse_source(doc)
+
+
+def test_stated_launch_commands_are_transcribed() -> None:
+    """The dstack sources publish their launch commands: MI300X serving ran without chunked prefill and
+    with 1024 sequences, the H100 runs with --max-model-len 91680, and vLLM in the TGI comparison with
+    the model's own 131,072-token context (no --max-model-len)."""
+    pts = {p.key: p for p in load_corpus()}
+    mi = pts["dstack-h100-vs-mi300x-llama405b-2024-12/serve-mi300x-meta-tp8-rate16"].engine_args
+    assert mi["chunked_prefill"] is False and mi["max_num_seqs"] == 1024
+    assert pts["dstack-h100-vs-mi300x-llama405b-2024-12/serve-h100-tp8-rate16"].engine_args["max_model_len"] == 91680
+    assert pts["dstack-tgi-vs-vllm-mi300x-llama405b-2024-10/vllm-mi300x-tp8-in80-n1"].engine_args[
+        "max_model_len"] == 131072

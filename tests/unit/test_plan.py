@@ -266,3 +266,14 @@ def test_plan_json_holds_fit_recipe_and_whatif_with_a_band(tmp_path) -> None:
     assert doc["whatif"]["band_source"]
     code, nofit = _plan_json("--model", "Llama-3.1-405B", "--gpu", "a100", "--gpus", "8")
     assert code == 1 and nofit["fit"]["fits"] is False and nofit["fit"]["suggestions"]
+
+
+def test_deployment_limits_follow_the_engine_version() -> None:
+    """`vllm` is current vLLM: 1024 sequences on a GPU of >= 70 GiB other than an A100 (vLLM >= 0.9
+    EngineArgs defaults by device), 256 on an A100; `vllm-0.7` (V0) 256 without chunked prefill."""
+    from servebench.deploy.deployment import Deployment
+
+    assert Deployment.build(model="Llama-3.1-8B", gpu="h100").limits.max_num_seqs == 1024
+    assert Deployment.build(model="Llama-3.1-8B", gpu="a100").limits.max_num_seqs == 256
+    v0 = Deployment.build(model="Llama-3.1-8B", gpu="h100", engine="vllm-0.7").limits
+    assert v0.max_num_seqs == 256 and not v0.chunked_prefill

@@ -28,6 +28,10 @@ class Calibration:
     held_out: dict[str, dict[str, float]] = field(default_factory=dict)
     corpus_digest: str = ""
     notes: str = ""
+    # the validation's held-out median |error| by metric (output_tokens_per_s, itl_ms, ttft_ms; fractions):
+    # plan's what-if shows it as its uncertainty band
+    heldout_median_abs_error: dict[str, float] = field(default_factory=dict)
+    heldout_source: str = ""
 
 
 def _table(raw: Any, where: str) -> dict[str, float]:
@@ -62,9 +66,12 @@ def load_calibration(path: str | Path | None = None) -> Calibration:
     held = data.get("held_out") or {}
     if not isinstance(held, Mapping):
         raise ConfigError("calibration: held_out must map source ids to knob tables")
+    band = data.get("heldout_median_abs_error") or {}
     return Calibration(knobs=_table(data.get("knobs") or {}, "knobs"),
                        held_out={str(k): _table(v, f"held_out.{k}") for k, v in held.items()},
-                       corpus_digest=str(data.get("corpus_digest", "")), notes=str(data.get("notes", "")))
+                       corpus_digest=str(data.get("corpus_digest", "")), notes=str(data.get("notes", "")),
+                       heldout_median_abs_error=_table(band, "heldout_median_abs_error") if band else {},
+                       heldout_source=str(data.get("heldout_source", "")))
 
 
 def dump_calibration(cal: Calibration) -> str:
@@ -78,8 +85,12 @@ def dump_calibration(cal: Calibration) -> str:
             "# (plan/corpus/) by plan/validate.py. Written by benchmarks/plan_validate.py --refit; do not edit.\n"
             "# knobs: fitted on every source (plan and the emulator use these).\n"
             "# held_out: one table per source, fitted with that source left out (held-out error only).\n")
-    body = {"corpus_digest": cal.corpus_digest, "notes": cal.notes, "knobs": r(cal.knobs),
-            "held_out": {k: r(v) for k, v in sorted(cal.held_out.items())}}
+    body: dict[str, Any] = {"corpus_digest": cal.corpus_digest, "notes": cal.notes}
+    if cal.heldout_median_abs_error:
+        body["heldout_median_abs_error"] = r(cal.heldout_median_abs_error)
+        body["heldout_source"] = cal.heldout_source
+    body["knobs"] = r(cal.knobs)
+    body["held_out"] = {k: r(v) for k, v in sorted(cal.held_out.items())}
     return head + yaml.safe_dump(body, sort_keys=False, width=100)
 
 

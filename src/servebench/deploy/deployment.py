@@ -35,7 +35,16 @@ import yaml
 from servebench.errors import ConfigError
 from servebench.sim.catalog import GPUSpec, ModelSpec, get_gpu
 from servebench.sim.config import EngineConfig
-from servebench.sim.knobs import StepKnobs, arch_class, engine_defaults, engine_family, gpu_generation, resolve_knobs
+from servebench.sim.knobs import (
+    ENGINE_VERSIONS,
+    StepKnobs,
+    arch_class,
+    engine_defaults,
+    engine_family,
+    gpu_generation,
+    resolve_knobs,
+    sglang_max_running,
+)
 from servebench.sim.memory import ENGINES, FitResult, Layout, fit
 from servebench.sim.profile import Profile, profile_from_dict, profile_with_engine, step_cost
 
@@ -139,12 +148,26 @@ class Deployment:
         vLLM 0.7 (V0) turns chunked prefill off for MLA models ("MLA is enabled; forcing chunked
         prefill and prefix caching to be disabled", vllm/config.py 0.7.x) and for contexts up to 32K
         (EngineArgs switches it on only above 32K); without it the batch budget is raised to
-        max(max_model_len, 2048) (SchedulerConfig), so a whole prompt always fits one step."""
-        d = engine_defaults(self.family, max_model_len=self.max_model_len)
+        max(max_model_len, 2048) (SchedulerConfig), so a whole prompt always fits one step. The
+        version is the one the engine name stands for (`sim.knobs.ENGINE_VERSIONS`): `vllm` on a GPU of
+        >= 70 GiB other than an A100 runs 1024 sequences, as vLLM >= 0.9 does and as the validation
+        states every vLLM >= 0.9 point (one `engine_defaults` for plan, the emulator and validation)."""
+        d = engine_defaults(self.family, max_model_len=self.max_model_len, version=ENGINE_VERSIONS.get(self.engine, ""),
+                            gpu=self.gpu.name, gpu_memory_gib=self.gpu.memory_bytes / 2**30)
         chunked = d.chunked_prefill if self.chunked_prefill is None else self.chunked_prefill
         if self.engine == "vllm-0.7" and self.model.attention == "mla":
             chunked = False
         seqs = self.max_num_seqs or d.max_num_seqs
+        if self.max_num_seqs is None and self.engine == "sglang":
+            # SGLang sizes its request pool from the KV pool (sim.knobs.sglang_max_running); its KV
+            # pool does not depend on the batch budget (activations live outside mem_fraction_static)
+            kv = self.kv_tokens
+            if kv is None:
+                res = fit(self.model, self.layout, max_model_len=self.max_model_len,
+                          gpu_memory_utilization=self.gpu_memory_utilization or d.gpu_memory_utilization,
+                          engine=self.engine, max_num_batched_tokens=d.max_num_batched_tokens, suggest=False)
+                kv = res.kv_tokens if res.fits else 0
+            seqs = sglang_max_running(kv, self.model.context_len)
         if self.max_num_batched_tokens is not None:
             batched = self.max_num_batched_tokens
             if not chunked and batched < self.max_model_len:

@@ -78,6 +78,9 @@ class CorpusPoint:
     # prefill/decode disaggregation: (GPUs running prefill workers, GPUs running decode workers), each
     # worker `tp` GPUs wide; None when prefill and decode share the engine (the usual case).
     disaggregated: tuple[int, int] | None = None
+    # engine settings the source states it launched with (ENGINE_ARGS keys), where they differ from the
+    # engine's defaults; the validation runs the engine with these (compare like with like).
+    engine_args: Mapping[str, int | bool] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -103,6 +106,32 @@ def _disaggregated(raw: Any, gpus: int, where: str) -> tuple[int, int] | None:
     if pg < 1 or dg < 1 or pg + dg != gpus:
         raise ConfigError(f"{where}: disaggregated prefill_gpus + decode_gpus must be the point's {gpus} GPUs")
     return pg, dg
+
+
+# Launch settings a point may state (`engine_args:`): vLLM's --max-model-len, --max-num-seqs,
+# --max-num-batched-tokens, --enable-chunked-prefill (and the equivalents of other engines).
+ENGINE_ARGS = {"max_model_len": int, "max_num_seqs": int, "max_num_batched_tokens": int, "chunked_prefill": bool}
+
+
+def _engine_args(raw: Any, where: str) -> dict[str, int | bool]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: engine_args must be a mapping")
+    unknown = set(raw) - set(ENGINE_ARGS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown engine_args {sorted(unknown)} (known: {', '.join(ENGINE_ARGS)})")
+    out: dict[str, int | bool] = {}
+    for k, v in raw.items():
+        if ENGINE_ARGS[k] is bool:
+            if not isinstance(v, bool):
+                raise ConfigError(f"{where}: engine_args.{k} must be true or false")
+            out[k] = v
+        else:
+            if isinstance(v, bool) or int(v) < 1:
+                raise ConfigError(f"{where}: engine_args.{k} must be a positive integer")
+            out[k] = int(v)
+    return out
 
 
 def parse_source(data: Mapping[str, Any], *, origin: str = "corpus") -> tuple[Source, list[CorpusPoint]]:
@@ -158,7 +187,8 @@ def parse_source(data: Mapping[str, Any], *, origin: str = "corpus") -> tuple[So
                 num_prompts=_opt_int(r.get("num_prompts")), input_len=_opt_float(r["input_len"]),
                 output_len=_opt_float(r["output_len"]), dataset=str(r["dataset"] or ""),
                 speculative=str(r.get("speculative") or ""), measured=vals, notes=str(r["notes"] or ""),
-                disaggregated=_disaggregated(r.get("disaggregated"), int(r["gpus"]), where)))
+                disaggregated=_disaggregated(r.get("disaggregated"), int(r["gpus"]), where),
+                engine_args=_engine_args(r.get("engine_args"), where)))
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{where}: {exc}") from exc
     return source, points

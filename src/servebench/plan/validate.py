@@ -50,7 +50,9 @@ from servebench.sim.knobs import (
     gpu_generation,
     knob_names_for,
     resolve_knobs,
+    sglang_max_running,
 )
+from servebench.sim.profile import comm_terms
 from servebench.sim.request import SimRequest
 from servebench.sim.simulate import simulate
 from servebench.sim.steptime import StepCost
@@ -59,9 +61,6 @@ __all__ = ["METRICS", "Setting", "Prediction", "PointResult", "setting_for", "me
            "evaluate", "Predictor"]
 
 METRICS = ("tok_s", "itl", "ttft")
-# One 400 Gb/s ConnectX-7 NIC per GPU (DGX H100 reference architecture), counted both ways as the
-# catalogue counts NVLink's 900 GB/s.
-_IB_BYTES_PER_S = 100e9
 # Peak dense FP4 tensor FLOPs (NVIDIA Blackwell datasheet: HGX B200 18 PFLOPS sparse FP4 per GPU); on
 # Hopper and CDNA3, FP4 weights are dequantized into BF16/FP8 GEMMs (W4A16): the BF16 figure.
 _FP4_FLOPS = {"b200": 9.0e15}
@@ -169,9 +168,17 @@ def setting_for(p: CorpusPoint) -> Setting:
     in_dist, out_dist = lengths.distributions(p)
     max_len = max(8192, lengths.max_len(in_dist, inp, lengths.SHAREGPT_MAX_PROMPT)
                   + lengths.max_len(out_dist, out, lengths.SHAREGPT_MAX_TOTAL) + 64)
+    args = p.engine_args  # the launch settings the source states (else the engine's defaults)
+    if "max_model_len" in args:
+        max_len = max(max_len, int(args["max_model_len"]))
     dflt = engine_defaults(family, max_model_len=max_len, version=version, gpu=gpu.name,
                            gpu_memory_gib=gpu.memory_bytes / 2**30, offline=p.mode == "offline")
-    max_seqs = dflt.max_num_seqs
+    chunked = bool(args.get("chunked_prefill", dflt.chunked_prefill))
+    batched = dflt.max_num_batched_tokens
+    if chunked != dflt.chunked_prefill:  # switched by a flag: the engine's budget for that mode
+        batched = max(batched, max_len, 2048) if not chunked else (512 if family == "vllm-v0" else 8192)
+    batched = int(args.get("max_num_batched_tokens", batched))
+    max_seqs = int(args.get("max_num_seqs", dflt.max_num_seqs))
     workers = disagg[1] if disagg else dp  # engines the concurrency spreads over
     if p.mode == "closed" and p.concurrency:
         max_seqs = max(max_seqs, math.ceil(p.concurrency / workers))
@@ -180,8 +187,7 @@ def setting_for(p: CorpusPoint) -> Setting:
         # unstated KV dtype of a TensorRT-LLM FP8/FP4 run: NVIDIA's ModelOpt checkpoints the perf pages
         # use carry FP8 KV-cache scales (hf_quant_config kv_cache_quant_algo), and trtllm-bench follows them
         kv_dtype = "fp8"
-    gpus_node = min(8, p.gpus)
-    max_tokens = max(dflt.max_num_batched_tokens, max_seqs)
+    max_tokens = max(batched, max_seqs)
     try:
         layout = memory.Layout(gpu=gpu, gpus_per_node=min(tp * dp, 8) if tp * dp <= 8 else 8,
                                nodes=max(1, math.ceil(tp * dp / 8)), tp=tp, pp=1, dp=dp,
@@ -193,10 +199,13 @@ def setting_for(p: CorpusPoint) -> Setting:
         raise ConfigError(f"layout not expressible: {exc}") from None
     if not res.fits:
         raise ConfigError(f"does not fit in memory as stated: {res.reason}")
+    if family == "sglang" and "max_num_seqs" not in args:  # SGLang sizes its request pool from the KV pool
+        max_seqs = max(max_seqs, sglang_max_running(res.kv_tokens, model.context_len))
+        max_tokens = max(batched, max_seqs)
     engine_cfg = EngineConfig(cost=_base_cost(model, layout, dflt.memory_engine), kv_blocks=res.kv_tokens // 16,
                               block_size=16, max_num_seqs=max_seqs, max_num_batched_tokens=max_tokens,
                               max_model_len=max_len, enable_prefix_caching=False,
-                              chunked_prefill=dflt.chunked_prefill)
+                              chunked_prefill=chunked)
     reserve = _reserved_tokens(family, inp, out)
     if reserve:  # admission reserves KV for the request's future tokens: no preemption, fewer sequences
         cap = max(1, engine_cfg.kv_tokens // reserve)
@@ -206,25 +215,10 @@ def setting_for(p: CorpusPoint) -> Setting:
     extra: dict[str, float] = {}
     if fp4 and gpu.name in _FP4_FLOPS:
         extra["flops_per_s"] = _FP4_FLOPS[gpu.name]
-    # collectives: TP all-reduce (2 per layer, ring 2(n-1)/n of hidden BF16) or EP all-to-all
-    comm_bytes, collectives = 0.0, 0
-    if tp > 1:
-        m = 2 * model.layers * model.hidden * 2.0  # bytes all-reduced per token per step
-        if tp <= gpus_node:
-            comm_bytes += m * 2 * (tp - 1) / tp
-        else:
-            # Across nodes NCCL reduces within each node over NVLink first and sends only its 1/g share
-            # over the network (hierarchical ring/tree: NCCL 2.4 "Massively scale your deep learning
-            # training with NCCL 2.4", NVIDIA blog 2019): per GPU 2(g-1)/g M on NVLink plus
-            # 2(k-1)/k M/g on its NIC for k nodes of g GPUs; the NIC bytes are counted in NVLink-time.
-            nodes = math.ceil(tp / gpus_node)
-            comm_bytes += m * 2 * (gpus_node - 1) / gpus_node + (
-                m / gpus_node * 2 * (nodes - 1) / nodes * gpu.interconnect_bytes_per_s / _IB_BYTES_PER_S)
-        collectives += 2 * model.layers
-    if dp > 1 and ep > 1 and model.is_moe:
-        comm_bytes += model.moe_layers * model.experts_per_token * model.hidden * 3.0 * (ep - 1) / ep
-        collectives += 2 * model.moe_layers
-        extra["moe_token_multiplier"] = float(dp)
+    # collectives: TP all-reduce and EP all-to-all, as plan and the emulator count them (sim.profile)
+    comm_bytes, collectives, moe_mult = comm_terms(model, layout)
+    if moe_mult != 1.0:
+        extra["moe_token_multiplier"] = moe_mult
     link = gpu.interconnect_bytes_per_s
     draft = _draft_tokens(p.speculative)
     if draft:
@@ -248,7 +242,7 @@ def setting_for(p: CorpusPoint) -> Setting:
              + f" {p.quant} {p.mode}" + (f" c={p.concurrency}" if p.concurrency else "")
              + (f" r={p.request_rate:g}" if p.request_rate else "") + f" {inp}/{out}")
     return Setting(key=p.key, source=p.source.id, family=family, generation=gpu_generation(gpu.name),
-                   arch=arch_class(model.is_moe, model.attention), base=base, replicas=dp, mode=p.mode,
+                   arch=arch_class(model.is_moe, model.attention, family, version), base=base, replicas=dp, mode=p.mode,
                    input_len=inp, output_len=out, requests=sim_n, concurrency=conc, rate=rate,
                    draft_tokens=draft, comm_intra_bytes_per_s=link, label=label, in_dist=in_dist,
                    out_dist=out_dist, disagg=disagg)
@@ -386,7 +380,7 @@ def predict(s: Setting, knobs: StepKnobs) -> Prediction:
                                ([float(x) for x in arrivals] if arrivals is not None else [0.0] * n),
                                transfer_s_per_token=per_tok)
         return _summary(drun.arrival_s, drun.first_token_s, drun.end_s, outs, drun.duration_s,
-                        drun.median_itl_s(), s.replicas, accept)
+                        drun.median_itl_s(), s.replicas, accept, knobs.first_token_s)
     reqs = [SimRequest(id=i, prompt_len=a, max_tokens=st) for i, ((a, _), st) in enumerate(zip(pairs, steps))]
     if arrivals is not None:
         for r, a in zip(reqs, arrivals):
@@ -395,17 +389,18 @@ def predict(s: Setting, knobs: StepKnobs) -> Prediction:
     ends = run.step_end_s
     return _summary([r.arrival_s for r in reqs], [ends[r.first_token_step] for r in reqs],
                     [ends[r.finish_step] for r in reqs], outs, run.duration_s,
-                    _median_itl_s(run, reqs), s.replicas, accept)
+                    _median_itl_s(run, reqs), s.replicas, accept, knobs.first_token_s)
 
 
 def _summary(arrival: Sequence[float], first: Sequence[float], end: Sequence[float], outs: Sequence[int],
-             duration_s: float, median_step_gap_s: float, replicas: int, accept: float) -> Prediction:
+             duration_s: float, median_step_gap_s: float, replicas: int, accept: float,
+             first_token_s: float = 0.0) -> Prediction:
     """The statistics benchmark_serving reports, from per-request times: output tokens/s over the run,
     TTFT from each request's send time (queueing included), TPOT = (last - first token) / (tokens - 1)
     over requests with more than one token, ITL per token gap (MTP emits `accept` tokens a step)."""
     dur = duration_s or 1e-9
     tok_s = sum(outs) / dur * replicas
-    ttft = [f - a for a, f in zip(arrival, first)]
+    ttft = [f - a + first_token_s for a, f in zip(arrival, first)]
     multi = [(f, e, o) for f, e, o in zip(first, end, outs) if o > 1]
     tpot = [(e - f) / (o - 1) for f, e, o in multi] or [0.0]
     gaps = sum(e - f for f, e, _ in multi)

@@ -61,6 +61,7 @@ class ModelSpec:
     hf_id: str = ""
     default_quant: str = "bf16"  # the precision of the published checkpoint
     fp8_scheme: str = "all"  # "all": every linear FP8 | "ffn": FFN FP8, attention BF16 (Meta 405B-FP8)
+    context_len: int = 131_072  # max_position_embeddings: the engines' default max_model_len
     params_total: float = 0.0  # computed when 0 (excludes MTP)
     params_active: float = 0.0  # per token, computed when 0
 
@@ -210,7 +211,7 @@ def _deepseek_v3(name: str, hf_id: str, default_quant: str) -> ModelSpec:
         intermediate=18_432, attention="mla", kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=1536,
         qk_nope_head_dim=128, v_head_dim=128, n_routed_experts=256, experts_per_token=8,
         n_shared_experts=1, moe_intermediate=2048, first_dense_layers=3, mtp_layers=1,
-        hf_id=hf_id, default_quant=default_quant,
+        hf_id=hf_id, default_quant=default_quant, context_len=163_840,
     )
 
 
@@ -235,22 +236,23 @@ _MODEL_LIST = (
     # meta-llama/Llama-3.3-70B-Instruct config.json: the Llama-3.1-70B architecture (80 layers, hidden 8192,
     # 64 heads, 8 KV heads, FFN 28672, vocab 128256), new weights.
     _llama("Llama-3.3-70B", "meta-llama/Llama-3.3-70B-Instruct", 80, 8192, 64, 28_672),
-    _llama("Llama-2-70B", "meta-llama/Llama-2-70b-chat-hf", 80, 8192, 64, 28_672, vocab=32_000),
+    _llama("Llama-2-70B", "meta-llama/Llama-2-70b-chat-hf", 80, 8192, 64, 28_672, vocab=32_000, context_len=4096),
     # mistralai/Mixtral-8x7B-Instruct-v0.1 config.json: 32 layers, hidden 4096, 32 heads, 8 KV heads,
     # 8 experts (FFN 14336 each), 2 per token, vocab 32000, no shared experts, every layer MoE.
     _llama("Mixtral-8x7B", "mistralai/Mixtral-8x7B-Instruct-v0.1", 32, 4096, 32, 14_336, vocab=32_000,
-           n_routed_experts=8, experts_per_token=2, moe_intermediate=14_336),
+           n_routed_experts=8, experts_per_token=2, moe_intermediate=14_336, context_len=32_768),
     # openai/gpt-oss-120b config.json: 36 layers, hidden 2880, 64 heads of 64, 8 KV heads, attention
     # biases, 128 experts (FFN 2880) with 4 per token, vocab 201088; every other layer uses a 128-token
     # sliding window (not modelled: KV is counted as if every layer were full attention). Published
     # with MXFP4 experts (see plan/validate.py for how FP4 is priced).
     _llama("gpt-oss-120b", "openai/gpt-oss-120b", 36, 2880, 64, 2880, vocab=201_088, head_dim=64,
            qkv_bias=True, n_routed_experts=128, experts_per_token=4, moe_intermediate=2880),
-    _llama("Qwen2.5-72B", "Qwen/Qwen2.5-72B-Instruct", 80, 8192, 64, 29_568, vocab=152_064, qkv_bias=True),
-    _llama("Qwen3-8B", "Qwen/Qwen3-8B", 36, 4096, 32, 12_288, vocab=151_936),
+    _llama("Qwen2.5-72B", "Qwen/Qwen2.5-72B-Instruct", 80, 8192, 64, 29_568, vocab=152_064, qkv_bias=True,
+           context_len=32_768),
+    _llama("Qwen3-8B", "Qwen/Qwen3-8B", 36, 4096, 32, 12_288, vocab=151_936, context_len=40_960),
     # Qwen/Qwen3-235B-A22B config.json: 94 layers, 64 heads, 4 kv heads, 128 experts, 8 per token.
     _llama("Qwen3-235B-A22B", "Qwen/Qwen3-235B-A22B", 94, 4096, 64, 12_288, vocab=151_936, kv_heads=4,
-           n_routed_experts=128, experts_per_token=8, moe_intermediate=1536),
+           n_routed_experts=128, experts_per_token=8, moe_intermediate=1536, context_len=40_960),
 )
 
 MODELS: Mapping[str, ModelSpec] = MappingProxyType({m.name: m for m in _MODEL_LIST})
@@ -300,6 +302,8 @@ def parse_hf_config(cfg: Mapping[str, Any], *, name: str = "custom") -> ModelSpe
     kv_heads = int(cfg.get("num_key_value_heads") or heads)
     head_dim = int(cfg.get("head_dim") or hidden // heads)
     kw: dict[str, Any] = {"tie_embeddings": bool(cfg.get("tie_word_embeddings", False))}
+    if cfg.get("max_position_embeddings"):
+        kw["context_len"] = int(cfg["max_position_embeddings"])
     quant = _checkpoint_quant(cfg.get("quantization_config"))
     if quant:
         kw["default_quant"] = quant

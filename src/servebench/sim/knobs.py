@@ -8,17 +8,25 @@ fit has not seen falls back to the base (factor 1)::
     mem_efficiency     = mem.base  * mem.gpu.<gen>  * mem.eng.<family>          (clipped to 0.05..0.95)
     compute_efficiency = comp.base * comp.gpu.<gen> * comp.eng.<family>         (clipped to 0.02..0.95)
     step_overhead_s    = step.eng.<family>
-    layer_overhead_s   = layer.eng.<family> * layer.arch.<class>
+    layer_overhead_s   = layer.eng.<family> * layer.arch.dense [* layer.arch.<class> for an MoE class]
+                                              (an MoE class is a factor relative to dense layers, whose
+                                               prior is 1: it moves only as far as its points say, and
+                                               a class with one source falls back to the dense layer)
     seq_overhead_s     = seq.eng.<family>     (per running sequence per step: scheduling, block tables,
                                                sampling, detokenization; large in Python-side schedulers)
     comm_efficiency    = comm.eff * comm.gpu.<gen>  (share of the scale-up link bandwidth a collective
                                                reaches: NVLink/NVSwitch and AMD's xGMI full mesh differ)
     collective_s       = comm.latency_s       (fixed cost of one collective, per call)
     mtp_accept         = spec.accept          (chance a draft token is accepted; DeepSeek-V3 report: 0.85-0.9)
+    first_token_s      = ttft.eng.<family>    (added to every request's TTFT: the API server's path around the
+                                               engine -- HTTP, tokenization, the hand-off to the scheduler
+                                               process and back through detokenization -- which no step
+                                               time holds)
 
 Groups: engine family (`engine_family`: vllm-v0 = vLLM before V1, vllm-v1, sglang, trtllm, tgi),
 GPU generation (`gpu_generation`: ampere, hopper, blackwell, cdna3) and architecture class
-(`arch_class`: dense, moe = GQA MoE, mla-moe = DeepSeek-V3/R1).
+(`arch_class`: dense, moe = GQA MoE, mla-moe = DeepSeek-V3/R1, mla-moe-early = DeepSeek on SGLang
+before 0.4.3).
 """
 
 from __future__ import annotations
@@ -26,12 +34,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["StepKnobs", "EngineDefaults", "DEFAULT_KNOBS", "engine_family", "gpu_generation", "arch_class",
-           "resolve_knobs", "engine_defaults", "knob_names_for", "FAMILIES", "GENERATIONS", "ARCH_CLASSES"]
+__all__ = ["StepKnobs", "EngineDefaults", "DEFAULT_KNOBS", "ENGINE_VERSIONS", "engine_family", "gpu_generation",
+           "arch_class", "resolve_knobs", "engine_defaults", "sglang_max_running", "knob_names_for", "FAMILIES",
+           "GENERATIONS", "ARCH_CLASSES"]
 
 FAMILIES = ("vllm-v0", "vllm-v1", "sglang", "trtllm", "tgi")
 GENERATIONS = ("ampere", "hopper", "blackwell", "cdna3")
-ARCH_CLASSES = ("dense", "moe", "mla-moe")
+ARCH_CLASSES = ("dense", "moe", "mla-moe", "mla-moe-early")
 
 # Uncalibrated starting point (and the prior the fit shrinks towards): HBM ~75% of datasheet bandwidth
 # in decode GEMVs, tensor cores ~50% of dense peak in prefill GEMMs, ~3 ms of scheduling and sampling
@@ -44,9 +53,11 @@ DEFAULT_KNOBS: Mapping[str, float] = {
     **{f"step.eng.{f}": 0.003 for f in FAMILIES},
     **{f"layer.eng.{f}": 20e-6 for f in FAMILIES},
     **{f"seq.eng.{f}": 10e-6 for f in FAMILIES},
+    **{f"ttft.eng.{f}": 5e-3 for f in FAMILIES},
     "layer.arch.dense": 1.0,
-    "layer.arch.moe": 2.0,
-    "layer.arch.mla-moe": 4.0,
+    "layer.arch.moe": 1.0,
+    "layer.arch.mla-moe": 1.0,
+    "layer.arch.mla-moe-early": 1.0,
     "comm.eff": 0.7,
     "comm.latency_s": 10e-6,
     "spec.accept": 0.85,
@@ -65,6 +76,13 @@ class StepKnobs:
     collective_s: float
     mtp_accept: float
     seq_overhead_s: float = 0.0
+    first_token_s: float = 0.0
+
+
+# The release a deployment's engine name stands for when no version is given (plan, the emulator):
+# `vllm` is current vLLM (V1 with the EngineArgs defaults by device of 0.9 and later), `vllm-0.7` the
+# V0 engine of 0.7.x. Validation passes each source's own version to the same `engine_defaults`.
+ENGINE_VERSIONS: Mapping[str, str] = {"vllm": "0.10", "vllm-0.7": "0.7.3"}
 
 
 def engine_family(engine: str, version: str = "") -> str:
@@ -99,17 +117,42 @@ def gpu_generation(gpu: str) -> str:
     return "hopper"
 
 
-def arch_class(is_moe: bool, attention: str) -> str:
+def arch_class(is_moe: bool, attention: str, family: str = "", version: str = "") -> str:
+    """dense, moe (GQA MoE) or mla-moe (DeepSeek-V3/R1). DeepSeek on SGLang before 0.4.3 is a class of
+    its own, mla-moe-early: that release line ran MLA decode on its Triton kernels and block-FP8 GEMMs
+    and fused MoE on untuned Triton kernels; 0.4.3 brought FlashInfer MLA and later releases FlashMLA,
+    DeepGEMM and CUDA graphs under DP attention (SGLang release notes), so its per-layer cost is not
+    the later releases' and must not set theirs."""
     if not is_moe:
         return "dense"
-    return "mla-moe" if attention == "mla" else "moe"
+    if attention != "mla":
+        return "moe"
+    if family == "sglang":
+        v = _patch_version(version)
+        if v is not None and v < (0, 4, 3):
+            return "mla-moe-early"
+    return "mla-moe"
+
+
+def _patch_version(v: str) -> tuple[int, int, int] | None:
+    parts = v.strip().lstrip("v").split(".")
+    try:
+        nums = [int("".join(c for c in x if c.isdigit()) or 0) for x in parts[:3]]
+    except ValueError:
+        return None
+    if not parts[0].strip().isdigit():
+        return None
+    while len(nums) < 3:
+        nums.append(0)
+    return nums[0], nums[1], nums[2]
 
 
 def knob_names_for(family: str, generation: str, arch: str) -> tuple[str, ...]:
     """The table entries a deployment of this kind reads (a fit moves only these for its points)."""
     return ("mem.base", f"mem.gpu.{generation}", f"mem.eng.{family}", "comp.base", f"comp.gpu.{generation}",
-            f"comp.eng.{family}", f"step.eng.{family}", f"layer.eng.{family}", f"layer.arch.{arch}",
-            f"seq.eng.{family}",
+            f"comp.eng.{family}", f"step.eng.{family}", f"layer.eng.{family}", "layer.arch.dense",
+            *((f"layer.arch.{arch}",) if arch != "dense" else ()),
+            f"seq.eng.{family}", f"ttft.eng.{family}",
             "comm.eff", f"comm.gpu.{generation}", "comm.latency_s", "spec.accept")
 
 
@@ -127,8 +170,10 @@ def resolve_knobs(table: Mapping[str, float], family: str, generation: str, arch
         compute_efficiency=_clip(get("comp.base") * get(f"comp.gpu.{generation}") * get(f"comp.eng.{family}"),
                                  0.02, 0.95),
         step_overhead_s=get(f"step.eng.{family}", 0.003),
-        layer_overhead_s=get(f"layer.eng.{family}", 20e-6) * get(f"layer.arch.{arch}"),
+        layer_overhead_s=get(f"layer.eng.{family}", 20e-6) * get("layer.arch.dense")
+        * (get(f"layer.arch.{arch}") if arch != "dense" else 1.0),
         seq_overhead_s=get(f"seq.eng.{family}", 10e-6),
+        first_token_s=get(f"ttft.eng.{family}", 5e-3),
         comm_efficiency=_clip(get("comm.eff") * get(f"comm.gpu.{generation}"), 0.02, 1.0),
         collective_s=get("comm.latency_s"),
         mtp_accept=_clip(get("spec.accept"), 0.0, 0.99),
@@ -154,6 +199,12 @@ def _version(v: str) -> tuple[int, int] | None:
         return None
 
 
+def sglang_max_running(kv_tokens: int, context_len: int) -> int:
+    """SGLang's default max running requests when --max-running-requests is unset: the request pool is
+    sized min(max(kv_tokens / context_len x 512, 2048), 4096) (sglang model_runner, max_num_reqs)."""
+    return min(max(int(kv_tokens / max(1, context_len) * 512), 2048), 4096)
+
+
 def engine_defaults(family: str, *, max_model_len: int, version: str = "", gpu: str = "",
                     gpu_memory_gib: float = 0.0, offline: bool = False) -> EngineDefaults:
     """Default limits by engine family and version, as each engine's documentation states them.
@@ -165,7 +216,8 @@ def engine_defaults(family: str, *, max_model_len: int, version: str = "", gpu: 
       From 0.9 (EngineArgs defaults by device, vllm PR #17885), a GPU of >= 70 GiB that is not an A100
       (H100, H200, MI300X) gets max_num_seqs 1024 and max_num_batched_tokens 8192 for the OpenAI server,
       16384 for the offline LLM class (benchmark_throughput). Applied when the version is given.
-    - SGLang: chunked_prefill_size 8192, max_running_requests bounded by the KV pool (1024 here),
+    - SGLang: chunked_prefill_size 8192, max_running_requests from the KV pool (`sglang_max_running`
+      once the pool is known; 1024 here as a placeholder),
       mem_fraction_static ~0.88 on 80-192 GB GPUs (server_args.py).
     - TensorRT-LLM (trtllm-serve / trtllm-bench PyTorch): max_batch_size 2048, max_num_tokens 8192,
       KV = 0.9 of the free memory (kv_cache_free_gpu_memory_fraction).

@@ -15,6 +15,7 @@ reasoning_tokens_mean, reasoning_tokens_min}. Deployment keys are in `deploy/dep
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -26,7 +27,7 @@ from servebench.sim.knobs import StepKnobs
 from servebench.sim.memory import Layout
 from servebench.sim.steptime import StepCost
 
-__all__ = ["Profile", "profile_from_dict", "profile_with_engine", "step_cost"]
+__all__ = ["Profile", "profile_from_dict", "profile_with_engine", "step_cost", "comm_terms", "IB_BYTES_PER_S"]
 
 _COST_FIELDS = frozenset(f.name for f in fields(StepCost))
 
@@ -61,6 +62,39 @@ class Profile:
 _QUANT_COMPUTE_FACTOR = {"awq": 0.2, "int4": 0.2}
 
 
+# One 400 Gb/s ConnectX-7 NIC per GPU (DGX H100 reference architecture), counted both ways as the
+# catalogue counts NVLink's 900 GB/s.
+IB_BYTES_PER_S = 100e9
+
+
+def comm_terms(model: ModelSpec, layout: Layout) -> tuple[float, int, float]:
+    """Collectives of one step per GPU: (bytes sent per token, collective calls per step, expert-side
+    tokens per local token). TP all-reduce: two per layer of `hidden` BF16 values, a ring moving
+    2 (n - 1) / n of the message per rank; across nodes NCCL reduces within each node over NVLink
+    first and sends only its 1/g share over the network (hierarchical ring/tree: NCCL 2.4, NVIDIA blog
+    2019): 2 (g - 1) / g M on NVLink plus 2 (k - 1) / k M / g on the NIC for k nodes of g GPUs, the
+    NIC bytes counted in NVLink-time. DP attention with EP: an all-to-all dispatch (FP8) and combine
+    (BF16) of each token's top-k hidden vectors per MoE layer, and the experts see every DP rank's
+    tokens. The same terms for plan, the emulator and the validation."""
+    tp, dp, ep = layout.tp, layout.dp, layout.ep
+    g = min(layout.gpus_per_node, tp * dp) if tp * dp > 1 else 1
+    comm_bytes, collectives, moe_mult = 0.0, 0, 1.0
+    if tp > 1:
+        m = 2 * model.layers * model.hidden * 2.0  # bytes all-reduced per token per step
+        if tp <= layout.gpus_per_node:
+            comm_bytes += m * 2 * (tp - 1) / tp
+        else:
+            nodes = math.ceil(tp / g)
+            comm_bytes += m * 2 * (g - 1) / g + (
+                m / g * 2 * (nodes - 1) / nodes * layout.gpu.interconnect_bytes_per_s / IB_BYTES_PER_S)
+        collectives += 2 * model.layers
+    if dp > 1 and ep > 1 and model.is_moe:
+        comm_bytes += model.moe_layers * model.experts_per_token * model.hidden * 3.0 * (ep - 1) / ep
+        collectives += 2 * model.moe_layers
+        moe_mult = float(dp)
+    return comm_bytes, collectives, moe_mult
+
+
 def step_cost(model: ModelSpec, layout: Layout, knobs: StepKnobs, *, engine: str = "vllm") -> StepCost:
     """Step-cost coefficients of one deployment: weights, KV and FLOPs per GPU from the catalogue and
     the memory model, efficiencies and overheads from `knobs`."""
@@ -80,6 +114,7 @@ def step_cost(model: ModelSpec, layout: Layout, knobs: StepKnobs, *, engine: str
     gpu = layout.gpu
     quant = layout.quant
     peak = {"bf16": gpu.bf16_flops, "fp8": gpu.fp8_flops, "fp8-ffn": gpu.fp8_flops}.get(quant, gpu.int4_flops)
+    comm_bytes, collectives, moe_mult = comm_terms(model, layout)
     return StepCost(
         dense_weight_bytes=dense,
         kv_bytes_per_token=float(memory.kv_bytes_per_token_per_gpu(model, layout)),
@@ -95,6 +130,12 @@ def step_cost(model: ModelSpec, layout: Layout, knobs: StepKnobs, *, engine: str
         compute_efficiency=knobs.compute_efficiency * _QUANT_COMPUTE_FACTOR.get(quant, 1.0),
         step_overhead_s=knobs.step_overhead_s,
         layer_overhead_s=knobs.layer_overhead_s,
+        seq_overhead_s=knobs.seq_overhead_s,
+        comm_bytes_per_token=comm_bytes,
+        comm_bytes_per_s=gpu.interconnect_bytes_per_s * knobs.comm_efficiency if collectives else 0.0,
+        collectives=collectives,
+        collective_s=knobs.collective_s,
+        moe_token_multiplier=moe_mult,
     )
 
 
