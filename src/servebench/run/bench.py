@@ -12,10 +12,7 @@ import dataclasses
 import datetime as _dt
 import math
 import os
-import platform
 import signal
-import socket
-import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +22,6 @@ import aiohttp
 import numpy as np
 from rich.console import Console
 
-from servebench import __version__
 from servebench.client.openai import API_PATHS, build_body, encode_body, normalize_base_url
 from servebench.client.shard import Shard
 from servebench.client.spec import Prepared, ShardSpec
@@ -57,6 +53,7 @@ from servebench.results.validation import (
     window_columns,
 )
 from servebench.run.config import RunConfig
+from servebench.run.describe import run_manifest, run_notes
 from servebench.target import servermetrics
 from servebench.target.preflight import DEFAULT_PROFILE, EmulatorProcess, TargetInfo, preflight
 from servebench.target.telemetry import start as start_gpu_telemetry
@@ -219,7 +216,7 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     out_dir = prepare_out_dir(cfg.out or default_out_dir(cfg.slug(info.model)))
     started = _dt.datetime.now(_dt.UTC)
     run_id = uuid.uuid4().hex[:12]
-    manifest = _manifest(cfg, info, caps, run_id, started, emulated)
+    manifest = run_manifest(cfg, info, caps, run_id, started, emulated)
     if cache_reset is not None:
         manifest["cache_reset"] = cache_reset  # the server's reply: status, head of the body
     manifest["workload"] = workload.info
@@ -366,7 +363,7 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
                      else "the limit came first (--num-requests or --duration)")
         summary["precision"] = precision.with_target_columns(summary["precision"], cols, target_pct,
                                                              shard.stopped_by, otherwise)
-    summary["notes"] = _notes(cfg, summary, caps, len(prepared))
+    summary["notes"] = run_notes(cfg, summary, caps, len(prepared))
     # GPU energy over the measured window (target/telemetry.py, results/energy.py); why not, without a source
     summary["energy"] = gpu.finish(out_dir, result.t0_ns, window_columns(cols), summary["tokens"]["output_total"])
     if cache_reset is not None and cache_reset.get("note"):
@@ -449,64 +446,3 @@ def _enforced(cfg: RunConfig, caps: Capabilities | None) -> bool | None:
     if caps is None:
         return None  # not probed: unknown
     return caps.output_len_enforced
-
-
-def _notes(cfg: RunConfig, summary: Summary, caps: Capabilities | None, n_items: int = 0) -> list[str]:
-    notes = []
-    sent = summary["requests"]["total"] + summary["requests"].get("warmup", 0)
-    if n_items and sent > n_items:
-        notes.append(
-            f"{sent} requests were sent from a workload of {n_items} prompts: prompts repeated, so a "
-            "prefix cache may have served repeats faster; give --num-requests to size the workload"
-        )
-    if summary["workload"].get("output_len_enforced") is False and cfg.output_len:
-        notes.append(
-            "exact output lengths were not enforced on this target (ignore_eos/min_tokens "
-            "rejected or off): requests may stop early, so TPOT and throughput describe the "
-            "lengths the server chose; see tokens.output_total"
-        )
-    req = summary["requests"]
-    if req["total"] and not req["completed"]:
-        kinds = ", ".join(f"{k} {v}" for k, v in req["errors"].items())
-        notes.append(f"every request failed ({kinds}): these are not performance figures; the "
-                     "records' error_detail holds what the server said")
-    if summary["tokens"]["input_source"] != "usage" and summary["requests"]["completed"]:
-        notes.append("the server sent no usage.prompt_tokens: input tokens are the requested (approximate) lengths")
-    notes.extend(summary["workload"].get("notes") or [])  # workload: how lengths were made, if not exact
-    wl = summary["workload"]
-    prefix = servermetrics.prefix_cache_note(wl.get("intended_prefix_hit_rate"), summary.get("server"),
-                                             at_most=wl.get("intended_prefix_hit_rate_basis") == "template")
-    if prefix:
-        notes.append(prefix)
-    return notes
-
-
-def _manifest(cfg: RunConfig, info: TargetInfo, caps: Capabilities | None, run_id: str,
-              started: _dt.datetime, emulated: bool) -> dict[str, Any]:
-    import aiohttp as _aiohttp
-
-    caps_doc = caps.to_dict() if caps is not None else None
-    return {
-        "run_id": run_id,
-        "tool": {"name": "servebench", "version": __version__},
-        "started_at": started.isoformat(timespec="seconds"),
-        "config": cfg.as_manifest(),
-        "host": {
-            "hostname": socket.gethostname(),
-            "platform": platform.platform(),
-            "python": sys.version.split()[0],
-            "cpus": os.cpu_count(),
-            "aiohttp": _aiohttp.__version__,
-        },
-        "target": {
-            "base_url": info.base_url,
-            "model": info.model,
-            "models": info.models,
-            "models_response": info.models_response,
-            "version": info.version,
-            "emulated": emulated,
-            "profile": (cfg.profile or DEFAULT_PROFILE) if emulated else None,
-            "capabilities": caps_doc,
-        },
-    }
-
