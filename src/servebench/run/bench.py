@@ -42,6 +42,7 @@ from servebench.results.store import (
     RecordWriter,
     default_out_dir,
     prepare_out_dir,
+    start_warm_up,
     warm_up,
     write_json,
 )
@@ -108,6 +109,7 @@ def run_benchmark_sync(cfg: RunConfig, console: Console | None = None) -> RunOut
 async def run_benchmark(cfg: RunConfig, console: Console | None = None) -> RunOutcome:
     """One run, or `cfg.repeat` runs of the same configuration, against `cfg.url` or the emulator."""
     cfg.validate()
+    start_warm_up()  # Arrow's first conversion on a thread while the target is reached (joined before the clock)
     console = console or Console(stderr=False, quiet=cfg.quiet)
     if cfg.url is None:
         async with EmulatorProcess(cfg.profile or DEFAULT_PROFILE) as emu:
