@@ -21,7 +21,7 @@ from servebench.errors import ConfigError
 from servebench.sim.config import EngineConfig
 from servebench.sim.knobs import StepKnobs
 from servebench.sim.request import SimRequest
-from servebench.sim.simulate import SimRun, simulate
+from servebench.sim.simulate import SimRun, simulate, step_gaps, weighted_median
 
 __all__ = ["WhatIfPoint", "engine_config", "simulate_point", "whatif", "whatif_table", "knobs_yaml",
            "point_dict"]
@@ -73,37 +73,12 @@ def simulate_point(cfg: EngineConfig, *, concurrency: int, input_len: int, outpu
 
 
 def _median_itl_s(run: SimRun, reqs: Sequence[SimRequest]) -> float:
-    """Median gap between consecutive tokens over all requests, in O(requests + steps): within a
-    request's run of steps [a, b] its gaps are the step-to-step gaps a..b-1, so count how many requests
-    cover each step gap (a difference array) and take the weighted median; gaps across a preemption
-    are added one by one."""
+    """Median gap between consecutive tokens over all requests (`sim.simulate.step_gaps`: each step
+    gap weighted by the requests decoding across it)."""
     ends = np.asarray(run.step_end_s, dtype=np.float64)
     if len(ends) < 2:
         return 0.0
-    diff = np.zeros(len(ends) + 1, dtype=np.int64)
-    extra: list[float] = []
-    for r in reqs:
-        prev_b = -1
-        for a, b in r.segments:
-            if b > a:
-                diff[a] += 1
-                diff[b] -= 1
-            if prev_b >= 0:
-                extra.append(ends[a] - ends[prev_b])
-            prev_b = b
-    weights = np.cumsum(diff)[: len(ends) - 1]
-    gaps = np.diff(ends)
-    if extra:
-        gaps = np.concatenate([gaps, np.asarray(extra)])
-        weights = np.concatenate([weights, np.ones(len(extra), dtype=np.int64)])
-    total = int(weights.sum())
-    if total == 0:
-        return 0.0
-    order = np.argsort(gaps, kind="stable")
-    cum = np.cumsum(weights[order])
-    lo = gaps[order][np.searchsorted(cum, (total + 1) // 2)]  # statistics.median's two middle values
-    hi = gaps[order][np.searchsorted(cum, total // 2 + 1)]
-    return float((lo + hi) / 2)
+    return weighted_median(*step_gaps(ends, reqs))
 
 
 def _n_requests(concurrency: int, num_requests: int | None) -> int:

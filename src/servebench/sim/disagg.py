@@ -28,6 +28,7 @@ import numpy as np
 from servebench.sim.config import EngineConfig
 from servebench.sim.engine import Engine
 from servebench.sim.request import SimRequest
+from servebench.sim.simulate import step_gaps, weighted_median
 
 __all__ = ["DisaggRun", "simulate_disagg"]
 
@@ -52,14 +53,7 @@ class DisaggRun:
     def median_itl_s(self) -> float:
         """Median gap between consecutive tokens over all requests (each gap weighted by the
         sequences that waited on it), as a streaming client measures ITL."""
-        total = int(self.gap_weights.sum())
-        if total == 0:
-            return 0.0
-        order = np.argsort(self.gaps_s, kind="stable")
-        cum = np.cumsum(self.gap_weights[order])
-        lo = self.gaps_s[order][np.searchsorted(cum, (total + 1) // 2)]
-        hi = self.gaps_s[order][np.searchsorted(cum, total // 2 + 1)]
-        return float(lo + hi) / 2.0
+        return weighted_median(self.gaps_s, self.gap_weights)
 
 
 def simulate_disagg(prefill: EngineConfig, decode: EngineConfig, n_prefill: int, n_decode: int,
@@ -171,31 +165,16 @@ def simulate_disagg(prefill: EngineConfig, decode: EngineConfig, n_prefill: int,
 def _gaps(engines: Sequence[Engine], ends: Sequence[list[float]], reqs: Sequence[SimRequest | None],
           which: Sequence[int], offset: int) -> tuple[np.ndarray, np.ndarray]:
     """Step-to-step gaps of every decode engine, each weighted by the requests decoding across it
-    (a difference array over each request's runs of steps; gaps across a preemption counted alone)."""
+    (`sim.simulate.step_gaps` per engine)."""
     all_gaps: list[np.ndarray] = []
     all_w: list[np.ndarray] = []
-    extra: list[float] = []
     for k in range(len(engines)):
         e_ends = np.asarray(ends[k], dtype=np.float64)
         if len(e_ends) < 2:
             continue
-        diff = np.zeros(len(e_ends) + 1, dtype=np.int64)
-        for r, w in zip(reqs, which):
-            if r is None or w - offset != k:
-                continue
-            prev_b = -1
-            for a, b in r.segments:
-                if b > a:
-                    diff[a] += 1
-                    diff[b] -= 1
-                if prev_b >= 0:
-                    extra.append(float(e_ends[a] - e_ends[prev_b]))
-                prev_b = b
-        all_gaps.append(np.diff(e_ends))
-        all_w.append(np.cumsum(diff)[: len(e_ends) - 1])
-    if extra:
-        all_gaps.append(np.asarray(extra))
-        all_w.append(np.ones(len(extra), dtype=np.int64))
+        gaps, weights = step_gaps(e_ends, [r for r, w in zip(reqs, which) if r is not None and w - offset == k])
+        all_gaps.append(gaps)
+        all_w.append(weights)
     if not all_gaps:
         return np.zeros(0), np.zeros(0, dtype=np.int64)
     return np.concatenate(all_gaps), np.concatenate(all_w)

@@ -7,11 +7,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
+
 from servebench.sim.config import EngineConfig
 from servebench.sim.engine import Engine, EngineStats
 from servebench.sim.request import SimRequest
 
-__all__ = ["SimRun", "simulate"]
+__all__ = ["SimRun", "simulate", "step_gaps", "weighted_median"]
 
 
 @dataclass(slots=True)
@@ -55,6 +57,43 @@ class SimRun:
                          "output_tokens": r.max_tokens, "prompt_tokens": r.prompt_len,
                          "cached_tokens": r.cached_tokens, "preemptions": r.preemptions})
         return rows
+
+
+def step_gaps(ends: np.ndarray, reqs: Iterable[SimRequest]) -> tuple[np.ndarray, np.ndarray]:
+    """One engine's step-to-step gaps (`ends`: its step end times), each weighted by the requests
+    decoding across it, in O(requests + steps): within a request's run of steps [a, b] its gaps are
+    the step gaps a..b-1, so a difference array counts how many requests cover each; a gap across a
+    preemption (from one run's last step to the next run's first) is appended with weight 1."""
+    diff = np.zeros(len(ends) + 1, dtype=np.int64)
+    extra: list[float] = []
+    for r in reqs:
+        prev_b = -1
+        for a, b in r.segments:
+            if b > a:
+                diff[a] += 1
+                diff[b] -= 1
+            if prev_b >= 0:
+                extra.append(float(ends[a] - ends[prev_b]))
+            prev_b = b
+    gaps = np.diff(ends)
+    weights = np.cumsum(diff)[: max(len(ends) - 1, 0)]
+    if extra:
+        gaps = np.concatenate([gaps, np.asarray(extra)])
+        weights = np.concatenate([weights, np.ones(len(extra), dtype=np.int64)])
+    return gaps, weights
+
+
+def weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
+    """The median of `values` each counted `weights` times, as `statistics.median` of the expanded
+    list would give it (the mean of the two middle values when the count is even); 0 with none."""
+    total = int(weights.sum())
+    if total == 0:
+        return 0.0
+    order = np.argsort(values, kind="stable")
+    cum = np.cumsum(weights[order])
+    lo = values[order][np.searchsorted(cum, (total + 1) // 2)]
+    hi = values[order][np.searchsorted(cum, total // 2 + 1)]
+    return float(lo + hi) / 2.0
 
 
 def simulate(
