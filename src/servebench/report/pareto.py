@@ -26,8 +26,8 @@ from servebench.results.schema import Summary
 
 __all__ = ["ENERGY_PATH", "Frontier", "frontiers", "interactivity_rows", "pareto_chart", "pareto_section"]
 
-#: Where a summary would carry the energy per output token. No collector writes it yet: the table's
-#: J/token column appears only when some run has it.
+#: Where a summary carries the energy per output token (results/energy.py, with --gpu-metrics-url or
+#: nvml): the table's J/token column appears only when some run has it.
 ENERGY_PATH = ("energy", "joules_per_output_token")
 
 _FAINT = 0.3
