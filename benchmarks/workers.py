@@ -1,6 +1,7 @@
 """`--workers 2` against one process: CPU per streamed token, and an open loop's rate and schedule lag.
 
-    .venv/bin/python benchmarks/workers.py [--requests 2000] [--concurrency 64] [--rate 2000] [--seconds 10]
+    .venv/bin/python benchmarks/workers.py [--requests 20000] [--concurrency 64] [--rate 2000] [--seconds 10]
+                                           [--server-writes response|token]
 
 Starts the scripted server (tests/support/scripted_server.py) with no delays in its own process, then:
 
@@ -16,18 +17,22 @@ Starts the scripted server (tests/support/scripted_server.py) with no delays in 
    schedule's own span) and the median schedule lag (send time - planned time). Target: within 2%,
    median lag under 1 ms.
 
-The machine this was written on has 2 cores shared by the server under test, the workers and this
-process: the figures say what such a host gives, not what the client can do on a free one.
+The machine this was written on has 2 cores, shared by the server under test, the workers and this
+process. A no-delay server that writes each token on its own (`--server-writes token`, the scripted
+server's usual way: ~0.5-1 us of Python per token) then takes most of a core at the client's rates,
+so two workers cannot both have one: they stream less per wake-up, are switched out more, and
+spend more per token. By default the server sends each response in one write (`--server-writes
+response`: the same bytes, a body built once and reused, ~0.05 us a token), which leaves the cores
+to the clients, as a server on other hardware would.
 
-What the difference is made of there (closed loop, 128 tokens a request, records written; Nov 2026):
-one process ~1.9 us/token; one worker process plus this one (`ProcessShards(workers=1)`) the same
-within noise, the run process adding ~0.06 us/token (receiving and unpickling records: compacted as
-they finish, 0.8 us a record to unpickle) besides the ~0.1 us/token of writing them that one process
-pays too; two workers ~2.2-2.3 us/token together with no records sent at all. The rest is the loop
-in two processes reading at once (each reads fewer chunks per wake-up once the server, not one
-client, is the limit: two workers stream ~230k tokens/s, one process ~170-200k at its CPU ceiling),
-not the pipe; halving the read-coalescing thresholds or lengthening its pauses in the workers did
-not change it measurably.
+Figures (Nov 2026, 20,000 requests of 128 tokens, concurrency 64, records written, median of 3):
+- `--server-writes response`: one process 1.11 us/token at 924k tokens/s; `--workers 2` 1.13 us/token
+  (+2.7%; 0.51 + 0.52 in the workers, 0.10 in this process: receiving, unpickling and writing the
+  records, the last of which one process pays too) at 1.35M tokens/s.
+- `--server-writes token`: one process 1.78 us/token (280k tokens/s), `--workers 2` 2.25 (+27%,
+  331k tokens/s): the server is the limit, three busy processes share two cores.
+- paced (`--itl-ms 0.5 --server-writes token`, both at ~123k tokens/s): 5.38 vs 6.56 us/token
+  (+22%): a read a chunk, and each worker's loop wakes for 32 streams instead of 64.
 """
 
 from __future__ import annotations
@@ -153,7 +158,7 @@ def open_loop(url: str, body: bytes, rate: float, seconds: float) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--requests", type=int, default=20000)
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--output-len", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
@@ -162,11 +167,15 @@ def main() -> None:
     ap.add_argument("--open-output-len", type=int, default=16)
     ap.add_argument("--itl-ms", type=float, default=0.0,
                     help="the server's gap between tokens (0: none, each process's CPU is then at its ceiling)")
+    ap.add_argument("--server-writes", choices=("response", "token"), default="response",
+                    help="with --itl-ms 0: the server sends each response in one write (default: its CPU then "
+                         "leaves the cores to the clients) or each token in its own (see the docstring)")
     ap.add_argument("--skip-closed", action="store_true")
     ap.add_argument("--no-records", action="store_true", help="closed loop: keep records in memory, write none")
     ap.add_argument("--skip-open", action="store_true")
     args = ap.parse_args()
-    srv = scripted("--ttft-ms", "0", "--itl-ms", str(args.itl_ms), "--no-usage-chunk")
+    srv = scripted("--ttft-ms", "0", "--itl-ms", str(args.itl_ms), "--no-usage-chunk",
+                   *(["--write-whole"] if args.server_writes == "response" else []))
     warm_up()  # as servebench run does before the clock
     try:
         url = srv.url + "/v1/completions"

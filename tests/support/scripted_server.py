@@ -40,6 +40,7 @@ import json
 import random
 import sys
 import time
+from typing import Any
 
 _perf_ns = time.perf_counter_ns
 
@@ -73,6 +74,10 @@ class Config:
         self.served = {"running": 0, "prompt": 0, "generated": 0, "ttft_sum": 0.0, "ttft_n": 0}
         self.cache_reset: str | None = getattr(args, "cache_reset", None)
         self.cache_resets = 0  # POSTs to the reset endpoint answered 200
+        # --write-whole: each streamed response leaves in one write (same bytes): the server's CPU per
+        # token drops ~20x, so a no-delay server does not take the cores the clients under test need
+        self.write_whole: bool = getattr(args, "write_whole", False)
+        self.whole_bodies: dict[tuple[bool, int], bytes] = {}  # (chat, tokens) -> a fault-free body, after the head
 
     def ttft(self) -> float:
         """This request's TTFT in seconds."""
@@ -103,6 +108,24 @@ def _chunk_obj(chat: bool, reasoning: bool, text: str) -> dict:
 @functools.lru_cache(maxsize=64)
 def _plain_chunk(chat: bool, reasoning: bool, toks: int) -> bytes:
     return _chunk(_sse(_chunk_obj(chat, reasoning, " tok" * toks)))
+
+
+class _Whole:
+    """A transport stand-in that gathers one response's writes and sends them in one (`--write-whole`)."""
+
+    def __init__(self, tr: Any) -> None:
+        self.tr = tr
+        self.parts: list[bytes] = []
+        self.write = self.parts.append
+
+    def abort(self) -> None:
+        self.flush()
+        self.tr.abort()
+
+    def flush(self) -> None:
+        if self.parts:
+            self.tr.write(b"".join(self.parts))
+            self.parts.clear()
 
 
 class Handler(asyncio.Protocol):
@@ -250,6 +273,31 @@ class Handler(asyncio.Protocol):
             usage = {"prompt_tokens": 7, "completion_tokens": n_out, "total_tokens": n_out + 7}
             self._send_simple("200 OK", {"id": "x", "choices": [choice], "usage": usage})
             return
+        if cfg.write_whole and cfg.itl_s == 0:
+            key = (chat, n_out)
+            if fault == "ok" and key in cfg.whole_bodies:  # the same bytes as last time, after the head
+                head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+                        b"x-request-id: %d\r\n\r\n" % cfg.count)
+                tr.write(head + cfg.whole_bodies[key])
+                served = cfg.served
+                served["prompt"] += 7
+                served["generated"] += n_out
+                served["ttft_sum"] += time.perf_counter() - t0
+                served["ttft_n"] += 1
+                return
+            whole = _Whole(tr)
+            try:
+                await self._stream(chat, fault, n_out, t0, whole)
+                if fault == "ok" and not cfg.reasoning_tokens:
+                    joined = b"".join(whole.parts)
+                    cfg.whole_bodies[key] = joined[joined.index(b"\r\n\r\n") + 4:]
+            finally:
+                whole.flush()
+            return
+        await self._stream(chat, fault, n_out, t0, tr)
+
+    async def _stream(self, chat: bool, fault: str, n_out: int, t0: float, tr: Any) -> None:
+        cfg = self.cfg
         rid = cfg.count
         token_ns: list[int] = []
         if len(cfg.truth) < 100_000:
@@ -277,6 +325,8 @@ class Handler(asyncio.Protocol):
                     tr.abort()
                     return
                 if fault == "stall":
+                    if isinstance(tr, _Whole):
+                        tr.flush()
                     await asyncio.sleep(3600)
                     return
                 if fault == "malformed":
@@ -366,6 +416,8 @@ def main() -> None:
     ap.add_argument("--model", default="m")
     ap.add_argument("--trtllm-metrics", choices=("404", "json"), help="serve TensorRT-LLM's /prometheus/metrics")
     ap.add_argument("--cache-reset", choices=("vllm", "sglang"), help="serve that engine's prefix-cache reset")
+    ap.add_argument("--write-whole", action="store_true",
+                    help="with --itl-ms 0: send each streamed response in one write (same bytes, far less server CPU)")
     args = ap.parse_args()
     cfg = Config(args)
     try:

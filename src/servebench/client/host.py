@@ -42,6 +42,7 @@ import queue
 import signal
 import threading
 import time
+from array import array
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
@@ -216,6 +217,11 @@ async def host_shard(out: Outbox, listen: Listen, index: int, spec: ShardSpec) -
         if started or finished:
             sent = [(r.id, r.t_sched_ns, r.t_send_ns, r.warmup, r.input_len, r.output_len, r.session, r.turn)
                     for r in started]
+            for r in finished:  # packed: an int64 array pickles as one copy, a list as an int object a chunk
+                r.chunk_ns = array("q", r.chunk_ns)
+                k = r.chunk_tokens
+                if len(k) and k.count(1) == len(k):  # (one token a chunk: stored as an empty list anyway)
+                    r.chunk_tokens = []
             done = [record_fields(r) for r in finished]
             started.clear()
             finished.clear()  # (the shard keeps none: they go on to the run's process, memory here stays flat)

@@ -76,7 +76,10 @@ TokenParts: TypeAlias = Callable[[int], Sequence[Iterable[pa.RecordBatch]]]
 def _flat_ns(records: Sequence[RequestRecord]) -> tuple[np.ndarray, np.ndarray]:
     """Every record's chunk times in one int64 array, and each record's count."""
     lens = np.fromiter((len(r.chunk_ns) for r in records), dtype=np.int64, count=len(records))
-    flat = np.fromiter(chain.from_iterable(r.chunk_ns for r in records), dtype=np.int64, count=int(lens.sum()))
+    if records and all(isinstance(r.chunk_ns, array) for r in records):  # packed (from a worker): no int objects
+        flat = np.frombuffer(b"".join([r.chunk_ns for r in records]), dtype=np.int64)  # type: ignore[misc]
+    else:
+        flat = np.fromiter(chain.from_iterable(r.chunk_ns for r in records), dtype=np.int64, count=int(lens.sum()))
     return flat, lens
 
 
