@@ -22,9 +22,11 @@ from typing import Any
 
 from servebench.errors import ConfigError
 
-__all__ = ["Source", "CorpusPoint", "load_corpus", "corpus_files", "parse_source", "MODES", "MEASURED_KEYS"]
+__all__ = ["Source", "CorpusPoint", "load_corpus", "corpus_files", "parse_source", "MODES", "MEASURED_KEYS",
+           "LENGTH_DISTS"]
 
 MODES = ("offline", "closed", "rate")
+LENGTH_DISTS = ("", "fixed", "uniform", "lognormal")
 MEASURED_KEYS = frozenset({
     "output_tok_s", "total_tok_s", "req_s",
     "ttft_ms_mean", "ttft_ms_median", "itl_ms_mean", "itl_ms_median",
@@ -81,6 +83,11 @@ class CorpusPoint:
     # engine settings the source states it launched with (ENGINE_ARGS keys), where they differ from the
     # engine's defaults; the validation runs the engine with these (compare like with like).
     engine_args: Mapping[str, int | bool] = field(default_factory=dict)
+    # how the requests' lengths varied around the stated means, where the source's tool says so
+    # (`length_dist:` fixed, uniform or lognormal; empty: inferred from the dataset, plan/lengths.py).
+    # SGLang's bench_serving random dataset with its default --random-range-ratio 0 draws every input
+    # and output length uniformly in [1, L]: `uniform`.
+    length_dist: str = ""
 
     @property
     def key(self) -> str:
@@ -177,6 +184,9 @@ def parse_source(data: Mapping[str, Any], *, origin: str = "corpus") -> tuple[So
             raise ConfigError(f"{where}: a closed-loop point needs its concurrency")
         if r["mode"] == "rate" and not r.get("request_rate"):
             raise ConfigError(f"{where}: a rate point needs its request_rate")
+        length_dist = str(r.get("length_dist") or "")
+        if length_dist not in LENGTH_DISTS:
+            raise ConfigError(f"{where}: length_dist must be one of {', '.join(LENGTH_DISTS)}, not {length_dist!r}")
         try:
             points.append(CorpusPoint(
                 source=source, id=str(r["id"]), engine=str(r["engine"]), engine_version=str(r["engine_version"] or ""),
@@ -188,7 +198,7 @@ def parse_source(data: Mapping[str, Any], *, origin: str = "corpus") -> tuple[So
                 output_len=_opt_float(r["output_len"]), dataset=str(r["dataset"] or ""),
                 speculative=str(r.get("speculative") or ""), measured=vals, notes=str(r["notes"] or ""),
                 disaggregated=_disaggregated(r.get("disaggregated"), int(r["gpus"]), where),
-                engine_args=_engine_args(r.get("engine_args"), where)))
+                engine_args=_engine_args(r.get("engine_args"), where), length_dist=length_dist))
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{where}: {exc}") from exc
     return source, points

@@ -48,7 +48,13 @@ def distributions(p: CorpusPoint) -> tuple[str, str]:
       [range_ratio x L, L] (sglang bench_serving sample_random_requests; range_ratio 0 gives mean L/2,
       as dstack's 62-67 of 128 show), and EOS stops only shorten them further.
     - Otherwise 'fixed' (trtllm-bench / benchmark_throughput fixed ISL/OSL, sonnet's fixed prompts).
+
+    A point's `length_dist` (what the source's tool did, recorded in the corpus) overrides all of this
+    for both lengths: SGLang bench_serving's random dataset at its default range ratio 0 draws input
+    and output lengths uniformly up to the nominal length.
     """
+    if p.length_dist:
+        return p.length_dist, p.length_dist
     if p.dataset.lower().startswith("sharegpt"):
         return "lognormal", "lognormal"
     out = output_mean(p)

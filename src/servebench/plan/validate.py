@@ -148,6 +148,8 @@ def setting_for(p: CorpusPoint) -> Setting:
         raise ConfigError("prefill-only measurement (disaggregated prefill node)")
     if p.mode == "offline" and p.dp and p.dp > 8 and p.ep and p.ep > 8:
         raise ConfigError("multi-node disaggregated decode with wide EP (DeepEP/IB) is not modelled")
+    if p.pp and p.pp > 1:
+        raise ConfigError("pipeline parallelism is not modelled by the validation (its layout would run on fewer GPUs)")
     version = p.engine_version
     if p.engine == "vllm" and not version and p.source.date < "2025-03":
         version = "0.6"  # unstated: the release current at the source's date (V1 became default in 0.8, 2025-03)
@@ -162,6 +164,13 @@ def setting_for(p: CorpusPoint) -> Setting:
         if pre_gpus % tp or dec_gpus % tp:
             raise ConfigError("disaggregated GPUs not a multiple of the workers' TP")
         disagg, dp, ep = (pre_gpus // tp, dec_gpus // tp), 1, 1
+    if dp > 1 and ep == 1 and tp * dp > p.gpus and model.is_moe and not disagg:
+        # SGLang `--tp N --enable-dp-attention --dp D`: the D attention ranks live inside the N GPUs of
+        # the TP group and the MoE stays tensor-parallel over all N. Each GPU then holds 1/N of every
+        # expert, the bytes per GPU of EP N, and is stated as that (the MoE's collectives are then
+        # counted as EP's all-to-all, not TP's all-reduce). Taking `--tp` as the width of each DP
+        # replica instead would model D x N GPUs.
+        ep = tp
     if dp > 1 and ep > 1:  # DP attention + EP MoE: attention TP1 per rank, experts split over EP
         tp_attn = max(1, tp // dp) if tp > dp else 1
         tp = tp_attn
