@@ -25,14 +25,16 @@ spend more per token. By default the server sends each response in one write (`-
 response`: the same bytes, a body built once and reused, ~0.05 us a token), which leaves the cores
 to the clients, as a server on other hardware would.
 
-Figures (Nov 2026, 20,000 requests of 128 tokens, concurrency 64, records written, median of 3):
-- `--server-writes response`: one process 1.11 us/token at 924k tokens/s; `--workers 2` 1.13 us/token
-  (+2.7%; 0.51 + 0.52 in the workers, 0.10 in this process: receiving, unpickling and writing the
-  records, the last of which one process pays too) at 1.35M tokens/s.
-- `--server-writes token`: one process 1.78 us/token (280k tokens/s), `--workers 2` 2.25 (+27%,
-  331k tokens/s): the server is the limit, three busy processes share two cores.
-- paced (`--itl-ms 0.5 --server-writes token`, both at ~123k tokens/s): 5.38 vs 6.56 us/token
-  (+22%): a read a chunk, and each worker's loop wakes for 32 streams instead of 64.
+Figures (Nov 2026, concurrency 64, 128 tokens a request, records written; medians of interleaved runs):
+- `--server-writes response` (20,000 requests, 5 repeats): one process 1.16 us/token at 896k
+  tokens/s; `--workers 2` 1.25 us/token (+7.1%; 0.57 + 0.58 in the workers, 0.09 in this process:
+  receiving, unpickling and writing the records, the writing of which one process pays too) at 1.28M
+  tokens/s. Open loop: 2,000 req/s achieved +0.01%, schedule lag p50 0.25 ms.
+- `--server-writes token` (20,000 requests, 3 repeats): one process 2.23 us/token (404k tokens/s),
+  `--workers 2` 2.50 (+12%, 362k tokens/s): the server takes most of a core, three busy processes
+  share two.
+- paced (`--itl-ms 0.5 --server-writes token`, 2,000 requests, both at ~123k tokens/s): 5.38 vs 6.56
+  us/token (+22%): a read a chunk, and each worker's loop wakes for 32 streams instead of 64.
 """
 
 from __future__ import annotations
