@@ -8,6 +8,7 @@ from servebench.errors import ConfigError
 from servebench.sim.catalog import get_gpu, get_model
 from servebench.sim.memory import (
     Layout,
+    bytes_per_param,
     checkpoint_bytes,
     fit,
     kv_bytes_per_token,
@@ -148,3 +149,20 @@ def test_reserve_is_bounded_by_the_batch_budget_not_max_model_len() -> None:
     assert long == short
     v0 = fit(ds, lay, max_model_len=163_840, engine="vllm-0.7")  # V0 MLA: budget = max_model_len
     assert v0.fits and v0.reserve_per_gpu_bytes < 40 * GIB and v0.kv_tokens >= 163_840
+
+
+def test_gpt_oss_mxfp4_keeps_attention_bf16() -> None:
+    """gpt-oss's checkpoints hold only the MoE weights in MXFP4 (4 bits + one E8M0 scale byte per 32
+    values); attention, embeddings and router stay BF16. 114.7B expert parameters at 0.53125 bytes and
+    the rest at 2 make ~65.2 GB (60.7 GiB): what fits one 80 GB GPU with ~7 GiB left for KV at 0.9."""
+    model = get_model("gpt-oss-120b")
+    assert model.default_quant == "mxfp4"
+    assert bytes_per_param("mxfp4", "routed_experts", model) == 0.5 + 1 / 32
+    assert bytes_per_param("mxfp4", "attention", model) == 2.0
+    parts = model.weight_params_breakdown()
+    want = parts["routed_experts"] * (0.5 + 1 / 32) + sum(n for k, n in parts.items() if k != "routed_experts") * 2
+    assert checkpoint_bytes(model, "mxfp4") == pytest.approx(want, rel=1e-6)
+    assert 60.0 < checkpoint_bytes(model, "mxfp4") / 2**30 < 61.5
+    lay = Layout(gpu=get_gpu("h100"), gpus_per_node=1, tp=1, quant="mxfp4")
+    assert weight_bytes_per_gpu(model, lay) > weight_bytes_per_gpu(model, Layout(gpu=get_gpu("h100"), gpus_per_node=1,
+                                                                                  tp=1, quant="int4"))

@@ -121,11 +121,13 @@ def _int_len(x: float | None) -> int | None:
 
 
 def _quant(q: str) -> tuple[str, bool]:
-    """Corpus quant -> (sim.memory quant, is FP4). FP4 (NVFP4, MXFP4) weights are priced as 4-bit with
-    a small scale overhead: memory's 'int4' (0.5 + 2/128 bytes per parameter; NVFP4 is 0.5 + 1/16,
-    MXFP4 0.5 + 1/32)."""
+    """Corpus quant -> (sim.memory quant, is FP4). NVFP4 weights are priced as 4-bit with a small scale
+    overhead: memory's 'int4' (0.5 + 2/128 bytes per parameter; NVFP4 is 0.5 + 1/16). MXFP4 (gpt-oss)
+    is memory's 'mxfp4': experts 0.5 + 1/32, attention BF16, as the checkpoints are."""
     q = q.lower()
-    if q in ("fp4", "nvfp4", "mxfp4"):
+    if q == "mxfp4":  # gpt-oss: MXFP4 experts, BF16 attention (sim.memory.bytes_per_param)
+        return "mxfp4", True
+    if q in ("fp4", "nvfp4"):
         return "int4", True
     if q in ("fp8", "bf16", "awq", "int4"):
         return q, False

@@ -246,7 +246,8 @@ _MODEL_LIST = (
     # sliding window (not modelled: KV is counted as if every layer were full attention). Published
     # with MXFP4 experts (see plan/validate.py for how FP4 is priced).
     _llama("gpt-oss-120b", "openai/gpt-oss-120b", 36, 2880, 64, 2880, vocab=201_088, head_dim=64,
-           qkv_bias=True, n_routed_experts=128, experts_per_token=4, moe_intermediate=2880),
+           qkv_bias=True, n_routed_experts=128, experts_per_token=4, moe_intermediate=2880,
+           default_quant="mxfp4"),
     _llama("Qwen2.5-72B", "Qwen/Qwen2.5-72B-Instruct", 80, 8192, 64, 29_568, vocab=152_064, qkv_bias=True,
            context_len=32_768),
     _llama("Qwen3-8B", "Qwen/Qwen3-8B", 36, 4096, 32, 12_288, vocab=151_936, context_len=40_960),

@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 _GIB = 1 << 30
-QUANTS = ("bf16", "fp8", "fp8-ffn", "awq", "int4")
+QUANTS = ("bf16", "fp8", "fp8-ffn", "awq", "int4", "mxfp4")
 _KV_DTYPE_BYTES = MappingProxyType({"bf16": 2.0, "fp16": 2.0, "auto": 2.0, "fp8": 1.0})
 
 
@@ -166,7 +166,10 @@ def bytes_per_param(quant: str, part: str, model: ModelSpec) -> float:
     embeddings, lm_head, router, norms BF16. fp8 on a model whose published FP8 checkpoint is FFN-only
     (Meta Llama-3.1-405B-FP8, fbgemm row-wise scales), or quant "fp8-ffn": FFN FP8, attention BF16.
     awq: 4-bit weights, group 128, FP16 scale + 4-bit zero per group: 0.5 + 2.5/128. int4 (GPTQ-style
-    symmetric): 0.5 + 2/128. Embeddings, lm_head, router, norms stay BF16 in every scheme.
+    symmetric): 0.5 + 2/128. mxfp4 (gpt-oss's published checkpoints: the MoE weights in MXFP4, the
+    rest BF16, per OpenAI's gpt-oss model card): FFN/expert weights 0.5 + 1/32 (one E8M0 scale byte per
+    block of 32 FP4 values, OCP Microscaling Formats spec v1.0), attention BF16. Embeddings, lm_head,
+    router, norms stay BF16 in every scheme.
     """
     if quant == "bf16" or part in ("embedding", "router", "replicated_norms"):
         return 2.0
@@ -177,6 +180,8 @@ def bytes_per_param(quant: str, part: str, model: ModelSpec) -> float:
         if part in ffn_parts and (quant == "fp8-ffn" or model.fp8_scheme == "ffn"):
             return 1.0 + 4.0 / model.hidden  # row-wise FP32 scale
         return 1.0 + 4.0 / (128 * 128)
+    if quant == "mxfp4":
+        return 0.5 + 1.0 / 32 if part in ffn_parts else 2.0
     if quant == "awq":
         return 0.5 + 2.5 / 128
     if quant == "int4":
@@ -376,7 +381,7 @@ def fit(model: ModelSpec, layout: Layout, *, max_model_len: int, gpu_memory_util
 
 
 _SMALLER_QUANT = MappingProxyType({"bf16": ("fp8", "awq"), "fp8": ("awq",), "fp8-ffn": ("fp8", "awq"),
-                                   "awq": (), "int4": ()})
+                                   "awq": (), "int4": (), "mxfp4": ()})
 
 
 def candidate_layouts(model: ModelSpec, layout: Layout, gpus: tuple[GPUSpec, ...] = ()) -> list[Layout]:

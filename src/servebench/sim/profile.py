@@ -59,7 +59,7 @@ class Profile:
 # Compute efficiency by weight format, relative to the knob (which is for BF16/FP8 GEMMs at their
 # own peak): W4A16 AWQ/GPTQ kernels dequantize in the inner loop and reach ~1/5 of it (Marlin's
 # published speedups are for small batches; at large batches they run below an FP16 GEMM).
-_QUANT_COMPUTE_FACTOR = {"awq": 0.2, "int4": 0.2}
+_QUANT_COMPUTE_FACTOR = {"awq": 0.2, "int4": 0.2, "mxfp4": 0.2}
 
 
 # One 400 Gb/s ConnectX-7 NIC per GPU (DGX H100 reference architecture), counted both ways as the
