@@ -79,6 +79,15 @@ class Config:
         self.write_whole: bool = getattr(args, "write_whole", False)
         self.whole_bodies: dict[tuple[bool, int], bytes] = {}  # (chat, tokens) -> a fault-free body, after the head
 
+    def count_served(self, n_out: int, ttft_s: float | None) -> None:
+        """One streamed response sent: the counters GET /metrics reports."""
+        served = self.served
+        served["prompt"] += 7
+        served["generated"] += n_out
+        if ttft_s is not None:
+            served["ttft_sum"] += ttft_s
+            served["ttft_n"] += 1
+
     def ttft(self) -> float:
         """This request's TTFT in seconds."""
         return self.ttft_s + (self._rng.expovariate(1 / self.ttft_spread_s) if self.ttft_spread_s > 0 else 0.0)
@@ -279,11 +288,7 @@ class Handler(asyncio.Protocol):
                 head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
                         b"x-request-id: %d\r\n\r\n" % cfg.count)
                 tr.write(head + cfg.whole_bodies[key])
-                served = cfg.served
-                served["prompt"] += 7
-                served["generated"] += n_out
-                served["ttft_sum"] += time.perf_counter() - t0
-                served["ttft_n"] += 1
+                cfg.count_served(n_out, time.perf_counter() - t0)
                 return
             whole = _Whole(tr)
             try:
@@ -352,12 +357,7 @@ class Handler(asyncio.Protocol):
             token_ns.append(time.perf_counter_ns())
             tr.write(_chunk(_sse(_chunk_obj(chat, is_reasoning, text))))
         usage = {"prompt_tokens": 7, "completion_tokens": n_out, "total_tokens": n_out + 7}
-        served = cfg.served
-        served["prompt"] += 7
-        served["generated"] += n_out
-        if token_ns:
-            served["ttft_sum"] += token_ns[0] / 1e9 - t0
-            served["ttft_n"] += 1
+        cfg.count_served(n_out, token_ns[0] / 1e9 - t0 if token_ns else None)
         if cfg.reasoning_tokens:
             usage["completion_tokens_details"] = {"reasoning_tokens": min(cfg.reasoning_tokens, n_out)}
         final = {"id": "x", "choices": [{"index": 0, "delta": {}, "text": "", "finish_reason": "length"}]}

@@ -42,13 +42,13 @@ import queue
 import signal
 import threading
 import time
-from array import array
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 from servebench.client.shard import Shard
 from servebench.client.spec import ShardResult, ShardSpec
+from servebench.results.columns import compact
 from servebench.results.records import RequestRecord
 
 __all__ = ["FLUSH_S", "Listen", "Outbox", "dumps", "host_shard", "record_fields", "record_from_fields", "run_shard",
@@ -217,11 +217,7 @@ async def host_shard(out: Outbox, listen: Listen, index: int, spec: ShardSpec) -
         if started or finished:
             sent = [(r.id, r.t_sched_ns, r.t_send_ns, r.warmup, r.input_len, r.output_len, r.session, r.turn)
                     for r in started]
-            for r in finished:  # packed: an int64 array pickles as one copy, a list as an int object a chunk
-                r.chunk_ns = array("q", r.chunk_ns)
-                k = r.chunk_tokens
-                if len(k) and k.count(1) == len(k):  # (one token a chunk: stored as an empty list anyway)
-                    r.chunk_tokens = []
+            compact(finished)  # chunk times as one int64 array: pickled as one copy, not an int object a chunk
             done = [record_fields(r) for r in finished]
             started.clear()
             finished.clear()  # (the shard keeps none: they go on to the run's process, memory here stays flat)
