@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{_fmt(tr.predicted[m]):>9} {e_tr:+5.0%} {_fmt(ho.predicted[m]):>9} {e_ho:+5.0%}")
     ok = True
     single = {n: v[0] for n, v in knob_sources(pred).items() if len(v) == 1}
-    print("\nknobs informed by one source only (at their prior when it is held out): "
+    print("\nknobs informed by one source only (when it is held out: an engine family's knob at the geometric "
+          "mean of the fitted families', any other at its prior): "
           + "; ".join(f"{n} ({src})" for n, src in single.items()))
     print(f"\ncoverage: {summary['expressible']} of {summary['points']} points expressible "
           f"({summary['coverage']:.1%}; bound >= 90%)")

@@ -119,3 +119,21 @@ def test_stated_launch_commands_are_transcribed() -> None:
     assert pts["dstack-h100-vs-mi300x-llama405b-2024-12/serve-h100-tp8-rate16"].engine_args["max_model_len"] == 91680
     assert pts["dstack-tgi-vs-vllm-mi300x-llama405b-2024-10/vllm-mi300x-tp8-in80-n1"].engine_args[
         "max_model_len"] == 131072
+
+
+def test_harness_says_whether_the_engine_served_over_http() -> None:
+    """`harness:` on a source: 'server' when the tool sent HTTP requests to the engine's API server (its
+    server defaults apply even to an offline burst), 'inprocess' for the engine's own offline
+    benchmark. Without it, offline points ran in process and the rest over HTTP. Other values are refused."""
+    pts = {p.key: p for p in load_corpus()}
+    burst = pts["gpustack-performance-lab-2025/gptoss120b-h100-vllm-s1-mxfp4-tp1-vllm"]
+    assert burst.mode == "offline" and burst.source.harness == "server" and burst.served
+    bench = pts["trtllm-perf-overview-v1.0/l33-70b-h200-tp1-fp8-128-128"]
+    assert bench.mode == "offline" and not bench.source.harness and not bench.served
+    assert pts["nvidia-nim-llm-benchmarking-perf/l33-70b-2xh100-fp8-tp2-500-2000-c1"].served
+    doc = _doc()
+    doc["source"]["harness"] = "inprocess"
+    assert not any(p.served for p in parse_source(doc)[1])
+    doc["source"]["harness"] = "http"
+    with pytest.raises(ConfigError, match="harness"):
+        parse_source(doc)

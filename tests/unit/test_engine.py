@@ -235,16 +235,18 @@ def _used_blocks_from_requests(eng: Engine) -> int:
     s = eng.stats.steps  # index of the next step
     private = 0
     for r in eng._running:
-        held = -(-(r.pos0 + s) // bs) if r in eng._decoding.values() else r.blocks
+        held = -(-(r.pos0 + s) // bs) + eng.config.seq_overhead_blocks if r in eng._decoding.values() else r.blocks
         private += held - len(r.hashed)
     shared = sum(1 for rc in eng.pool.table.values() if rc > 0)
     return private + shared
 
 
+@pytest.mark.parametrize("extra", [0, 3])
 @pytest.mark.parametrize("seed", range(6))
-def test_block_accounting_invariant_under_random_load(seed: int) -> None:
+def test_block_accounting_invariant_under_random_load(seed: int, extra: int) -> None:
     rng = random.Random(seed)
-    cfg = config(max_num_seqs=12, kv_blocks=rng.choice([40, 80, 200]), max_num_batched_tokens=rng.choice([64, 256]))
+    cfg = config(max_num_seqs=12, kv_blocks=rng.choice([40, 80, 200]), max_num_batched_tokens=rng.choice([64, 256]),
+                 seq_overhead_blocks=extra)
     eng = Engine(cfg)
     prefixes = [[rng.randrange(50_000) for _ in range(96)] for _ in range(3)]
     live: list[SimRequest] = []
@@ -275,9 +277,10 @@ def test_block_accounting_invariant_under_random_load(seed: int) -> None:
     assert not live and eng.stats.running == 0 and eng.stats.kv_usage == 0.0
 
 
+@pytest.mark.parametrize("extra", [0, 2])
 @pytest.mark.parametrize("concurrency", [None, 1, 7, 40])
-def test_decode_fast_path_is_exact(concurrency: int | None) -> None:
-    cfg = config(max_num_seqs=16, kv_blocks=120)
+def test_decode_fast_path_is_exact(concurrency: int | None, extra: int) -> None:
+    cfg = config(max_num_seqs=16, kv_blocks=120, seq_overhead_blocks=extra)
 
     def mk() -> list[SimRequest]:
         rng = random.Random(5)
@@ -300,3 +303,24 @@ def test_per_request_rows() -> None:
         assert row["ttft_s"] == pytest.approx(t[0] - r.arrival_s)
         assert row["tpot_s"] == pytest.approx((t[-1] - t[0]) / 9)
         assert row["output_tokens"] == 10 and row["prompt_tokens"] == 64
+
+
+def test_sequence_overhead_blocks_limit_how_many_run() -> None:
+    """vLLM's sliding-window pages: every running sequence holds `seq_overhead_blocks` besides its
+    context, so a pool that holds 8 sequences of 64 tokens (4 blocks each) holds 4 when each also
+    keeps 4 window blocks; blocks all come back at the end."""
+    def peak_running(extra: int) -> int:
+        eng = Engine(config(kv_blocks=40, max_num_seqs=16, seq_overhead_blocks=extra))
+        for i in range(12):
+            eng.add(SimRequest(i, 48, 8))
+        peak, now = 0, 0.0
+        while (res := eng.step(now)) is not None:
+            now += res.duration_s
+            peak = max(peak, eng.stats.running)
+        assert eng.stats.finished == 12 and eng.pool.available() == 40
+        return peak
+
+    assert peak_running(0) > peak_running(4)
+    assert peak_running(4) <= 40 // (4 + 4) + 1  # +1: a sequence admitted on its first chunk only
+    with pytest.raises(ValueError, match="needs"):
+        Engine(config(kv_blocks=40, seq_overhead_blocks=38)).add(SimRequest(0, 48, 8))

@@ -277,3 +277,20 @@ def test_deployment_limits_follow_the_engine_version() -> None:
     assert Deployment.build(model="Llama-3.1-8B", gpu="a100").limits.max_num_seqs == 256
     v0 = Deployment.build(model="Llama-3.1-8B", gpu="h100", engine="vllm-0.7").limits
     assert v0.max_num_seqs == 256 and not v0.chunked_prefill
+
+
+def test_gpt_oss_on_one_h100_plan_json_states_the_window_pages() -> None:
+    """plan for gpt-oss-120b on one H100 (vLLM): the repacked MXFP4 experts in the breakdown, the
+    sliding-window pages per request in plan.json, and the concurrency figures net of them; the
+    what-if engine holds the same KV figure and 9 window blocks per running sequence."""
+    code, doc = _plan_json("--model", "gpt-oss-120b", "--gpu", "h100", "--gpus", "1", "--max-model-len", "32768")
+    fit = doc["fit"]
+    assert code == 0 and fit["fits"]
+    assert fit["weights_breakdown_gib"]["mxfp4_repack"] > 5.0
+    assert fit["kv_seq_overhead_tokens"] == 144
+    assert fit["concurrent_seqs"]["1280"] == fit["kv_tokens_per_replica"] // (1280 + 144)
+    from servebench.plan.whatif import engine_config
+
+    dep = to_deployment(PlanArgs(model="gpt-oss-120b", gpu="h100", gpus=1, max_model_len=32768))
+    cfg = engine_config(dep)
+    assert cfg.kv_tokens == fit["kv_tokens_per_replica"] and cfg.seq_overhead_blocks == 9

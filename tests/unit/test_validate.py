@@ -218,7 +218,7 @@ def test_committed_calibration_matches_the_corpus(validation: tuple[Predictor, C
 # sources before this corpus grew: 25.6% / 24.4% / 45.6% (they were 18.8% / 37.1% / 44.1% when those
 # sources were all there was to fit on). A refit must not make them worse than these ceilings (the
 # figures + 1 point).
-NO_REGRESSION = {"tok_s": 0.299, "itl": 0.285, "ttft": 0.574}
+NO_REGRESSION = {"tok_s": 0.291, "itl": 0.278, "ttft": 0.565}
 
 
 def _held_out(validation: tuple[Predictor, Calibration]) -> dict[str, float]:
@@ -245,7 +245,7 @@ def test_held_out_error_does_not_regress(validation: tuple[Predictor, Calibratio
         assert got[m] <= NO_REGRESSION[m], f"{m}: held-out median |error| {got[m]:.1%} > {NO_REGRESSION[m]:.0%}"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13 bounds not met (held-out 28.9% / 27.5% / 56.4% on 429 points: "
+@pytest.mark.xfail(strict=True, reason="issue 13 bounds not met (held-out 28.1% / 26.8% / 55.5% on 429 points: "
                                         "all three over); see docs/plan.md")
 def test_held_out_error_within_the_issue_bounds(validation: tuple[Predictor, Calibration]) -> None:
     got = _held_out(validation)
@@ -392,3 +392,68 @@ def test_length_dist_states_how_lengths_varied() -> None:
     assert abs(sum(a for a, _ in pairs) / 4000 - 512) < 15 and max(a for a, _ in pairs) > 900
     with pytest.raises(ConfigError, match="length_dist"):
         parse_source({"source": vars_of(SRC), "points": [{**row, "length_dist": "zipf"}]})
+
+
+def test_an_offline_burst_over_http_runs_with_the_server_defaults() -> None:
+    """vLLM >= 0.9 on an H100 batches 16,384 tokens in process (LLM class) but 8,192 behind its OpenAI
+    server: an offline burst sent over HTTP (`harness: server`, GPUStack's `vllm bench serve` at
+    request rate inf) gets the server's budget, an in-process one the LLM class's."""
+    inproc = _point(mode="offline", concurrency=None, num_prompts=100)
+    served = _point(mode="offline", concurrency=None, num_prompts=100, id="q",
+                    source=dataclasses.replace(SRC, id="s2", harness="server"))
+    pred = Predictor([inproc, served])
+    assert pred.settings[inproc.key].base.max_num_batched_tokens == 16384
+    assert pred.settings[served.key].base.max_num_batched_tokens == 8192
+
+
+def test_gpt_oss_settings_hold_vllm_window_pages() -> None:
+    """A vLLM gpt-oss point's engine holds 9 blocks of sliding-window pages per running sequence; an
+    SGLang one none (its sliding layers have their own pool)."""
+    kw = {"model": "openai/gpt-oss-120b", "quant": "mxfp4", "gpu": "h200"}
+    v = _point(**kw)
+    s = _point(id="s", engine="sglang", engine_version="0.5.3", **kw)
+    pred = Predictor([v, s])
+    assert pred.settings[v.key].base.seq_overhead_blocks == 9
+    assert pred.settings[s.key].base.seq_overhead_blocks == 0
+
+
+def test_an_unseen_engine_family_gets_the_fitted_families_typical_knobs() -> None:
+    """Fitted on vLLM and SGLang points only, the table gives TGI and TensorRT-LLM (no point ran them)
+    the geometric mean of the fitted families' values for each engine knob, not the uncalibrated
+    defaults; the fitted families keep their own."""
+    pts = [_point(), _point(id="s", engine="sglang", engine_version="0.5.3", concurrency=8)]
+    pred = Predictor(pts)
+    table = fit_table(pred, sorted(pred.settings), iterations=1)
+    for prefix in ("step.eng.", "layer.eng.", "seq.eng.", "ttft.eng.", "mem.eng.", "comp.eng."):
+        v, s = table[prefix + "vllm-v1"], table[prefix + "sglang"]
+        assert table[prefix + "tgi"] == pytest.approx((v * s) ** 0.5)
+        assert table[prefix + "trtllm"] == table[prefix + "tgi"]
+    assert table["step.eng.vllm-v1"] != table["step.eng.sglang"]
+
+
+@pytest.mark.parametrize(("model", "quant", "gpu", "gpus"), [
+    ("gpt-oss-120b", "mxfp4", "h100", 1),  # Marlin-era vLLM: repacked experts, BF16 peak
+    ("gpt-oss-120b", "mxfp4", "b200", 1),  # FP4 tensor cores
+    ("DeepSeek-R1", "fp4", "b200", 8),  # NVIDIA's NVFP4 checkpoint
+])
+def test_fp4_formats_cost_the_same_in_plan_and_validation(model: str, quant: str, gpu: str, gpus: int) -> None:
+    """One answer for FP4 weights: a corpus point and the deployment plan runs for it price the weights
+    (memory quant nvfp4 / mxfp4), the compute peak and its efficiency (`sim.profile.compute_peak`) alike."""
+    from servebench.deploy.deployment import Deployment
+    from servebench.sim.steptime import StepShape as Shape
+
+    hf = {"gpt-oss-120b": "openai/gpt-oss-120b"}.get(model, model)
+    p = _point(model=hf, quant=quant, gpu=gpu, gpus=gpus, tp=gpus, input_len=1000, output_len=200)
+    s = Predictor([p]).settings[p.key]
+    dep = Deployment.build(model=model, gpu=gpu, gpus=gpus, quant="nvfp4" if quant == "fp4" else quant,
+                           max_model_len=s.base.max_model_len)
+    k = resolve_knobs(dict(DEFAULT_KNOBS), s.family, s.generation, s.arch)
+    mine, theirs = dep.engine_config(k).cost, _engine_cost(s, k)
+    assert mine.flops_per_s == theirs.flops_per_s
+    assert mine.compute_efficiency == pytest.approx(theirs.compute_efficiency)
+    assert mine.dense_weight_bytes == theirs.dense_weight_bytes
+    assert mine.routed_expert_bytes == pytest.approx(theirs.routed_expert_bytes)
+    want_peak = catalog.get_gpu(gpu).fp4_flops or catalog.get_gpu(gpu).bf16_flops
+    assert mine.flops_per_s == want_peak
+    shape = Shape(prefill_seqs=2, prefill_tokens=4000, prefill_ctx_pairs=4000 * 1000)
+    assert step_time_s(mine, shape) == pytest.approx(step_time_s(theirs, shape), rel=1e-6)

@@ -45,7 +45,7 @@ from servebench.sim.knobs import (
     resolve_knobs,
     sglang_max_running,
 )
-from servebench.sim.memory import ENGINES, FitResult, Layout, fit
+from servebench.sim.memory import ENGINES, FitResult, Layout, fit, kv_seq_overhead_tokens
 from servebench.sim.profile import Profile, profile_from_dict, profile_with_engine, step_cost
 
 __all__ = ["Deployment", "EngineLimits", "resolve_parallel", "deployment_from_mapping", "load_knob_table",
@@ -215,11 +215,12 @@ class Deployment:
         block = ENGINES[self.engine].block_tokens
         block = 16 if block == 1 else block  # SGLang pages by token; the simulator pages by 16
         cost = step_cost(self.model, self.layout, knobs or self.knobs(), engine=self.engine)
+        overhead = kv_seq_overhead_tokens(self.model, engine=self.engine)
         try:
             return EngineConfig(cost=cost, kv_blocks=max(1, self.kv_tokens_per_replica() // block), block_size=block,
                                 max_num_seqs=lim.max_num_seqs, max_num_batched_tokens=lim.max_num_batched_tokens,
                                 max_model_len=self.max_model_len, enable_prefix_caching=self.enable_prefix_caching,
-                                chunked_prefill=lim.chunked_prefill)
+                                chunked_prefill=lim.chunked_prefill, seq_overhead_blocks=-(-overhead // block))
         except ValueError as e:
             raise ConfigError(f"{self.describe()}: {e}") from None
 

@@ -67,7 +67,8 @@ def _fit_json(res: FitResult, seq_lens: list[int]) -> dict[str, Any]:
             "reserve_per_gpu_gib": res.reserve_per_gpu_bytes / GIB,
             "usable_per_gpu_gib": res.usable_per_gpu_bytes / GIB, "kv_cache_per_gpu_gib": res.kv_bytes_per_gpu / GIB,
             "kv_bytes_per_token_per_gpu": res.kv_bytes_per_token_per_gpu,
-            "kv_tokens_per_replica": res.kv_tokens, "replicas": res.replicas, "max_model_len": res.max_model_len,
+            "kv_tokens_per_replica": res.kv_tokens, "kv_seq_overhead_tokens": res.seq_overhead_tokens,
+            "replicas": res.replicas, "max_model_len": res.max_model_len,
             "concurrent_seqs": {str(n): res.max_concurrent_seqs(n) for n in seq_lens},
             "suggestions": list(res.suggestions)}
 

@@ -1,11 +1,12 @@
 """The measurement corpus: published serving-performance points with provenance (I/O edge + schema check).
 
 `plan/corpus/*.yaml` holds one file per public source: a `source:` header (id, title, url, publisher,
-date, kind, notes) and a `points:` list. Each point records the deployment (engine and version, GPU,
-count, model, quantization, parallelism), the workload (mode offline / closed / rate, concurrency or
-request rate, number of prompts, input and output lengths, dataset, speculative decoding) and the
-figures measured (`measured:` output_tok_s, total_tok_s, req_s, ttft/itl/tpot/e2e in ms, mean or
-median) and, for prefill/decode-disaggregated serving, `disaggregated: {prefill_gpus, decode_gpus}`.
+date, kind, notes, and `harness:` where the tool is known) and a `points:` list. Each point records
+the deployment (engine and version, GPU, count, model, quantization, parallelism), the workload (mode
+offline / closed / rate, concurrency or request rate, number of prompts, input and output lengths,
+dataset, speculative decoding) and the figures measured (`measured:` output_tok_s, total_tok_s,
+req_s, ttft/itl/tpot/e2e in ms, mean or median) and, for prefill/decode-disaggregated serving,
+`disaggregated: {prefill_gpus, decode_gpus}`.
 Facts only, copied from the source; `README.md` there says how each was read and its caveats.
 
 `load_corpus()` reads the packaged files (or a directory) and checks the schema; `plan/validate.py`
@@ -23,10 +24,15 @@ from typing import Any
 from servebench.errors import ConfigError
 
 __all__ = ["Source", "CorpusPoint", "load_corpus", "corpus_files", "parse_source", "MODES", "MEASURED_KEYS",
-           "LENGTH_DISTS"]
+           "LENGTH_DISTS", "HARNESSES"]
 
 MODES = ("offline", "closed", "rate")
 LENGTH_DISTS = ("", "fixed", "uniform", "lognormal")
+# How the source's tool reached the engine: "server" = requests over HTTP to the engine's API server
+# (vllm bench serve, SGLang bench_serving, even at request rate inf), "inprocess" = the engine's own
+# offline benchmark (vLLM benchmark_throughput / the LLM class, trtllm-bench, MLPerf's harness).
+# Empty: offline points in process, closed-loop and rate points over HTTP.
+HARNESSES = ("", "server", "inprocess")
 MEASURED_KEYS = frozenset({
     "output_tok_s", "total_tok_s", "req_s",
     "ttft_ms_mean", "ttft_ms_median", "itl_ms_mean", "itl_ms_median",
@@ -48,6 +54,7 @@ class Source:
     date: str
     kind: str
     notes: str = ""
+    harness: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +100,14 @@ class CorpusPoint:
     def key(self) -> str:
         """`source-id/point-id`, unique over the corpus."""
         return f"{self.source.id}/{self.id}"
+
+    @property
+    def served(self) -> bool:
+        """Requests went over HTTP to the engine's API server (its server defaults apply), per the
+        source's `harness:`; without it, everything but offline points."""
+        if self.source.harness:
+            return self.source.harness == "server"
+        return self.mode != "offline"
 
 
 def _opt_int(v: Any) -> int | None:
@@ -151,9 +166,12 @@ def parse_source(data: Mapping[str, Any], *, origin: str = "corpus") -> tuple[So
         raise ConfigError(f"{origin}: source lacks {', '.join(missing)}")
     if not str(src["url"]).startswith("https://"):
         raise ConfigError(f"{origin}: source url must be https://, not {src['url']!r}")
+    harness = str(src.get("harness") or "")
+    if harness not in HARNESSES:
+        raise ConfigError(f"{origin}: source harness must be server or inprocess, not {harness!r}")
     source = Source(id=str(src["id"]), title=str(src["title"]), url=str(src["url"]),
                     publisher=str(src["publisher"]), date=str(src["date"]), kind=str(src["kind"]),
-                    notes=str(src.get("notes") or ""))
+                    notes=str(src.get("notes") or ""), harness=harness)
     rows = data.get("points")
     if not isinstance(rows, list) or not rows:
         raise ConfigError(f"{origin}: no points")

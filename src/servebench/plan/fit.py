@@ -88,13 +88,20 @@ def fit_rows(model: ModelSpec, layout: Layout, res: FitResult, *,
            else f"GQA: {model.kv_heads} KV heads split over min(tp, kv_heads) = {min(layout.tp, model.kv_heads)}")
     if layout.pp > 1:
         how += f"; layers split over PP{layout.pp}"
+    if model.sliding_layers:
+        full = model.layers - model.sliding_layers
+        how += (f"; {model.sliding_layers} of {model.layers} layers slide over {model.sliding_window} tokens: "
+                + (f"a token costs the {full} full layers, each request holds {res.seq_overhead_tokens} more"
+                   if res.seq_overhead_tokens else "the engine's sliding-window pool"))
     rows.append(("KV bytes per token", f"{res.kv_bytes_per_token_per_gpu:,} per GPU",
                  f"{whole:,} whole model ({layout.kv_dtype}); {how}"))
     rows.append(("KV cache per GPU", _gib(res.kv_bytes_per_gpu), "usable - weights - reserve"))
     reps = f" x {res.replicas} DP replicas" if res.replicas > 1 else ""
     rows.append(("KV capacity", f"{res.kv_tokens:,} tokens{reps}", "per model replica, whole blocks"))
     for n in seq_lens:
-        rows.append((f"concurrent seqs of {n:,}", f"{res.max_concurrent_seqs(n):,}", "all replicas"))
+        rows.append((f"concurrent seqs of {n:,}", f"{res.max_concurrent_seqs(n):,}",
+                     "all replicas" + (f", {res.seq_overhead_tokens} window tokens each" if res.seq_overhead_tokens
+                                       else "")))
     rows.append(("fits", "yes" if res.fits else "NO", res.reason))
     return rows
 

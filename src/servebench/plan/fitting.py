@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from servebench.plan.validate import METRICS, PointResult, Predictor
-from servebench.sim.knobs import DEFAULT_KNOBS
+from servebench.sim.knobs import DEFAULT_KNOBS, FAMILIES
 
 # --- fitting ----------------------------------------------------------------------------------------
 _WEIGHTS = {"tok_s": 1.0, "itl": 1.0, "ttft": 0.5}
@@ -122,7 +122,29 @@ def fit_table(pred: Predictor, keys: Sequence[str], *, iterations: int = 6,
             progress(f"  iteration {it + 1}: loss {best:.3f} ({len(keys)} points, {len(names)} knobs)")
         if not improved or prev - best < _TOL * prev:
             break
-    return table_of(x)
+    return _with_unseen_families(table_of(x))
+
+
+_FAMILY_KNOBS = ("mem.eng.", "comp.eng.", "step.eng.", "layer.eng.", "seq.eng.", "ttft.eng.")
+
+
+def _with_unseen_families(table: dict[str, float]) -> dict[str, float]:
+    """An engine family no fitted point ran (TGI when its one source is held out) behaves like a typical
+    fitted engine: each of its knobs is the geometric mean of that knob over the families fitted, not the
+    uncalibrated default. Families the points informed keep their fitted values. Likewise an unseen
+    mla-moe-early class takes the mla-moe layer factor."""
+    out = dict(table)
+    for prefix in _FAMILY_KNOBS:
+        seen = [v for f in FAMILIES if (v := table.get(prefix + f)) is not None]
+        if not seen:
+            continue
+        typical = math.exp(sum(math.log(v) for v in seen) / len(seen))
+        for f in FAMILIES:
+            out.setdefault(prefix + f, typical)
+    # DeepSeek on SGLang before 0.4.3 (one source): unseen, its layers cost what later DeepSeek layers do
+    if "layer.arch.mla-moe" in table:
+        out.setdefault("layer.arch.mla-moe-early", table["layer.arch.mla-moe"])
+    return out
 
 
 _FORKED: Predictor | None = None  # the predictor a forked fold worker inherits

@@ -52,7 +52,7 @@ from servebench.sim.knobs import (
     resolve_knobs,
     sglang_max_running,
 )
-from servebench.sim.profile import comm_terms
+from servebench.sim.profile import comm_terms, compute_peak
 from servebench.sim.request import SimRequest
 from servebench.sim.simulate import simulate
 from servebench.sim.steptime import StepCost
@@ -63,7 +63,6 @@ __all__ = ["METRICS", "Setting", "Prediction", "PointResult", "setting_for", "me
 METRICS = ("tok_s", "itl", "ttft")
 # Peak dense FP4 tensor FLOPs (NVIDIA Blackwell datasheet: HGX B200 18 PFLOPS sparse FP4 per GPU); on
 # Hopper and CDNA3, FP4 weights are dequantized into BF16/FP8 GEMMs (W4A16): the BF16 figure.
-_FP4_FLOPS = {"b200": 9.0e15}
 _DEFAULT_OFFLINE_PROMPTS = 1000  # vLLM benchmark_throughput.py --num-prompts default
 
 
@@ -91,6 +90,7 @@ class Setting:
     in_dist: str = "fixed"  # per-request length distribution with the stated mean (see `_lengths`)
     out_dist: str = "fixed"
     disagg: tuple[int, int] | None = None  # (prefill workers, decode workers), each one `base` engine
+    compute_factor: float = 1.0  # weight format's compute efficiency (sim.profile.compute_peak)
 
     @property
     def knob_names(self) -> tuple[str, ...]:
@@ -120,19 +120,17 @@ def _int_len(x: float | None) -> int | None:
     return None if x is None else max(1, round(x))
 
 
-def _quant(q: str) -> tuple[str, bool]:
-    """Corpus quant -> (sim.memory quant, is FP4). NVFP4 weights are priced as 4-bit with a small scale
-    overhead: memory's 'int4' (0.5 + 2/128 bytes per parameter; NVFP4 is 0.5 + 1/16). MXFP4 (gpt-oss)
-    is memory's 'mxfp4': experts 0.5 + 1/32, attention BF16, as the checkpoints are."""
+def _quant(q: str) -> str:
+    """Corpus quant -> sim.memory quant: fp4 is NVIDIA's NVFP4 ('nvfp4': 0.5 + 1/16 bytes per
+    parameter, FP4 tensor cores on Blackwell); MXFP4 (gpt-oss) is 'mxfp4': experts 0.5 + 1/32,
+    attention BF16, as the checkpoints are. The compute peak is `sim.profile.compute_peak`'s, as plan's."""
     q = q.lower()
-    if q == "mxfp4":  # gpt-oss: MXFP4 experts, BF16 attention (sim.memory.bytes_per_param)
-        return "mxfp4", True
     if q in ("fp4", "nvfp4"):
-        return "int4", True
-    if q in ("fp8", "bf16", "awq", "int4"):
-        return q, False
+        return "nvfp4"
+    if q in ("fp8", "bf16", "awq", "int4", "mxfp4"):
+        return q
     if q in ("fp16", ""):
-        return "bf16", False
+        return "bf16"
     raise ConfigError(f"unknown quantization {q!r}")
 
 
@@ -156,7 +154,7 @@ def setting_for(p: CorpusPoint) -> Setting:
     if p.engine == "vllm" and not version and p.source.date < "2025-03":
         version = "0.6"  # unstated: the release current at the source's date (V1 became default in 0.8, 2025-03)
     family = engine_family(p.engine, version)
-    quant, fp4 = _quant(p.quant)
+    quant = _quant(p.quant)
     dp = p.dp or 1
     ep = p.ep or 1
     tp = p.tp or max(1, p.gpus // dp)
@@ -183,7 +181,7 @@ def setting_for(p: CorpusPoint) -> Setting:
     if "max_model_len" in args:
         max_len = max(max_len, int(args["max_model_len"]))
     dflt = engine_defaults(family, max_model_len=max_len, version=version, gpu=gpu.name,
-                           gpu_memory_gib=gpu.memory_bytes / 2**30, offline=p.mode == "offline")
+                           gpu_memory_gib=gpu.memory_bytes / 2**30, offline=not p.served)
     chunked = bool(args.get("chunked_prefill", dflt.chunked_prefill))
     batched = dflt.max_num_batched_tokens
     if chunked != dflt.chunked_prefill:  # switched by a flag: the engine's budget for that mode
@@ -216,16 +214,14 @@ def setting_for(p: CorpusPoint) -> Setting:
     engine_cfg = EngineConfig(cost=_base_cost(model, layout, dflt.memory_engine), kv_blocks=res.kv_tokens // 16,
                               block_size=16, max_num_seqs=max_seqs, max_num_batched_tokens=max_tokens,
                               max_model_len=max_len, enable_prefix_caching=False,
-                              chunked_prefill=chunked)
+                              chunked_prefill=chunked, seq_overhead_blocks=-(-res.seq_overhead_tokens // 16))
     reserve = _reserved_tokens(family, inp, out)
     if reserve:  # admission reserves KV for the request's future tokens: no preemption, fewer sequences
-        cap = max(1, engine_cfg.kv_tokens // reserve)
+        cap = max(1, engine_cfg.kv_tokens // (reserve + res.seq_overhead_tokens))
         if cap < engine_cfg.max_num_seqs:
             engine_cfg = dataclasses.replace(engine_cfg, max_num_seqs=cap)
     cost = engine_cfg.cost
     extra: dict[str, float] = {}
-    if fp4 and gpu.name in _FP4_FLOPS:
-        extra["flops_per_s"] = _FP4_FLOPS[gpu.name]
     # collectives: TP all-reduce and EP all-to-all, as plan and the emulator count them (sim.profile)
     comm_bytes, collectives, moe_mult = comm_terms(model, layout)
     if moe_mult != 1.0:
@@ -235,7 +231,7 @@ def setting_for(p: CorpusPoint) -> Setting:
     if draft:
         extra["decode_tokens_per_seq"] = float(1 + draft)
     base_cost = dataclasses.replace(cost, comm_bytes_per_token=comm_bytes, collectives=collectives)
-    if extra:  # float fields of StepCost only (flops_per_s, moe_token_multiplier, decode_tokens_per_seq)
+    if extra:  # float fields of StepCost only (moe_token_multiplier, decode_tokens_per_seq)
         base_cost = dataclasses.replace(base_cost, **cast("dict[str, Any]", extra))
     base = dataclasses.replace(engine_cfg, cost=base_cost)
     n_total = _requests(p)
@@ -256,7 +252,7 @@ def setting_for(p: CorpusPoint) -> Setting:
                    arch=arch_class(model.is_moe, model.attention, family, version), base=base, replicas=dp, mode=p.mode,
                    input_len=inp, output_len=out, requests=sim_n, concurrency=conc, rate=rate,
                    draft_tokens=draft, comm_intra_bytes_per_s=link, label=label, in_dist=in_dist,
-                   out_dist=out_dist, disagg=disagg)
+                   out_dist=out_dist, disagg=disagg, compute_factor=compute_peak(gpu, quant)[1])
 
 
 def _base_cost(model: catalog.ModelSpec, layout: memory.Layout, engine: str) -> StepCost:
@@ -264,11 +260,11 @@ def _base_cost(model: catalog.ModelSpec, layout: memory.Layout, engine: str) -> 
     catalogue (attention FLOPs per query x context token: GQA QK^T + PV = 4 x head_dim per head; MLA
     absorbed decode: 2 x (2 x kv_lora_rank + rope dims) per head)."""
     breakdown = memory.weight_bytes_breakdown_per_gpu(model, layout, engine=engine)
-    routed = float(breakdown.get("routed_experts", 0))
+    routed = float(memory.routed_bytes(breakdown))
     per_head = (2 * (2 * model.kv_lora_rank + model.qk_rope_head_dim) if model.attention == "mla"
                 else 4 * model.head_dim)
-    gpu, quant = layout.gpu, layout.quant
-    peak = {"bf16": gpu.bf16_flops, "fp8": gpu.fp8_flops, "fp8-ffn": gpu.fp8_flops}.get(quant, gpu.int4_flops)
+    peak, _factor = compute_peak(layout.gpu, layout.quant)
+    gpu = layout.gpu
     return StepCost(
         dense_weight_bytes=float(sum(breakdown.values())) - routed,
         kv_bytes_per_token=float(memory.kv_bytes_per_token_per_gpu(model, layout)),
@@ -350,7 +346,7 @@ def measured_for(p: CorpusPoint) -> dict[str, tuple[str, float]]:
 
 def _engine_for(s: Setting, k: StepKnobs) -> EngineConfig:
     cost = dataclasses.replace(
-        s.base.cost, mem_efficiency=k.mem_efficiency, compute_efficiency=k.compute_efficiency,
+        s.base.cost, mem_efficiency=k.mem_efficiency, compute_efficiency=k.compute_efficiency * s.compute_factor,
         step_overhead_s=k.step_overhead_s, layer_overhead_s=k.layer_overhead_s, seq_overhead_s=k.seq_overhead_s,
         comm_bytes_per_s=s.comm_intra_bytes_per_s * k.comm_efficiency, collective_s=k.collective_s)
     return dataclasses.replace(s.base, cost=cost)

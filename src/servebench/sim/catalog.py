@@ -62,6 +62,10 @@ class ModelSpec:
     default_quant: str = "bf16"  # the precision of the published checkpoint
     fp8_scheme: str = "all"  # "all": every linear FP8 | "ffn": FFN FP8, attention BF16 (Meta 405B-FP8)
     context_len: int = 131_072  # max_position_embeddings: the engines' default max_model_len
+    # Sliding-window attention (gpt-oss: every other layer attends to the last 128 tokens only). The
+    # engines' KV pools treat those layers apart (sim/memory.py, kv_pool_bytes_per_token_per_gpu).
+    sliding_window: int = 0
+    sliding_layers: int = 0
     params_total: float = 0.0  # computed when 0 (excludes MTP)
     params_active: float = 0.0  # per token, computed when 0
 
@@ -74,6 +78,9 @@ class ModelSpec:
             raise ConfigError(f"model {self.name}: MLA needs kv_lora_rank and qk_rope_head_dim")
         if self.n_routed_experts and (self.experts_per_token <= 0 or self.moe_intermediate <= 0):
             raise ConfigError(f"model {self.name}: MoE needs experts_per_token and moe_intermediate")
+        if self.sliding_layers and (self.sliding_window <= 0 or self.sliding_layers >= self.layers):
+            raise ConfigError(f"model {self.name}: sliding_layers needs a positive sliding_window and at least "
+                              "one full-attention layer")
         if self.mtp_params == 0.0 and self.mtp_layers:
             object.__setattr__(self, "mtp_params", float(self._mtp_params()))
         if self.params_total == 0.0:
@@ -163,6 +170,7 @@ class GPUSpec:
     bf16_flops: float
     fp8_flops: float  # where FP8 is not native (A100) this is the BF16 figure: W8A16 kernels
     int4_flops: float  # W4A16 (AWQ/GPTQ Marlin) dequantizes to BF16: the BF16 figure
+    fp4_flops: float = 0.0  # FP4 tensor cores (Blackwell), dense; 0: FP4 weights dequantize to BF16
     interconnect_bytes_per_s: float  # per-GPU scale-up bandwidth (NVLink / Infinity Fabric)
     fp8_native: bool = True
     vendor: str = "nvidia"
@@ -179,8 +187,8 @@ class GPUSpec:
 # H200 SXM 141GB: NVIDIA H200 datasheet (nvidia.com/en-us/data-center/h200): 4.8 TB/s HBM3e, same
 #   compute as H100 SXM, NVLink 900 GB/s. nvidia-smi reports 143,771 MiB.
 # B200 (HGX B200, per GPU): NVIDIA Blackwell datasheet / HGX B200 spec (nvidia.com/en-us/data-center/hgx):
-#   180 GB HBM3e (1.44 TB per 8 GPUs), 8 TB/s, FP8 9 PFLOPS sparse -> 4.5 dense, BF16 2.25 PFLOPS
-#   dense, NVLink 5 1.8 TB/s. nvidia-smi reports 183,359 MiB.
+#   180 GB HBM3e (1.44 TB per 8 GPUs), 8 TB/s, FP8 9 PFLOPS sparse -> 4.5 dense, FP4 18 sparse -> 9
+#   dense, BF16 2.25 PFLOPS dense, NVLink 5 1.8 TB/s. nvidia-smi reports 183,359 MiB.
 # MI300X: AMD Instinct MI300X datasheet (amd.com/en/products/accelerators/instinct/mi300/mi300x.html):
 #   192 GB HBM3, 5.3 TB/s, BF16 1,307.4 TFLOPS dense, FP8 2,614.9 TFLOPS dense, Infinity Fabric 896 GB/s.
 # A100 SXM4 80GB: NVIDIA A100 datasheet (nvidia.com/en-us/data-center/a100): 2,039 GB/s HBM2e,
@@ -191,7 +199,7 @@ _GPU_LIST = (
     GPUSpec(name="h200", memory_bytes=143_771 * _MIB, hbm_bytes_per_s=4.8e12, bf16_flops=989.5e12,
             fp8_flops=1979e12, int4_flops=989.5e12, interconnect_bytes_per_s=900e9),
     GPUSpec(name="b200", memory_bytes=183_359 * _MIB, hbm_bytes_per_s=8.0e12, bf16_flops=2250e12,
-            fp8_flops=4500e12, int4_flops=2250e12, interconnect_bytes_per_s=1800e9),
+            fp8_flops=4500e12, int4_flops=2250e12, fp4_flops=9000e12, interconnect_bytes_per_s=1800e9),
     GPUSpec(name="mi300x", memory_bytes=192 * _GIB, hbm_bytes_per_s=5.3e12, bf16_flops=1307.4e12,
             fp8_flops=2614.9e12, int4_flops=1307.4e12, interconnect_bytes_per_s=896e9, vendor="amd"),
     GPUSpec(name="a100", memory_bytes=81_920 * _MIB, hbm_bytes_per_s=2.039e12, bf16_flops=312e12,
@@ -242,12 +250,12 @@ _MODEL_LIST = (
     _llama("Mixtral-8x7B", "mistralai/Mixtral-8x7B-Instruct-v0.1", 32, 4096, 32, 14_336, vocab=32_000,
            n_routed_experts=8, experts_per_token=2, moe_intermediate=14_336, context_len=32_768),
     # openai/gpt-oss-120b config.json: 36 layers, hidden 2880, 64 heads of 64, 8 KV heads, attention
-    # biases, 128 experts (FFN 2880) with 4 per token, vocab 201088; every other layer uses a 128-token
-    # sliding window (not modelled: KV is counted as if every layer were full attention). Published
-    # with MXFP4 experts (see plan/validate.py for how FP4 is priced).
+    # biases, 128 experts (FFN 2880) with 4 per token, vocab 201088; layer_types alternates
+    # sliding_attention (window 128) and full_attention: 18 of 36 layers slide. Published with MXFP4
+    # experts (see sim/memory.py for how FP4 is priced).
     _llama("gpt-oss-120b", "openai/gpt-oss-120b", 36, 2880, 64, 2880, vocab=201_088, head_dim=64,
            qkv_bias=True, n_routed_experts=128, experts_per_token=4, moe_intermediate=2880,
-           default_quant="mxfp4"),
+           default_quant="mxfp4", sliding_window=128, sliding_layers=18),
     _llama("Qwen2.5-72B", "Qwen/Qwen2.5-72B-Instruct", 80, 8192, 64, 29_568, vocab=152_064, qkv_bias=True,
            context_len=32_768),
     _llama("Qwen3-8B", "Qwen/Qwen3-8B", 36, 4096, 32, 12_288, vocab=151_936, context_len=40_960),
@@ -325,6 +333,13 @@ def parse_hf_config(cfg: Mapping[str, Any], *, name: str = "custom") -> ModelSpe
             inter = kw["moe_intermediate"]
     if mtype == "qwen2":
         kw["qkv_bias"] = True
+    # Per-layer attention kinds (gpt-oss, newer Qwen/Gemma configs): only layers named sliding_attention
+    # slide; a config-wide sliding_window with use_sliding_window false (Qwen2/3) slides nothing.
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and cfg.get("sliding_window"):
+        sliding = sum(1 for t in types if t == "sliding_attention")
+        if 0 < sliding < layers:
+            kw.update(sliding_window=int(cfg["sliding_window"]), sliding_layers=sliding)
     return ModelSpec(name=name, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
                      head_dim=head_dim, vocab=vocab, intermediate=inter, **kw)
 

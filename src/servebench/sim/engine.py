@@ -4,7 +4,8 @@ The emulator (`servebench.emulator.pacing`) drives it on the wall clock; `serveb
 virtual clock through `sim.simulate`. It models what vLLM's V1 scheduler does, at token granularity:
 
 - a FCFS waiting queue and a running batch of at most `max_num_seqs` sequences;
-- a KV cache of `kv_blocks` blocks of `block_size` tokens;
+- a KV cache of `kv_blocks` blocks of `block_size` tokens (each running sequence also holds
+  `seq_overhead_blocks` more: vLLM's sliding-window pages);
 - each step, running sequences first (one decode token each, or their next prefill chunk), then
   waiting ones, under a budget of `max_num_batched_tokens` tokens (chunked prefill); with
   `chunked_prefill=False` a prompt is prefilled whole in one step;
@@ -96,6 +97,7 @@ class Engine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self._bs = config.block_size
+        self._extra = config.seq_overhead_blocks
         self._waiting: deque[SimRequest] = deque()
         self._running: list[SimRequest] = []  # admission order; victims come from the end
         self._prefilling: list[SimRequest] = []
@@ -124,7 +126,7 @@ class Engine:
             raise ValueError("prompt_len and max_tokens must be >= 1")
         if total > cfg.max_model_len:
             raise ValueError(f"prompt_len + max_tokens = {total} > max_model_len {cfg.max_model_len}")
-        if -(-total // self._bs) > cfg.kv_blocks:
+        if -(-total // self._bs) + self._extra > cfg.kv_blocks:
             raise ValueError(f"request needs {total} tokens of KV; the cache holds {cfg.kv_tokens}")
         if req.prefix_hashes is None and req.prompt_token_ids is not None and self._prefix:
             req.prefix_hashes = block_hashes(req.prompt_token_ids, self._bs)
@@ -204,7 +206,7 @@ class Engine:
             if chunk <= 0:
                 break
             while True:
-                fit = (req.blocks + self.pool.available()) * bs - req.computed
+                fit = (req.blocks - self._extra + self.pool.available()) * bs - req.computed
                 if fit >= chunk:
                     break
                 if fit > 0 and cfg.chunked_prefill:
@@ -338,7 +340,7 @@ class Engine:
 
     def _grow(self, req: SimRequest, tokens: int) -> bool:
         """Make `req` hold blocks for `tokens` tokens; False if the pool cannot."""
-        need = -(-tokens // self._bs) - req.blocks
+        need = -(-tokens // self._bs) + self._extra - req.blocks
         if need <= 0:
             return True
         if need > self.pool.available():
@@ -363,7 +365,7 @@ class Engine:
             chunk = budget
         else:
             return 0
-        need = -(-(computed + chunk) // bs) - hits
+        need = -(-(computed + chunk) // bs) + self._extra - hits
         if need > self.pool.available() - hit_in_lru:
             return 0
         # commit
@@ -415,7 +417,7 @@ class Engine:
         self._phase[req.pos0 % self._bs] -= 1
         self._sum_pos0 -= req.pos0
         req.out += last_step - req.q
-        req.blocks = -(-(req.pos0 + last_step + 1) // self._bs)
+        req.blocks = -(-(req.pos0 + last_step + 1) // self._bs) + self._extra
         first, _ = req.segments[-1]
         req.segments[-1] = (first, last_step)
 

@@ -11,7 +11,8 @@ fit has not seen falls back to the base (factor 1)::
     layer_overhead_s   = layer.eng.<family> * layer.arch.dense [* layer.arch.<class> for an MoE class]
                                               (an MoE class is a factor relative to dense layers, whose
                                                prior is 1: it moves only as far as its points say, and
-                                               a class with one source falls back to the dense layer)
+                                               a class no training point ran falls back to the dense
+                                               layer; mla-moe-early to mla-moe, plan/fitting.py)
     seq_overhead_s     = seq.eng.<family>     (per running sequence per step: scheduling, block tables,
                                                sampling, detokenization; large in Python-side schedulers)
     comm_efficiency    = comm.eff * comm.gpu.<gen>  (share of the scale-up link bandwidth a collective

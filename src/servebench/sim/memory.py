@@ -25,8 +25,11 @@ __all__ = [
     "FitResult",
     "kv_bytes_per_token",
     "kv_bytes_per_token_per_gpu",
+    "kv_pool_bytes_per_token_per_gpu",
+    "kv_seq_overhead_tokens",
     "weight_bytes_per_gpu",
     "weight_bytes_breakdown_per_gpu",
+    "routed_bytes",
     "reserve_bytes_per_gpu",
     "fit",
     "bytes_per_param",
@@ -39,7 +42,10 @@ __all__ = [
 ]
 
 _GIB = 1 << 30
-QUANTS = ("bf16", "fp8", "fp8-ffn", "awq", "int4", "mxfp4")
+# NVIDIA GPUs without FP4 tensor cores, where vLLM repacks MXFP4 experts for weight-only kernels
+# (EngineProfile.mxfp4_moe_repack); Blackwell runs them as stored, ROCm has its own path (not modelled).
+_REPACK_MXFP4_GPUS = frozenset({"a100", "h100", "h200"})
+QUANTS = ("bf16", "fp8", "fp8-ffn", "awq", "int4", "mxfp4", "nvfp4")
 _KV_DTYPE_BYTES = MappingProxyType({"bf16": 2.0, "fp16": 2.0, "auto": 2.0, "fp8": 1.0})
 
 
@@ -121,20 +127,33 @@ class EngineProfile:
     cuda_graph_bytes: int  # graph pool inside the budget (0 where captured after the KV allocation)
     block_tokens: int
     mla_absorb_copies: bool = False  # vLLM 0.7.x V0 MLA: extra W_Q_UK and W_UV_O per layer
+    # Sliding-window layers in the KV pool (`kv_pool_bytes_per_token_per_gpu`): None = each request holds
+    # only its window of them (vLLM V1's hybrid KV cache manager); a number r = they get a pool of r x the
+    # full layers' tokens (SGLang's SWA pool, --swa-full-tokens-ratio, 0.8 by default); 1.0 = counted at
+    # full length like every other layer.
+    swa_pool_ratio: float | None = 1.0
+    mxfp4_moe_repack: float = 1.0  # in-memory / checkpoint bytes of MXFP4 experts (before Blackwell)
 
 
 ENGINES: Mapping[str, EngineProfile] = MappingProxyType({
     # vLLM V1 (>= 0.8): KV = util*total - weights - torch activation peak (profile run over
     # max_num_batched_tokens, 8192 default for the OpenAI server) - non-torch memory; CUDA graphs are
     # captured after the KV allocation and live in the (1 - util) headroom. Block size 16.
-    "vllm": EngineProfile("vllm", "total", int(0.5 * _GIB), int(2.0 * _GIB), 8192, 0, 16),
+    # MXFP4 experts: GPUs before Blackwell have no FP4 tensor cores and vLLM repacks the experts for its
+    # weight-only kernels (Marlin in 0.10.x, Triton matmul_ogs later) with padding and wider scales. Its
+    # log for gpt-oss-120b on one H100: "Model loading took 65.97 GiB" (0.10.1, Marlin; vllm issue 23278)
+    # and 64.38 GiB (0.14.1, Triton; issue 33155), against a 60.7 GiB checkpoint whose experts are
+    # 56.7 GiB: the experts take (65.97 - 4.0) / 56.7 = 1.093x their checkpoint bytes (0.10.x, which
+    # the corpus runs; 1.065x with the later Triton path).
+    "vllm": EngineProfile("vllm", "total", int(0.5 * _GIB), int(2.0 * _GIB), 8192, 0, 16,
+                          swa_pool_ratio=None, mxfp4_moe_repack=1.093),
     # vLLM 0.7.x (V0): profile batch max(max_model_len, 2048) without chunked prefill; MLA matrix
     # absorption (VLLM_MLA_PERFORM_MATRIX_ABSORPTION=1 default then) kept BF16 W_Q_UK / W_UV_O.
     # Non-torch 2.5 GiB at TP > 1 is fitted to the seed's vLLM 0.7.3 log (docs/plan.md).
     "vllm-0.7": EngineProfile("vllm-0.7", "total", int(0.5 * _GIB), int(2.5 * _GIB), 0, 0, 16, True),
     # SGLang: mem_fraction_static * total holds weights + KV pool; activations and CUDA graphs live in
     # the remaining fraction, so nothing more is subtracted inside it. Page size 1.
-    "sglang": EngineProfile("sglang", "total", 0, 0, 0, 0, 1),
+    "sglang": EngineProfile("sglang", "total", 0, 0, 0, 0, 1, swa_pool_ratio=0.8),
     # TensorRT-LLM PyTorch backend: kv_cache_free_gpu_memory_fraction (0.9 default) of the memory
     # free after weights and a warm-up forward; tokens_per_block 32.
     "trtllm": EngineProfile("trtllm", "free", int(1.0 * _GIB), int(2.0 * _GIB), 8192, 0, 32),
@@ -168,8 +187,10 @@ def bytes_per_param(quant: str, part: str, model: ModelSpec) -> float:
     awq: 4-bit weights, group 128, FP16 scale + 4-bit zero per group: 0.5 + 2.5/128. int4 (GPTQ-style
     symmetric): 0.5 + 2/128. mxfp4 (gpt-oss's published checkpoints: the MoE weights in MXFP4, the
     rest BF16, per OpenAI's gpt-oss model card): FFN/expert weights 0.5 + 1/32 (one E8M0 scale byte per
-    block of 32 FP4 values, OCP Microscaling Formats spec v1.0), attention BF16. Embeddings, lm_head,
-    router, norms stay BF16 in every scheme.
+    block of 32 FP4 values, OCP Microscaling Formats spec v1.0), attention BF16. nvfp4 (NVIDIA's
+    ModelOpt FP4 checkpoints, e.g. DeepSeek-R1-FP4): every linear 0.5 + 1/16 (one FP8 E4M3 scale per
+    16 values; the per-tensor FP32 scale is negligible). Embeddings, lm_head, router, norms stay BF16
+    in every scheme.
     """
     if quant == "bf16" or part in ("embedding", "router", "replicated_norms"):
         return 2.0
@@ -182,6 +203,8 @@ def bytes_per_param(quant: str, part: str, model: ModelSpec) -> float:
         return 1.0 + 4.0 / (128 * 128)
     if quant == "mxfp4":
         return 0.5 + 1.0 / 32 if part in ffn_parts else 2.0
+    if quant == "nvfp4":
+        return 0.5 + 1.0 / 16
     if quant == "awq":
         return 0.5 + 2.5 / 128
     if quant == "int4":
@@ -204,6 +227,35 @@ def kv_bytes_per_token(model: ModelSpec, kv_dtype_bytes: float) -> int:
     if model.attention == "mla":
         return int(model.layers * (model.kv_lora_rank + model.qk_rope_head_dim) * kv_dtype_bytes)
     return int(2 * model.layers * model.kv_heads * model.head_dim * kv_dtype_bytes)
+
+
+def kv_pool_bytes_per_token_per_gpu(model: ModelSpec, layout: Layout, *, engine: str = "vllm") -> int:
+    """KV pool bytes one token of context costs on one GPU, as the engine sizes its pool. Equal to
+    `kv_bytes_per_token_per_gpu` except for sliding-window layers: vLLM V1 keeps only each request's
+    window of them (`kv_seq_overhead_tokens`), so a token costs the full-attention layers only; SGLang
+    gives them a pool of 0.8x the full layers' tokens; other engines count them at full length."""
+    per_tok = kv_bytes_per_token_per_gpu(model, layout)
+    if not model.sliding_layers:
+        return per_tok
+    ratio = _engine(engine).swa_pool_ratio
+    full = model.layers - model.sliding_layers
+    share = (full + (ratio or 0.0) * model.sliding_layers) / model.layers
+    return max(1, int(per_tok * share))
+
+
+def kv_seq_overhead_tokens(model: ModelSpec, *, engine: str = "vllm") -> int:
+    """Pool tokens each running request holds besides its context: under vLLM V1's hybrid KV cache
+    manager a request's sliding-window layers keep the blocks covering its last `sliding_window`
+    tokens (one more while the window straddles a block boundary), in pages the size of the full
+    layers' pages (vllm/v1/core/kv_cache_utils.py groups layers into equal-sized pages). In units of
+    full-layer tokens: sliding/full layers x (window + one block). 0 for other engines and models."""
+    prof = _engine(engine)
+    if not model.sliding_layers or prof.swa_pool_ratio is not None:
+        return 0
+    full = model.layers - model.sliding_layers
+    block = prof.block_tokens
+    window_blocks = -(-model.sliding_window // block) + 1
+    return math.ceil(model.sliding_layers / full * window_blocks) * block
 
 
 def kv_bytes_per_token_per_gpu(model: ModelSpec, layout: Layout) -> int:
@@ -254,9 +306,17 @@ def weight_bytes_breakdown_per_gpu(model: ModelSpec, layout: Layout, *, engine: 
         absorbed = (model.q_lora_rank * heads_gpu * model.kv_lora_rank
                     + heads_gpu * model.kv_lora_rank * model.hidden)
         out["mla_absorbed"] = absorbed * model.layers * share * (1.0 if q == "fp8" else 2.0)
+    if q == "mxfp4" and prof.mxfp4_moe_repack != 1.0 and layout.gpu.name in _REPACK_MXFP4_GPUS:
+        out["mxfp4_repack"] = out["routed_experts"] * (prof.mxfp4_moe_repack - 1.0)
     if layout.load_mtp and model.mtp_params:
         out["mtp"] = model.mtp_params / (tp * pp) * bytes_per_param(q, "routed_experts", model)
     return {k: int(v) for k, v in out.items()}
+
+
+def routed_bytes(breakdown: Mapping[str, int]) -> int:
+    """The routed experts' bytes of a weight breakdown, as the MoE kernels read them (the engine's
+    repacked MXFP4 form included); the step-time model reads only the experts a batch hits."""
+    return breakdown.get("routed_experts", 0) + breakdown.get("mxfp4_repack", 0)
 
 
 def weight_bytes_per_gpu(model: ModelSpec, layout: Layout, *, engine: str = "vllm") -> int:
@@ -321,12 +381,13 @@ class FitResult:
     reason: str = ""
     suggestions: list[str] = field(default_factory=list)
     weights_breakdown: dict[str, int] = field(default_factory=dict)
+    seq_overhead_tokens: int = 0  # pool tokens each request holds besides its context (`kv_seq_overhead_tokens`)
 
     def max_concurrent_seqs(self, seq_len: int) -> int:
         """Sequences of `seq_len` tokens whose KV fits at once, across all replicas."""
         if seq_len <= 0:
             raise ConfigError("seq_len must be positive")
-        return (self.kv_tokens // seq_len) * self.replicas
+        return (self.kv_tokens // (seq_len + self.seq_overhead_tokens)) * self.replicas
 
 
 def fit(model: ModelSpec, layout: Layout, *, max_model_len: int, gpu_memory_utilization: float = 0.9,
@@ -349,13 +410,14 @@ def fit(model: ModelSpec, layout: Layout, *, max_model_len: int, gpu_memory_util
     else:
         usable = int(mem * gpu_memory_utilization)
         kv_bytes = usable - weights - reserve
-    per_tok = kv_bytes_per_token_per_gpu(model, layout)
+    per_tok = kv_pool_bytes_per_token_per_gpu(model, layout, engine=engine)
+    overhead = kv_seq_overhead_tokens(model, engine=engine)
     block = prof.block_tokens
     kv_tokens = max(0, kv_bytes) // per_tok // block * block
     res = FitResult(fits=True, weights_per_gpu_bytes=weights, reserve_per_gpu_bytes=reserve,
                     kv_bytes_per_gpu=max(0, kv_bytes), kv_bytes_per_token_per_gpu=per_tok, kv_tokens=kv_tokens,
                     replicas=layout.dp, usable_per_gpu_bytes=usable, max_model_len=max_model_len,
-                    weights_breakdown=breakdown)
+                    weights_breakdown=breakdown, seq_overhead_tokens=overhead)
     g = _GIB
     if weights > usable:
         ckpt = checkpoint_bytes(model, layout.quant, include_mtp=False)
@@ -370,10 +432,11 @@ def fit(model: ModelSpec, layout: Layout, *, max_model_len: int, gpu_memory_util
         res.reason = (f"{model.name} weights in {layout.quant}{mtp} need {weights / g:.1f} GiB per GPU over "
                       f"{layout.describe()}, but {room}; {layout.gpus} GPUs hold "
                       f"{layout.gpus * mem / g:.0f} GiB in all")
-    elif kv_bytes <= 0 or kv_tokens < max_model_len:
+    elif kv_bytes <= 0 or kv_tokens < max_model_len + overhead:
         res.fits = False
+        extra = (f" (+{overhead} tokens of sliding-window pages per request)" if overhead else "")
         res.reason = (f"after {weights / g:.1f} GiB weights and {reserve / g:.1f} GiB engine reserve, the KV cache "
-                      f"holds {kv_tokens:,} tokens, fewer than max_model_len {max_model_len:,}")
+                      f"holds {kv_tokens:,} tokens, fewer than max_model_len {max_model_len:,}{extra}")
     if not res.fits and suggest:
         res.suggestions = suggest_layouts(model, layout, max_model_len=max_model_len,
                                           gpu_memory_utilization=gpu_memory_utilization, engine=engine)
@@ -381,7 +444,7 @@ def fit(model: ModelSpec, layout: Layout, *, max_model_len: int, gpu_memory_util
 
 
 _SMALLER_QUANT = MappingProxyType({"bf16": ("fp8", "awq"), "fp8": ("awq",), "fp8-ffn": ("fp8", "awq"),
-                                   "awq": (), "int4": (), "mxfp4": ()})
+                                   "awq": (), "int4": (), "mxfp4": (), "nvfp4": ()})
 
 
 def candidate_layouts(model: ModelSpec, layout: Layout, gpus: tuple[GPUSpec, ...] = ()) -> list[Layout]:

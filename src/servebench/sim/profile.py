@@ -21,13 +21,14 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from servebench.errors import ConfigError
-from servebench.sim.catalog import ModelSpec
+from servebench.sim.catalog import GPUSpec, ModelSpec
 from servebench.sim.config import EngineConfig
 from servebench.sim.knobs import StepKnobs
 from servebench.sim.memory import Layout
 from servebench.sim.steptime import StepCost
 
-__all__ = ["Profile", "profile_from_dict", "profile_with_engine", "step_cost", "comm_terms", "IB_BYTES_PER_S"]
+__all__ = ["Profile", "profile_from_dict", "profile_with_engine", "step_cost", "comm_terms", "compute_peak",
+           "IB_BYTES_PER_S"]
 
 _COST_FIELDS = frozenset(f.name for f in fields(StepCost))
 
@@ -58,8 +59,21 @@ class Profile:
 
 # Compute efficiency by weight format, relative to the knob (which is for BF16/FP8 GEMMs at their
 # own peak): W4A16 AWQ/GPTQ kernels dequantize in the inner loop and reach ~1/5 of it (Marlin's
-# published speedups are for small batches; at large batches they run below an FP16 GEMM).
-_QUANT_COMPUTE_FACTOR = {"awq": 0.2, "int4": 0.2, "mxfp4": 0.2}
+# published speedups are for small batches; at large batches they run below an FP16 GEMM). Not
+# applied to MXFP4 before Blackwell: GPUStack's 100 prompts of 32,000 tokens on one H100 (gpt-oss,
+# vLLM 0.10.2, Marlin MXFP4) took 201 s, which the validated model without the factor reproduces
+# (49 vs 50 output tok/s, median TTFT 101 vs 99 s); at 1/5 it would predict several times longer.
+_QUANT_COMPUTE_FACTOR = {"awq": 0.2, "int4": 0.2}
+
+
+def compute_peak(gpu: GPUSpec, quant: str) -> tuple[float, float]:
+    """(dense FLOP/s, efficiency factor) the linear layers of a `quant` model compute at on `gpu`:
+    BF16 or FP8 tensor cores; FP4 (mxfp4, nvfp4) on FP4 tensor cores where the GPU has them (Blackwell),
+    else dequantized to BF16; W4A16 (awq, int4) at the BF16 peak with `_QUANT_COMPUTE_FACTOR`."""
+    if quant in ("mxfp4", "nvfp4") and gpu.fp4_flops:
+        return gpu.fp4_flops, 1.0
+    peak = {"bf16": gpu.bf16_flops, "fp8": gpu.fp8_flops, "fp8-ffn": gpu.fp8_flops}.get(quant, gpu.int4_flops)
+    return peak, _QUANT_COMPUTE_FACTOR.get(quant, 1.0)
 
 
 # One 400 Gb/s ConnectX-7 NIC per GPU (DGX H100 reference architecture), counted both ways as the
@@ -101,7 +115,7 @@ def step_cost(model: ModelSpec, layout: Layout, knobs: StepKnobs, *, engine: str
     from servebench.sim import memory  # deferred: keeps the profile module light for cost-only profiles
 
     breakdown = memory.weight_bytes_breakdown_per_gpu(model, layout, engine=engine)
-    routed = float(breakdown.get("routed_experts", 0))
+    routed = float(memory.routed_bytes(breakdown))
     dense = float(sum(breakdown.values())) - routed
     tp, pp = layout.tp, layout.pp
     # Attention FLOPs per query token per context token. GQA: QK^T and PV, 2 x 2 x head_dim per head.
@@ -113,7 +127,7 @@ def step_cost(model: ModelSpec, layout: Layout, knobs: StepKnobs, *, engine: str
     attn = per_head * model.heads * model.layers / (tp * pp)
     gpu = layout.gpu
     quant = layout.quant
-    peak = {"bf16": gpu.bf16_flops, "fp8": gpu.fp8_flops, "fp8-ffn": gpu.fp8_flops}.get(quant, gpu.int4_flops)
+    peak, quant_factor = compute_peak(gpu, quant)
     comm_bytes, collectives, moe_mult = comm_terms(model, layout)
     return StepCost(
         dense_weight_bytes=dense,
@@ -127,7 +141,7 @@ def step_cost(model: ModelSpec, layout: Layout, knobs: StepKnobs, *, engine: str
         experts_per_token=model.experts_per_token,
         layers=model.layers,
         mem_efficiency=knobs.mem_efficiency,
-        compute_efficiency=knobs.compute_efficiency * _QUANT_COMPUTE_FACTOR.get(quant, 1.0),
+        compute_efficiency=knobs.compute_efficiency * quant_factor,
         step_overhead_s=knobs.step_overhead_s,
         layer_overhead_s=knobs.layer_overhead_s,
         seq_overhead_s=knobs.seq_overhead_s,
