@@ -153,6 +153,8 @@ def setting_for(p: CorpusPoint) -> Setting:
     version = p.engine_version
     if p.engine == "vllm" and not version and p.source.date < "2025-03":
         version = "0.6"  # unstated: the release current at the source's date (V1 became default in 0.8, 2025-03)
+    elif p.engine == "vllm" and not version and p.source.date >= "2025-06":
+        version = "0.9"  # unstated, after 0.9 (2025-05) brought the defaults by device (sim.knobs.engine_defaults)
     family = engine_family(p.engine, version)
     quant = _quant(p.quant)
     dp = p.dp or 1

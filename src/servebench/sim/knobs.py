@@ -213,10 +213,11 @@ def engine_defaults(family: str, *, max_model_len: int, version: str = "", gpu: 
     - vLLM V0 (0.5-0.7): max_num_seqs 256; chunked prefill switched on automatically for contexts over
       32K with a 512-token budget (vLLM 0.6 EngineArgs), else off with the budget raised to
       max(max_model_len, 2048) (the 'max_num_batched_tokens must be >= max_model_len' rule).
-    - vLLM V1 (>= 0.8): chunked prefill always on, 8192 tokens for the OpenAI server, max_num_seqs 256.
-      From 0.9 (EngineArgs defaults by device, vllm PR #17885), a GPU of >= 70 GiB that is not an A100
-      (H100, H200, MI300X) gets max_num_seqs 1024 and max_num_batched_tokens 8192 for the OpenAI server,
-      16384 for the offline LLM class (benchmark_throughput). Applied when the version is given.
+    - vLLM V1 (>= 0.8): chunked prefill always on, max_num_seqs 256, max_num_batched_tokens 2048 for the
+      OpenAI server and 8192 for the offline LLM class (EngineArgs usage-context defaults). From 0.9
+      (defaults by device, vllm PR #17885), a GPU of >= 70 GiB that is not an A100 (H100, H200, MI300X)
+      gets max_num_seqs 1024 and 8192 batched tokens for the server, 16384 for the LLM class; an A100
+      keeps 256 and 2048 / 8192. Applied when the version is given.
     - SGLang: chunked_prefill_size 8192, max_running_requests from the KV pool (`sglang_max_running`
       once the pool is known; 1024 here as a placeholder),
       mem_fraction_static ~0.88 on 80-192 GB GPUs (server_args.py).
@@ -237,4 +238,4 @@ def engine_defaults(family: str, *, max_model_len: int, version: str = "", gpu: 
     ver = _version(version)
     if ver is not None and ver >= (0, 9) and gpu_memory_gib >= 70 and not gpu.lower().startswith("a100"):
         return EngineDefaults(1024, 16384 if offline else 8192, True, "vllm", 0.9)
-    return EngineDefaults(256, 8192, True, "vllm", 0.9)
+    return EngineDefaults(256, 8192 if offline else 2048, True, "vllm", 0.9)
