@@ -31,7 +31,6 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
 
 import numpy as np
 
@@ -43,6 +42,7 @@ from servebench.sim import catalog, memory
 from servebench.sim.config import EngineConfig
 from servebench.sim.disagg import simulate_disagg
 from servebench.sim.knobs import (
+    DEFAULT_KNOBS,
     StepKnobs,
     arch_class,
     engine_defaults,
@@ -52,10 +52,9 @@ from servebench.sim.knobs import (
     resolve_knobs,
     sglang_max_running,
 )
-from servebench.sim.profile import comm_terms, compute_peak
+from servebench.sim.profile import compute_peak, step_cost
 from servebench.sim.request import SimRequest
 from servebench.sim.simulate import simulate
-from servebench.sim.steptime import StepCost
 
 __all__ = ["METRICS", "Setting", "Prediction", "PointResult", "setting_for", "measured_for", "predict",
            "evaluate", "Predictor"]
@@ -213,7 +212,11 @@ def setting_for(p: CorpusPoint) -> Setting:
     if family == "sglang" and "max_num_seqs" not in args:  # SGLang sizes its request pool from the KV pool
         max_seqs = max(max_seqs, sglang_max_running(res.kv_tokens, model.context_len))
         max_tokens = max(batched, max_seqs)
-    engine_cfg = EngineConfig(cost=_base_cost(model, layout, dflt.memory_engine), kv_blocks=res.kv_tokens // 16,
+    # the step cost plan and the emulator run (sim.profile.step_cost: weights, FLOPs, collectives); its knob
+    # fields are placeholders that `_engine_for` replaces with each fitted table's
+    step = step_cost(model, layout, resolve_knobs(DEFAULT_KNOBS, family, gpu_generation(gpu.name), "dense"),
+                     engine=dflt.memory_engine)
+    engine_cfg = EngineConfig(cost=step, kv_blocks=res.kv_tokens // 16,
                               block_size=16, max_num_seqs=max_seqs, max_num_batched_tokens=max_tokens,
                               max_model_len=max_len, enable_prefix_caching=False,
                               chunked_prefill=chunked, seq_overhead_blocks=-(-res.seq_overhead_tokens // 16))
@@ -222,20 +225,11 @@ def setting_for(p: CorpusPoint) -> Setting:
         cap = max(1, engine_cfg.kv_tokens // (reserve + res.seq_overhead_tokens))
         if cap < engine_cfg.max_num_seqs:
             engine_cfg = dataclasses.replace(engine_cfg, max_num_seqs=cap)
-    cost = engine_cfg.cost
-    extra: dict[str, float] = {}
-    # collectives: TP all-reduce and EP all-to-all, as plan and the emulator count them (sim.profile)
-    comm_bytes, collectives, moe_mult = comm_terms(model, layout)
-    if moe_mult != 1.0:
-        extra["moe_token_multiplier"] = moe_mult
     link = gpu.interconnect_bytes_per_s
     draft = _draft_tokens(p.speculative)
-    if draft:
-        extra["decode_tokens_per_seq"] = float(1 + draft)
-    base_cost = dataclasses.replace(cost, comm_bytes_per_token=comm_bytes, collectives=collectives)
-    if extra:  # float fields of StepCost only (moe_token_multiplier, decode_tokens_per_seq)
-        base_cost = dataclasses.replace(base_cost, **cast("dict[str, Any]", extra))
-    base = dataclasses.replace(engine_cfg, cost=base_cost)
+    base = engine_cfg
+    if draft:  # MTP verifies 1 + draft tokens per decoding sequence per step
+        base = dataclasses.replace(engine_cfg, cost=dataclasses.replace(step, decode_tokens_per_seq=float(1 + draft)))
     n_total = _requests(p)
     conc = math.ceil(p.concurrency / dp) if (p.mode == "closed" and p.concurrency) else None
     per_rep = math.ceil(n_total / dp)
@@ -255,25 +249,6 @@ def setting_for(p: CorpusPoint) -> Setting:
                    input_len=inp, output_len=out, requests=sim_n, concurrency=conc, rate=rate,
                    draft_tokens=draft, comm_intra_bytes_per_s=link, label=label, in_dist=in_dist,
                    out_dist=out_dist, disagg=disagg, compute_factor=compute_peak(gpu, quant)[1])
-
-
-def _base_cost(model: catalog.ModelSpec, layout: memory.Layout, engine: str) -> StepCost:
-    """Knob-free step-cost coefficients per GPU: weights and KV from the memory model, FLOPs from the
-    catalogue (attention FLOPs per query x context token: GQA QK^T + PV = 4 x head_dim per head; MLA
-    absorbed decode: 2 x (2 x kv_lora_rank + rope dims) per head)."""
-    breakdown = memory.weight_bytes_breakdown_per_gpu(model, layout, engine=engine)
-    routed = float(memory.routed_bytes(breakdown))
-    per_head = (2 * (2 * model.kv_lora_rank + model.qk_rope_head_dim) if model.attention == "mla"
-                else 4 * model.head_dim)
-    peak, _factor = compute_peak(layout.gpu, layout.quant)
-    gpu = layout.gpu
-    return StepCost(
-        dense_weight_bytes=float(sum(breakdown.values())) - routed,
-        kv_bytes_per_token=float(memory.kv_bytes_per_token_per_gpu(model, layout)),
-        flops_per_token=2.0 * model.params_active / layout.tp, hbm_bytes_per_s=gpu.hbm_bytes_per_s,
-        flops_per_s=peak, attn_flops_per_token_ctx=float(per_head * model.heads * model.layers / layout.tp),
-        routed_expert_bytes=routed / model.n_routed_experts if model.is_moe else 0.0,
-        n_experts=model.n_routed_experts, experts_per_token=model.experts_per_token, layers=model.layers)
 
 
 def _reserved_tokens(family: str, inp: int, out: int) -> int:
