@@ -218,7 +218,7 @@ def test_committed_calibration_matches_the_corpus(validation: tuple[Predictor, C
 # sources before this corpus grew: 25.6% / 24.4% / 45.6% (they were 18.8% / 37.1% / 44.1% when those
 # sources were all there was to fit on). A refit must not make them worse than these ceilings (the
 # figures + 1 point).
-NO_REGRESSION = {"tok_s": 0.284, "itl": 0.294, "ttft": 0.563}
+NO_REGRESSION = {"tok_s": 0.285, "itl": 0.297, "ttft": 0.534}
 
 
 def _held_out(validation: tuple[Predictor, Calibration]) -> dict[str, float]:
@@ -245,7 +245,7 @@ def test_held_out_error_does_not_regress(validation: tuple[Predictor, Calibratio
         assert got[m] <= NO_REGRESSION[m], f"{m}: held-out median |error| {got[m]:.1%} > {NO_REGRESSION[m]:.0%}"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13 bounds not met (held-out 27.4% / 28.4% / 55.3% on 429 points: "
+@pytest.mark.xfail(strict=True, reason="issue 13 bounds not met (held-out 27.5% / 28.7% / 52.4% on 429 points: "
                                         "all three over); see docs/plan.md")
 def test_held_out_error_within_the_issue_bounds(validation: tuple[Predictor, Calibration]) -> None:
     got = _held_out(validation)
@@ -327,11 +327,12 @@ def test_stated_max_model_len_sets_vllm_v0_chunked_prefill() -> None:
 
 
 def test_first_token_latency_adds_to_ttft_only() -> None:
-    """ttft.eng.<family> is added to every request's TTFT; ITL and throughput do not move."""
+    """ttft.base x ttft.eng.<family> is added to every request's TTFT; ITL and throughput do not move."""
     p = _point()
     pred = Predictor([p])
     base = pred.predicted(p.key, DEFAULT_KNOBS)
-    more = pred.predicted(p.key, {**DEFAULT_KNOBS, "ttft.eng.vllm-v1": 0.105})
+    assert DEFAULT_KNOBS["ttft.base"] * DEFAULT_KNOBS["ttft.eng.vllm-v1"] == pytest.approx(0.02)
+    more = pred.predicted(p.key, {**DEFAULT_KNOBS, "ttft.eng.vllm-v1": 6.0})  # 20 ms -> 120 ms
     assert more["ttft"] - base["ttft"] == pytest.approx(100.0, rel=1e-6)
     assert more["itl"] == base["itl"] and more["tok_s"] == base["tok_s"]
 

@@ -19,10 +19,15 @@ fit has not seen falls back to the base (factor 1)::
                                                reaches: NVLink/NVSwitch and AMD's xGMI full mesh differ)
     collective_s       = comm.latency_s       (fixed cost of one collective, per call)
     mtp_accept         = spec.accept          (chance a draft token is accepted; DeepSeek-V3 report: 0.85-0.9)
-    first_token_s      = ttft.eng.<family>    (added to every request's TTFT: the API server's path around the
+    first_token_s      = ttft.base * ttft.eng.<family>
+                                              (added to every request's TTFT: the API server's path around the
                                                engine -- HTTP, tokenization, the hand-off to the scheduler
                                                process and back through detokenization -- which no step
-                                               time holds)
+                                               time holds. One latency shared by the engines, with a factor
+                                               per family whose prior is 1: a family whose own TTFT points
+                                               say little (vLLM V1 once GPUStack is held out: its other
+                                               sources' TTFTs are queueing) keeps the engines' common
+                                               latency instead of an uncalibrated default)
 
 Groups: engine family (`engine_family`: vllm-v0 = vLLM before V1, vllm-v1, sglang, trtllm, tgi),
 GPU generation (`gpu_generation`: ampere, hopper, blackwell, cdna3) and architecture class
@@ -47,14 +52,16 @@ ARCH_CLASSES = ("dense", "moe", "mla-moe", "mla-moe-early")
 # in decode GEMVs, tensor cores ~50% of dense peak in prefill GEMMs, ~3 ms of scheduling and sampling
 # per step, 20 us per layer of kernel launches (plan's defaults before calibration), 70% of NVLink
 # bandwidth in NCCL ring all-reduce (NCCL's nccl-tests report bus bandwidth ~ 70-80% of link peak on
-# H100 NVLink at large messages), 10 us per collective call (NCCL small-message latency on NVLink).
+# H100 NVLink at large messages), 10 us per collective call (NCCL small-message latency on NVLink),
+# 20 ms of first-token path around the engine (HTTP, tokenization, hand-offs) shared by the engines.
 DEFAULT_KNOBS: Mapping[str, float] = {
     "mem.base": 0.75,
     "comp.base": 0.5,
     **{f"step.eng.{f}": 0.003 for f in FAMILIES},
     **{f"layer.eng.{f}": 20e-6 for f in FAMILIES},
     **{f"seq.eng.{f}": 10e-6 for f in FAMILIES},
-    **{f"ttft.eng.{f}": 5e-3 for f in FAMILIES},
+    "ttft.base": 0.02,
+    **{f"ttft.eng.{f}": 1.0 for f in FAMILIES},
     "layer.arch.dense": 1.0,
     "layer.arch.moe": 1.0,
     "layer.arch.mla-moe": 1.0,
@@ -153,7 +160,7 @@ def knob_names_for(family: str, generation: str, arch: str) -> tuple[str, ...]:
     return ("mem.base", f"mem.gpu.{generation}", f"mem.eng.{family}", "comp.base", f"comp.gpu.{generation}",
             f"comp.eng.{family}", f"step.eng.{family}", f"layer.eng.{family}", "layer.arch.dense",
             *((f"layer.arch.{arch}",) if arch != "dense" else ()),
-            f"seq.eng.{family}", f"ttft.eng.{family}",
+            f"seq.eng.{family}", "ttft.base", f"ttft.eng.{family}",
             "comm.eff", f"comm.gpu.{generation}", "comm.latency_s", "spec.accept")
 
 
@@ -174,7 +181,7 @@ def resolve_knobs(table: Mapping[str, float], family: str, generation: str, arch
         layer_overhead_s=get(f"layer.eng.{family}", 20e-6) * get("layer.arch.dense")
         * (get(f"layer.arch.{arch}") if arch != "dense" else 1.0),
         seq_overhead_s=get(f"seq.eng.{family}", 10e-6),
-        first_token_s=get(f"ttft.eng.{family}", 5e-3),
+        first_token_s=get("ttft.base") * get(f"ttft.eng.{family}"),
         comm_efficiency=_clip(get("comm.eff") * get(f"comm.gpu.{generation}"), 0.02, 1.0),
         collective_s=get("comm.latency_s"),
         mtp_accept=_clip(get("spec.accept"), 0.0, 0.99),
