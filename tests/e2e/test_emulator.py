@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import os
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -429,6 +431,56 @@ def test_in_process_thread_server() -> None:
         r = chat(emu.url, max_tokens=5, ignore_eos=True)
         assert r.json()["usage"]["completion_tokens"] == 5
         assert emu.app is not None and emu.app.engine.stats.finished == 1
+
+
+def _token_times(url: str, max_tokens: int) -> tuple[list[float], float]:
+    """One streamed completion read line by line: each token event's arrival (s from the send) and the
+    [DONE] event's."""
+    u = urlparse(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    body = json.dumps({"model": "tiny", "prompt": "hello there", "max_tokens": max_tokens, "ignore_eos": True,
+                       "stream": True}).encode()
+    t0 = time.perf_counter()
+    conn.request("POST", "/v1/completions", body=body, headers={"content-type": "application/json"})
+    r = conn.getresponse()
+    assert r.status == 200
+    times: list[float] = []
+    while True:  # the chunked framing's size lines are read as lines too and skipped
+        line = r.fp.readline()
+        assert line, "stream ended without [DONE]"
+        if line.startswith(b"data: [DONE]"):
+            done = time.perf_counter() - t0
+            break
+        if line.startswith(b"data: {"):
+            times.append(time.perf_counter() - t0)
+    conn.close()
+    return times, done
+
+
+def test_first_token_latency_is_added_to_ttft_only(tmp_path: Path) -> None:
+    """A profile's `first_token_s` (a deployment's: its knobs' first-token latency, which plan adds to
+    TTFT) holds a stream's first tokens: the client's TTFT grows by it, the tokens made meanwhile
+    arrive together, and the response ends when it would have without the hold."""
+    from servebench.emulator.server import EmulatorThread
+
+    prof = tmp_path / "held.yaml"
+    prof.write_text("extends: tiny\nname: tiny\nfirst_token_s: 0.06\n")
+    n = 80  # ~3 ms a step alone: ~240 ms of decode, the first ~20 tokens inside the hold
+    runs = {}
+    for name in ("tiny", str(prof)):
+        with EmulatorThread(name) as emu:
+            runs[name] = sorted((_token_times(emu.url, n) for _ in range(3)), key=lambda x: x[1])[1]
+    (base, base_done), (held, held_done) = runs["tiny"], runs[str(prof)]
+    assert len(base) == len(held) == n
+    assert base[0] < 0.03
+    assert held[0] - base[0] == pytest.approx(0.06, abs=0.015)
+    assert held_done == pytest.approx(base_done, abs=0.02)  # the end does not move
+    def together(times: list[float]) -> int:
+        return sum(1 for a, b in itertools.pairwise(times) if b - a < 0.0005)
+
+    assert together(held) >= together(base) + 10  # the ~20 tokens made during the hold left in one write
+    # after the hold, tokens follow the engine's pace again
+    assert held[-1] - held[-20] == pytest.approx(base[-1] - base[-20], abs=0.015)
 
 
 def test_seeded_lengths_and_text_reproduce_across_processes() -> None:

@@ -92,6 +92,28 @@ def test_whatif_throughput_rises_and_saturates_while_itl_grows() -> None:
         whatif(dep, None, input_len=8000, output_len=256, concurrencies=(1,))
 
 
+def test_whatif_ttft_carries_the_first_token_latency_as_the_validation_does() -> None:
+    """One answer: the what-if adds the knobs' first-token latency to every TTFT (plan/validate.py's
+    `_summary` does the same), and nothing else moves; the emulator's profile of the deployment holds
+    each request back from its scheduler by the same latency."""
+    import dataclasses
+
+    from servebench.deploy.deployment import profile_from_raw
+
+    dep = Deployment.build(model="Llama-3.1-8B", gpu="h100", gpus=1)
+    k = dep.knobs()
+    assert k.first_token_s > 0.005  # the fitted table's, not zero
+    kw = {"input_len": 1024, "output_len": 128, "concurrencies": (1, 32), "num_requests": 64}
+    with_it = whatif(dep, k, **kw)
+    without = whatif(dep, dataclasses.replace(k, first_token_s=0.0), **kw)
+    for a, b in zip(with_it, without):
+        assert a.ttft_ms_p50 - b.ttft_ms_p50 == pytest.approx(1e3 * k.first_token_s, rel=1e-9)
+        assert (a.output_tokens_per_s, a.itl_ms_p50, a.e2e_ms_p50) == (b.output_tokens_per_s, b.itl_ms_p50,
+                                                                       b.e2e_ms_p50)
+    prof = profile_from_raw({"name": "x", "model": "Llama-3.1-8B", "gpu": "h100", "gpus": 1})
+    assert prof.first_token_s == k.first_token_s
+
+
 def test_calibration_on_seed_low_concurrency_predicts_c100_within_10pct() -> None:
     # seed 001 (test-only; vLLM 0.7.3, DeepSeek-V3-AWQ, 8xH100, 1024 in / 256 out), concurrency <= 15:
     # c=1 ~33 tok/s, ITL ~30 ms; c=5 ~103 tok/s, ~46 ms; c=15 ~245 tok/s, ~50 ms; "when the concurrency

@@ -320,7 +320,8 @@ def profile_from_raw(data: Mapping[str, Any]) -> Profile:
     if unknown:
         raise ConfigError(f"profile {name}: unknown keys {sorted(unknown)}")
     dep = deployment_from_mapping(data, where=f"profile {name}")
-    return profile_with_engine({**data, "gpu": dep.gpu.name}, dep.engine_config(), gpus=dep.gpus)
+    return profile_with_engine({**data, "gpu": dep.gpu.name}, dep.engine_config(), gpus=dep.gpus,
+                               first_token_s=dep.knobs().first_token_s)
 
 
 _PROFILE_KEYS = frozenset({"name", "description", "served_model_name", "output", "efficiency", "overhead"})

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sized
 from typing import Any
 
-from servebench.emulator.stream import BurstPlan, Stream, plan_burst
+from servebench.emulator.stream import BurstPlan, Stream, held_bytes, plan_burst, plan_burst_held
 from servebench.emulator.wire import Histogram
 from servebench.sim.engine import Engine
 
@@ -30,9 +30,12 @@ class Pacer:
     """Runs `engine` on the wall clock: each step's tokens leave at its end, one send per stream."""
 
     def __init__(self, engine: Engine, *, inbox: Sized, admit: Callable[[], None],
-                 deliver: Callable[[list[tuple[Stream, int]]], None], iteration_tokens: Histogram) -> None:
+                 deliver: Callable[[list[tuple[Stream, int]]], None], iteration_tokens: Histogram,
+                 hold_s: float = 0.0, chunk: Callable[[Stream, int], bytes] | None = None) -> None:
         """`inbox`: requests waiting for `admit` (called at step boundaries while it is non-empty);
-        `deliver`: the bookkeeping of the streams a burst wrote to, with each write's perf_counter_ns."""
+        `deliver`: the bookkeeping of the streams a burst wrote to, with each write's perf_counter_ns.
+        `hold_s` > 0 (the deployment's first-token latency) holds each streaming response's first
+        tokens that long (`stream.plan_burst_held`; `chunk` frames token i of a stream)."""
         self.engine = engine
         self._inbox = inbox
         self._admit = admit
@@ -47,6 +50,11 @@ class Pacer:
         self._burst_s = 0.0  # total wall time spent in token bursts
         self._wake_late_s: deque[float] = deque(maxlen=10_000)  # burst start - planned start, recent steps
         self.scheduling = "normal"  # what the loop runs under (emulator --realtime-priority)
+        self._hold_ns = round(hold_s * 1e9)
+        self._chunk = chunk
+        if self._hold_ns and chunk is None:
+            raise ValueError("a first-token hold needs the chunk framer")
+        self._holding: list[Stream] = []  # streams whose first tokens are held (hold not yet over)
 
     def start(self) -> None:
         self._wake = asyncio.Event()
@@ -77,7 +85,7 @@ class Pacer:
             if not engine.has_work():
                 self._wake.clear()
                 if not self._inbox:
-                    await self._wake.wait()
+                    await self._wake.wait()  # (held tokens leave on their own timers meanwhile)
                     next_start = None
                 continue
             now = perf()
@@ -94,7 +102,16 @@ class Pacer:
             deadline = start + res.duration_s
             # The step's tokens leave in one burst (a send per stream); centre it on the deadline.
             # Everything but the sends is made ready now, before the wait.
-            plan = plan_burst(res)
+            if self._hold_ns:
+                assert self._chunk is not None
+                n_holding = len(self._holding)
+                plan, first = plan_burst_held(res, int(deadline * 1e9), self._hold_ns, self._chunk,
+                                              self._holding)
+                loop = asyncio.get_running_loop()
+                for st in self._holding[n_holding:]:  # the holds this step started: written when they end
+                    loop.call_later(max(0.0, st.hold_until * 1e-9 - perf()), self._hold_timer)
+            else:
+                plan, first = plan_burst(res), []
             n = len(plan[0]) + len(plan[2])
             half = min(0.003, 0.5 * n * self._send_cost_s)
             go = deadline - half
@@ -107,6 +124,8 @@ class Pacer:
                 if rem > 0.0003:
                     time.sleep(rem - 0.0002)
                 rem = go - perf()
+            if first:
+                self._flush_holds(first)
             if n:
                 t0 = perf()
                 t1 = self._emit(plan, int(deadline * 1e9))
@@ -116,6 +135,43 @@ class Pacer:
                 self._burst_s += t1 - t0
                 self._wake_late_s.append(t0 - go)
             next_start = deadline
+
+    def _hold_timer(self) -> None:
+        """A hold's end. The loop's timers can fire up to a millisecond early (uvloop counts in whole
+        milliseconds): what is still held then is looked at again a millisecond later."""
+        self._flush_holds()
+        soon = time.perf_counter_ns() + 5_000_000
+        if any(st.held and st.hold_until <= soon for st in self._holding):
+            asyncio.get_running_loop().call_later(0.001, self._hold_timer)
+
+    def _flush_holds(self, now_too: Iterable[Stream] = ()) -> None:
+        """Write the held tokens of the streams whose hold is over (and of `now_too`, whose next token
+        the coming burst writes); forget the streams with nothing held."""
+        now = time.perf_counter_ns()
+        due = set(map(id, now_too))
+        keep: list[Stream] = []
+        for st in self._holding:
+            if not st.held:
+                if st.hold_until > 0:  # its first token is not made yet
+                    keep.append(st)
+                continue
+            if st.status != "running":
+                st.sent += st.held
+                st.held = 0
+                continue
+            if st.hold_until > now and id(st) not in due:
+                keep.append(st)
+                continue
+            assert self._chunk is not None
+            data, n = held_bytes(st, self._chunk), st.held
+            st.held = 0
+            st.hold_until = -1
+            try:
+                st.write(data)
+            except RuntimeError:  # uvloop: the client went away
+                pass
+            self._deliver([(st, time.perf_counter_ns())] * n)
+        self._holding = keep
 
     def _emit(self, plan: BurstPlan, deadline_ns: int) -> float:
         """Write the step's tokens (the burst: one send per stream, nothing else), then count their

@@ -9,8 +9,9 @@ directly under `cost:` (the made-up `tiny` does); `profile_from_dict` builds tho
 
 Keys of a cost profile: name, description, served_model_name, max_model_len, block_size,
 max_num_seqs, max_num_batched_tokens, enable_prefix_caching, chunked_prefill, kv_tokens,
-cost: {<StepCost field>: value}, output: {eos_mean_tokens, default_max_tokens,
-reasoning_tokens_mean, reasoning_tokens_min}. Deployment keys are in `deploy/deployment.py`.
+first_token_s (a deployment profile takes it from its knobs), cost: {<StepCost field>: value},
+output: {eos_mean_tokens, default_max_tokens, reasoning_tokens_mean, reasoning_tokens_min}.
+Deployment keys are in `deploy/deployment.py`.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ class Profile:
     reasoning_tokens_min: int = 0
     gpus: int = 1
     gpu: str = ""
+    # the deployment's first-token latency (sim.knobs first_token_s): the path around the engine that no
+    # step time holds. The emulator holds each stream's first tokens this long, so the client's TTFT
+    # carries it as plan's what-if TTFT does (throughput and the response's end do not)
+    first_token_s: float = 0.0
 
     @property
     def reasoning(self) -> bool:
@@ -197,7 +202,8 @@ def profile_from_dict(data: Mapping[str, Any]) -> Profile:
     return profile_with_engine(data, engine, gpus=int(data.get("gpus", 1)))
 
 
-def profile_with_engine(data: Mapping[str, Any], engine: EngineConfig, *, gpus: int) -> Profile:
+def profile_with_engine(data: Mapping[str, Any], engine: EngineConfig, *, gpus: int,
+                        first_token_s: float | None = None) -> Profile:
     """A profile around an engine configuration: the naming and output settings of `data`."""
     name = str(data["name"])
     out = data.get("output") or {}
@@ -212,4 +218,5 @@ def profile_with_engine(data: Mapping[str, Any], engine: EngineConfig, *, gpus: 
         reasoning_tokens_min=int(out.get("reasoning_tokens_min", 0)),
         gpus=gpus,
         gpu=str(data.get("gpu", "")),
+        first_token_s=float(data.get("first_token_s", 0.0)) if first_token_s is None else first_token_s,
     )
