@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sized
 from typing import Any
 
-from servebench.emulator.stream import BurstPlan, Stream, held_bytes, plan_burst, plan_burst_held
+from servebench.emulator.stream import BurstPlan, Stream, held_bytes, plan_burst
 from servebench.emulator.wire import Histogram
 from servebench.sim.engine import Engine
 
@@ -35,7 +35,7 @@ class Pacer:
         """`inbox`: requests waiting for `admit` (called at step boundaries while it is non-empty);
         `deliver`: the bookkeeping of the streams a burst wrote to, with each write's perf_counter_ns.
         `hold_s` > 0 (the deployment's first-token latency) holds each streaming response's first
-        tokens that long (`stream.plan_burst_held`; `chunk` frames token i of a stream)."""
+        tokens that long (`stream.plan_burst`; `chunk` frames token i of a stream)."""
         self.engine = engine
         self._inbox = inbox
         self._admit = admit
@@ -102,16 +102,12 @@ class Pacer:
             deadline = start + res.duration_s
             # The step's tokens leave in one burst (a send per stream); centre it on the deadline.
             # Everything but the sends is made ready now, before the wait.
-            if self._hold_ns:
-                assert self._chunk is not None
-                n_holding = len(self._holding)
-                plan, first = plan_burst_held(res, int(deadline * 1e9), self._hold_ns, self._chunk,
-                                              self._holding)
+            n_holding = len(self._holding)
+            plan, first = plan_burst(res, int(deadline * 1e9), self._hold_ns, self._chunk, self._holding)
+            if len(self._holding) > n_holding:
                 loop = asyncio.get_running_loop()
                 for st in self._holding[n_holding:]:  # the holds this step started: written when they end
                     loop.call_later(max(0.0, st.hold_until * 1e-9 - perf()), self._hold_timer)
-            else:
-                plan, first = plan_burst(res), []
             n = len(plan[0]) + len(plan[2])
             half = min(0.003, 0.5 * n * self._send_cost_s)
             go = deadline - half

@@ -23,7 +23,7 @@ from servebench.sim.request import SimRequest
 if TYPE_CHECKING:
     from servebench.emulator.http import HttpConn
 
-__all__ = ["Stream", "Framer", "BurstPlan", "plan_burst", "plan_burst_held", "held_bytes", "plan_output"]
+__all__ = ["Stream", "Framer", "BurstPlan", "plan_burst", "held_bytes", "plan_output"]
 
 _DONE = chunked(b"data: [DONE]\n\n")
 
@@ -57,7 +57,7 @@ class Stream:
         self.fault_at = -1
         self.sim: SimRequest | None = None
         self.next: bytes | None = None  # the framed bytes of the next token (streaming)
-        # first-token hold (`plan_burst_held`): 0 before the first token, then the perf_counter_ns its
+        # first-token hold (`plan_burst`): 0 before the first token, then the perf_counter_ns its
         # tokens are held until, -1 once released; `held`: tokens the engine made that wait for it
         self.hold_until = 0
         self.held = 0
@@ -117,38 +117,22 @@ class Framer:
 BurstPlan = tuple[list[Stream], list[tuple[Callable[[bytes], object], bytes]], list[Stream]]
 
 
-def plan_burst(res: StepResult) -> BurstPlan:
+def plan_burst(res: StepResult, deadline_ns: int = 0, hold_ns: int = 0,
+               chunk: Callable[[Stream, int], bytes] | None = None,
+               holding: list[Stream] | None = None) -> tuple[BurstPlan, list[Stream]]:
     """The step's burst, made ready before its time: (streams that get bytes, their (write, bytes)
-    in the same order, streams whose token leaves no bytes now: non-streaming ones)."""
-    streams: list[Stream] = []
-    sends: list[tuple[Callable[[bytes], object], bytes]] = []
-    quiet: list[Stream] = []
-    for sim in res.tokens or ():
-        st: Stream = sim.payload
-        if st.status != "running":
-            st.sent += 1  # stalled or gone: the engine still counts its token, nothing is written
-            continue
-        data = st.next
-        if data is None:
-            quiet.append(st)
-        else:
-            streams.append(st)
-            sends.append((st.write, data))
-    return streams, sends, quiet
+    in the same order, streams whose token leaves no bytes now: non-streaming ones).
 
-
-def plan_burst_held(res: StepResult, deadline_ns: int, hold_ns: int, chunk: Callable[[Stream, int], bytes],
-                    holding: list[Stream]) -> tuple[BurstPlan, list[Stream]]:
-    """`plan_burst` for a deployment with a first-token latency (`Profile.first_token_s`, added to TTFT
-    as plan's what-if and the validation add it): a streaming response's first token, and every token
-    the engine makes for it within `hold_ns` of it, are held; `emulator.pacing` writes them together
-    when the hold ends (or, at the latest, just before this stream's next token). The engine runs the
+    With `hold_ns` > 0 (a deployment's first-token latency, `Profile.first_token_s`, which plan's
+    what-if and the validation add to TTFT): a streaming response's first token, and every token the
+    engine makes for it within `hold_ns` of it, are held; `emulator.pacing` writes them together when
+    the hold ends (or, at the latest, just before this stream's next token). The engine runs the
     request as it would without the hold, so throughput, the batch and the end of the response do not
-    move; TTFT grows by the hold and the held tokens arrive together.
-    Non-streaming responses and responses with an injected fault are not held.
+    move; TTFT grows by the hold and the held tokens arrive together. Non-streaming responses and
+    responses with an injected fault (it strikes at its token, not inside a bunched write) are not
+    held; streams that start a hold are appended to `holding` (`chunk` frames token i of a stream).
 
-    Returns the burst plan and the streams whose held tokens must be written before this burst.
-    Streams that start a hold are appended to `holding`."""
+    Returns the burst plan and the streams whose held tokens must be written before this burst."""
     streams: list[Stream] = []
     sends: list[tuple[Callable[[bytes], object], bytes]] = []
     quiet: list[Stream] = []
@@ -162,16 +146,18 @@ def plan_burst_held(res: StepResult, deadline_ns: int, hold_ns: int, chunk: Call
         if data is None:
             quiet.append(st)
             continue
-        hu = st.hold_until
-        if hu >= 0 and st.fault is None:  # (a fault strikes at its token: not inside a bunched write)
+        if hold_ns and st.hold_until >= 0 and st.fault is None:
+            hu = st.hold_until
             if hu == 0:
                 hu = st.hold_until = deadline_ns + hold_ns
+                assert holding is not None
                 holding.append(st)
             if deadline_ns < hu:
                 st.held += 1
                 continue
             st.hold_until = -1
             if st.held:  # this token follows the held ones: they leave first
+                assert chunk is not None
                 data = chunk(st, st.sent + st.held)
                 first.append(st)
         streams.append(st)
