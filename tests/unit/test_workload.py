@@ -161,9 +161,11 @@ def test_intended_hit_rate_counts_first_of_group_as_miss() -> None:
     assert intended_hit_rate([0, 1, 2], 10, [20, 20, 20]) == 0.0
 
 
-def test_server_counter_asks_again_when_a_pooled_connection_was_closed_by_the_server() -> None:
+@pytest.mark.parametrize("second", ["count", "post"])
+def test_server_counter_asks_again_when_a_pooled_connection_was_closed_by_the_server(second: str) -> None:
     """A real loopback server that answers the first /tokenize on a connection and closes it on
-    the next request, unanswered (what an idle keep-alive close racing with reuse looks like)."""
+    the next request, unanswered (what an idle keep-alive close racing with reuse looks like). The
+    second call is a count or a JSON call (llama.cpp's /apply-template goes that way): both ask again."""
     import socket
     import threading
 
@@ -198,7 +200,11 @@ def test_server_counter_asks_again_when_a_pooled_connection_was_closed_by_the_se
     async def go() -> list[int]:
         counter = ServerCounter(f"http://127.0.0.1:{port}", "m", {}, "/tokenize", "prompt", parallel=1)
         try:
-            return [*await counter.count(["one"]), *await counter.count(["two"])]
+            first = await counter.count(["one"])
+            if second == "count":
+                return [*first, *await counter.count(["two"])]
+            doc = await counter._post("/apply-template", {"messages": []})
+            return [*first, len(doc["tokens"])]
         finally:
             if counter._session is not None:
                 await counter._session.close()

@@ -88,22 +88,24 @@ class ServerCounter:
                 timeout=aiohttp.ClientTimeout(total=120))
         return self._session
 
-    async def _one(self, text: str) -> int:
-        self.calls += 1
+    async def _request(self, path: str, body: bytes) -> tuple[int, bytes]:
+        """POST `body` to `path` on the pool: (status, body). Counting is idempotent, so a pooled
+        connection the server had closed while idle (llama-server drops idle keep-alive connections
+        after a few seconds; the pool may hold several such) is discarded and the call asked again,
+        until a fresh connection answers."""
         tries = self._parallel + 2  # each failure discards one stale pooled connection; then a fresh one
         for attempt in range(tries):
             try:
-                async with self._sess().post(self.root + self.path, data=self._body(text),
-                                             headers=self._headers) as r:
-                    raw = await r.read()
-                    status = r.status
-                break
+                async with self._sess().post(self.root + path, data=body, headers=self._headers) as r:
+                    return r.status, await r.read()
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
-                # a pooled connection the server had closed while idle (llama-server drops idle
-                # keep-alive connections after a few seconds; the pool may hold several such):
-                # counting is idempotent, ask again until a fresh connection answers
                 if attempt == tries - 1:
                     raise
+        raise AssertionError("unreachable")
+
+    async def _one(self, text: str) -> int:
+        self.calls += 1
+        status, raw = await self._request(self.path, self._body(text))
         if status != 200:
             raise ConfigError(f"{self.root}{self.path} answered HTTP {status} while counting prompt tokens: "
                               f"{raw[:200].decode('utf-8', 'replace')}")
@@ -122,12 +124,12 @@ class ServerCounter:
         return list(await asyncio.gather(*(guarded(t) for t in texts)))
 
     async def _post(self, path: str, doc: dict[str, Any]) -> Any:
+        """A JSON call on the same pool (llama.cpp's /apply-template, /tokenize with options), retried
+        on a stale connection like every count; None when it fails or answers other than 200."""
         self.calls += 1
         try:
-            async with self._sess().post(self.root + path, data=orjson.dumps(doc), headers=self._headers) as r:
-                if r.status != 200:
-                    return None
-                return orjson.loads(await r.read())
+            status, raw = await self._request(path, orjson.dumps(doc))
+            return orjson.loads(raw) if status == 200 else None
         except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError):
             return None
 
