@@ -94,8 +94,8 @@ def test_whatif_throughput_rises_and_saturates_while_itl_grows() -> None:
 
 def test_whatif_ttft_carries_the_first_token_latency_as_the_validation_does() -> None:
     """One answer: the what-if adds the knobs' first-token latency to every TTFT (plan/validate.py's
-    `_summary` does the same), and nothing else moves; the emulator's profile of the deployment holds
-    each request back from its scheduler by the same latency."""
+    `_summary` does the same), and nothing else moves; the engine configuration the emulator serves
+    carries the same latency (it holds each stream's first tokens that long)."""
     import dataclasses
 
     from servebench.deploy.deployment import profile_from_raw
@@ -111,7 +111,7 @@ def test_whatif_ttft_carries_the_first_token_latency_as_the_validation_does() ->
         assert (a.output_tokens_per_s, a.itl_ms_p50, a.e2e_ms_p50) == (b.output_tokens_per_s, b.itl_ms_p50,
                                                                        b.e2e_ms_p50)
     prof = profile_from_raw({"name": "x", "model": "Llama-3.1-8B", "gpu": "h100", "gpus": 1})
-    assert prof.first_token_s == k.first_token_s
+    assert prof.engine.first_token_s == k.first_token_s
 
 
 def test_calibration_on_seed_low_concurrency_predicts_c100_within_10pct() -> None:

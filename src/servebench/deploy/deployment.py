@@ -214,13 +214,15 @@ class Deployment:
         lim = self.limits
         block = ENGINES[self.engine].block_tokens
         block = 16 if block == 1 else block  # SGLang pages by token; the simulator pages by 16
-        cost = step_cost(self.model, self.layout, knobs or self.knobs(), engine=self.engine)
+        k = knobs or self.knobs()
+        cost = step_cost(self.model, self.layout, k, engine=self.engine)
         overhead = kv_seq_overhead_tokens(self.model, engine=self.engine)
         try:
             return EngineConfig(cost=cost, kv_blocks=max(1, self.kv_tokens_per_replica() // block), block_size=block,
                                 max_num_seqs=lim.max_num_seqs, max_num_batched_tokens=lim.max_num_batched_tokens,
                                 max_model_len=self.max_model_len, enable_prefix_caching=self.enable_prefix_caching,
-                                chunked_prefill=lim.chunked_prefill, seq_overhead_blocks=-(-overhead // block))
+                                chunked_prefill=lim.chunked_prefill, seq_overhead_blocks=-(-overhead // block),
+                                first_token_s=k.first_token_s)
         except ValueError as e:
             raise ConfigError(f"{self.describe()}: {e}") from None
 
@@ -320,8 +322,7 @@ def profile_from_raw(data: Mapping[str, Any]) -> Profile:
     if unknown:
         raise ConfigError(f"profile {name}: unknown keys {sorted(unknown)}")
     dep = deployment_from_mapping(data, where=f"profile {name}")
-    return profile_with_engine({**data, "gpu": dep.gpu.name}, dep.engine_config(), gpus=dep.gpus,
-                               first_token_s=dep.knobs().first_token_s)
+    return profile_with_engine({**data, "gpu": dep.gpu.name}, dep.engine_config(), gpus=dep.gpus)
 
 
 _PROFILE_KEYS = frozenset({"name", "description", "served_model_name", "output", "efficiency", "overhead"})

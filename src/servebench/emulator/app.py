@@ -68,7 +68,7 @@ class Emulator:
         self._resets: list[int] = []  # POST /reset_prefix_cache: cached blocks dropped by each
         self.framer = Framer(self.tok, reasoning=profile.reasoning, created=self._created, model=self.model)
         self.pacer = Pacer(self.engine, inbox=self._inbox, admit=self._admit, deliver=self._deliver,
-                           iteration_tokens=self.metrics.iteration_tokens, hold_s=profile.first_token_s,
+                           iteration_tokens=self.metrics.iteration_tokens, hold_s=profile.engine.first_token_s,
                            chunk=self.framer.chunk)
 
     def start(self) -> None:

@@ -147,9 +147,7 @@ class Pacer:
         due = set(map(id, now_too))
         keep: list[Stream] = []
         for st in self._holding:
-            if not st.held:
-                if st.hold_until > 0:  # its first token is not made yet
-                    keep.append(st)
+            if not st.held:  # flushed already, or released by a burst with nothing held
                 continue
             if st.status != "running":
                 st.sent += st.held

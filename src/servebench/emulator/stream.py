@@ -123,7 +123,7 @@ def plan_burst(res: StepResult, deadline_ns: int = 0, hold_ns: int = 0,
     """The step's burst, made ready before its time: (streams that get bytes, their (write, bytes)
     in the same order, streams whose token leaves no bytes now: non-streaming ones).
 
-    With `hold_ns` > 0 (a deployment's first-token latency, `Profile.first_token_s`, which plan's
+    With `hold_ns` > 0 (a deployment's first-token latency, `EngineConfig.first_token_s`, which plan's
     what-if and the validation add to TTFT): a streaming response's first token, and every token the
     engine makes for it within `hold_ns` of it, are held; `emulator.pacing` writes them together when
     the hold ends (or, at the latest, just before this stream's next token). The engine runs the

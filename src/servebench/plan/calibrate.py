@@ -53,7 +53,7 @@ def _loss(dep: Deployment, cal: StepKnobs, pts: Sequence[MeasuredPoint], prior: 
     total = _PRIOR_WEIGHT * math.log(cal.compute_efficiency / prior.compute_efficiency) ** 2
     for p in pts:
         sim = simulate_point(cfg, concurrency=p.concurrency, input_len=p.input_len, output_len=p.output_len,
-                             num_requests=_calib_requests(p.concurrency), first_token_s=cal.first_token_s)
+                             num_requests=_calib_requests(p.concurrency))
         if p.output_tokens_per_s:
             total += math.log(sim.output_tokens_per_s / p.output_tokens_per_s) ** 2
         if p.itl_ms:
@@ -96,7 +96,7 @@ def calibrate(dep: Deployment, points: Sequence[MeasuredPoint], *, start: StepKn
              "(the table's, added to TTFT)"]
     for p in points:
         sim = simulate_point(cfg, concurrency=p.concurrency, input_len=p.input_len, output_len=p.output_len,
-                             num_requests=_calib_requests(p.concurrency), first_token_s=best.first_token_s)
+                             num_requests=_calib_requests(p.concurrency))
         itl = f", ITL {sim.itl_ms_p50:.1f} ms vs {p.itl_ms:.1f}" if p.itl_ms else ""
         tput = (f"{sim.output_tokens_per_s:.0f} vs measured {p.output_tokens_per_s:.0f} output tok/s"
                 if p.output_tokens_per_s else f"{sim.output_tokens_per_s:.0f} output tok/s (not measured)")

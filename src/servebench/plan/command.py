@@ -137,8 +137,7 @@ def plan_main(args: PlanArgs, console: Console | None = None) -> int:
         knobs, report = calibrate(dep, measured, start=knobs)
         cfg = dep.engine_config(knobs)
         fitted = [(m, simulate_point(cfg, concurrency=m.concurrency, input_len=m.input_len,
-                                     output_len=m.output_len, num_requests=4 * m.concurrency + 4,
-                                     first_token_s=knobs.first_token_s)) for m in measured]
+                                     output_len=m.output_len, num_requests=4 * m.concurrency + 4)) for m in measured]
         doc["calibration"] = {"points": len(measured), "report": report}
         if not quiet:
             con.print(report)

@@ -326,7 +326,7 @@ def _engine_for(s: Setting, k: StepKnobs) -> EngineConfig:
         s.base.cost, mem_efficiency=k.mem_efficiency, compute_efficiency=k.compute_efficiency * s.compute_factor,
         step_overhead_s=k.step_overhead_s, layer_overhead_s=k.layer_overhead_s, seq_overhead_s=k.seq_overhead_s,
         comm_bytes_per_s=s.comm_intra_bytes_per_s * k.comm_efficiency, collective_s=k.collective_s)
-    return dataclasses.replace(s.base, cost=cost)
+    return dataclasses.replace(s.base, cost=cost, first_token_s=k.first_token_s)
 
 
 def _lengths(s: Setting) -> list[tuple[int, int]]:
@@ -364,7 +364,7 @@ def predict(s: Setting, knobs: StepKnobs) -> Prediction:
                                ([float(x) for x in arrivals] if arrivals is not None else [0.0] * n),
                                transfer_s_per_token=per_tok)
         return _summary(drun.arrival_s, drun.first_token_s, drun.end_s, outs, drun.duration_s,
-                        drun.median_itl_s(), s.replicas, accept, knobs.first_token_s)
+                        drun.median_itl_s(), s.replicas, accept, cfg.first_token_s)
     reqs = [SimRequest(id=i, prompt_len=a, max_tokens=st) for i, ((a, _), st) in enumerate(zip(pairs, steps))]
     if arrivals is not None:
         for r, a in zip(reqs, arrivals):
@@ -373,7 +373,7 @@ def predict(s: Setting, knobs: StepKnobs) -> Prediction:
     ends = run.step_end_s
     return _summary([r.arrival_s for r in reqs], [ends[r.first_token_step] for r in reqs],
                     [ends[r.finish_step] for r in reqs], outs, run.duration_s,
-                    _median_itl_s(run, reqs), s.replicas, accept, knobs.first_token_s)
+                    _median_itl_s(run, reqs), s.replicas, accept, cfg.first_token_s)
 
 
 def _summary(arrival: Sequence[float], first: Sequence[float], end: Sequence[float], outs: Sequence[int],

@@ -55,16 +55,16 @@ def engine_config(dep: Deployment, knobs: StepKnobs | None = None) -> EngineConf
 
 
 def simulate_point(cfg: EngineConfig, *, concurrency: int, input_len: int, output_len: int,
-                   num_requests: int, first_token_s: float = 0.0) -> WhatIfPoint:
+                   num_requests: int) -> WhatIfPoint:
     """Closed loop of `concurrency` on a virtual clock; throughput over the whole run (as a benchmark sees
     it); ITL is the median gap between consecutive tokens over all requests (as vLLM's bench reports).
-    TTFT adds `first_token_s` (the knobs' first-token latency), as the validation does; throughput,
+    TTFT adds `cfg.first_token_s` (the knobs' first-token latency), as the validation does; throughput,
     ITL and end-to-end latency do not carry it (a response shorter than it ends with its first token,
     as the emulator's hold sends it)."""
     reqs = [SimRequest(id=i, prompt_len=input_len, max_tokens=output_len) for i in range(num_requests)]
     run = simulate(cfg, reqs, concurrency=concurrency)
     dur = run.duration_s or 1e-9
-    ttft = [run.first_token_s(r) - r.arrival_s + first_token_s for r in reqs]
+    ttft = [run.first_token_s(r) - r.arrival_s + cfg.first_token_s for r in reqs]
     e2e = [max(run.end_s(r) - r.arrival_s, t) for r, t in zip(reqs, ttft)]
     itl_s = _median_itl_s(run, reqs)
     out_tok = output_len * num_requests
@@ -90,8 +90,7 @@ def _n_requests(concurrency: int, num_requests: int | None) -> int:
 
 def whatif(dep: Deployment, knobs: StepKnobs | None = None, *, input_len: int, output_len: int,
            concurrencies: Sequence[int], num_requests: int | None = None) -> list[WhatIfPoint]:
-    k = knobs or dep.knobs()
-    cfg = engine_config(dep, k)
+    cfg = engine_config(dep, knobs)
     if input_len + output_len > cfg.max_model_len:
         raise ConfigError(f"input_len + output_len = {input_len + output_len} exceeds max_model_len "
                           f"{cfg.max_model_len}")
@@ -101,8 +100,7 @@ def whatif(dep: Deployment, knobs: StepKnobs | None = None, *, input_len: int, o
         # DP replicas are independent engines sharing the load evenly (their MoE sync is not modelled)
         per = math.ceil(c / replicas)
         p = simulate_point(cfg, concurrency=per, input_len=input_len, output_len=output_len,
-                           num_requests=math.ceil(_n_requests(c, num_requests) / replicas),
-                           first_token_s=k.first_token_s)
+                           num_requests=math.ceil(_n_requests(c, num_requests) / replicas))
         if replicas > 1:
             p = dataclasses.replace(p, concurrency=c, output_tokens_per_s=p.output_tokens_per_s * replicas,
                                     total_tokens_per_s=p.total_tokens_per_s * replicas,

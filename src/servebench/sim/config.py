@@ -27,12 +27,18 @@ class EngineConfig:
     # blocks every running sequence holds besides its context's (vLLM's sliding-window pages:
     # sim.memory.kv_seq_overhead_tokens / block_size)
     seq_overhead_blocks: int = 0
+    # the deployment's first-token latency (sim.knobs first_token_s): the path around the engine that no
+    # step holds. The engine does not use it; plan's what-if and the validation add it to TTFT, and the
+    # emulator holds each stream's first tokens this long (throughput and a response's end do not move)
+    first_token_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.kv_blocks < 1 or self.block_size < 1 or self.max_num_seqs < 1:
             raise ValueError("kv_blocks, block_size and max_num_seqs must be >= 1")
         if self.seq_overhead_blocks < 0:
             raise ValueError("seq_overhead_blocks must be >= 0")
+        if not self.first_token_s >= 0.0:
+            raise ValueError("first_token_s must be >= 0")
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError("max_num_batched_tokens must be >= max_num_seqs")
         if not self.chunked_prefill and self.max_num_batched_tokens < self.max_model_len:

@@ -9,7 +9,8 @@ directly under `cost:` (the made-up `tiny` does); `profile_from_dict` builds tho
 
 Keys of a cost profile: name, description, served_model_name, max_model_len, block_size,
 max_num_seqs, max_num_batched_tokens, enable_prefix_caching, chunked_prefill, kv_tokens,
-first_token_s (a deployment profile takes it from its knobs), cost: {<StepCost field>: value},
+first_token_s (`EngineConfig.first_token_s`; a deployment profile takes it from its knobs),
+cost: {<StepCost field>: value},
 output: {eos_mean_tokens, default_max_tokens, reasoning_tokens_mean, reasoning_tokens_min}.
 Deployment keys are in `deploy/deployment.py`.
 """
@@ -48,10 +49,6 @@ class Profile:
     reasoning_tokens_min: int = 0
     gpus: int = 1
     gpu: str = ""
-    # the deployment's first-token latency (sim.knobs first_token_s): the path around the engine that no
-    # step time holds. The emulator holds each stream's first tokens this long, so the client's TTFT
-    # carries it as plan's what-if TTFT does (throughput and the response's end do not)
-    first_token_s: float = 0.0
 
     @property
     def reasoning(self) -> bool:
@@ -196,14 +193,14 @@ def profile_from_dict(data: Mapping[str, Any]) -> Profile:
             max_model_len=int(data.get("max_model_len", 8192)),
             enable_prefix_caching=bool(data.get("enable_prefix_caching", True)),
             chunked_prefill=bool(data.get("chunked_prefill", True)),
+            first_token_s=float(data.get("first_token_s", 0.0)),
         )
     except ValueError as e:
         raise ConfigError(f"profile {name}: {e}") from None
     return profile_with_engine(data, engine, gpus=int(data.get("gpus", 1)))
 
 
-def profile_with_engine(data: Mapping[str, Any], engine: EngineConfig, *, gpus: int,
-                        first_token_s: float | None = None) -> Profile:
+def profile_with_engine(data: Mapping[str, Any], engine: EngineConfig, *, gpus: int) -> Profile:
     """A profile around an engine configuration: the naming and output settings of `data`."""
     name = str(data["name"])
     out = data.get("output") or {}
@@ -218,5 +215,4 @@ def profile_with_engine(data: Mapping[str, Any], engine: EngineConfig, *, gpus: 
         reasoning_tokens_min=int(out.get("reasoning_tokens_min", 0)),
         gpus=gpus,
         gpu=str(data.get("gpu", "")),
-        first_token_s=float(data.get("first_token_s", 0.0)) if first_token_s is None else first_token_s,
     )
