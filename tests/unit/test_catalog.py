@@ -23,12 +23,22 @@ from servebench.sim.catalog import GPUS, MODELS, get_gpu, get_model, parse_hf_co
         ("Qwen2.5-72B", 72.7, 72.7),
         ("Qwen3-8B", 8.2, 8.2),
         ("Qwen3-235B-A22B", 235, 22),
+        ("Qwen3-32B", 32.8, 32.8),
+        ("Qwen3-30B-A3B", 30.5, 3.3),
     ],
 )
 def test_param_counts_match_model_cards(name: str, total_b: float, active_b: float) -> None:
     m = get_model(name)
     assert m.params_total / 1e9 == pytest.approx(total_b, rel=0.02)
     assert m.params_active / 1e9 == pytest.approx(active_b, rel=0.03)
+
+
+def test_gpt_oss_20b_layout() -> None:
+    """openai/gpt-oss-20b: 21B parameters (model card), 24 layers of which 12 slide, 32 experts, 4 per token."""
+    m = get_model("gpt-oss-20b")
+    assert m.params_total / 1e9 == pytest.approx(20.9, rel=0.02)
+    assert (m.layers, m.sliding_layers, m.n_routed_experts, m.experts_per_token) == (24, 12, 32, 4)
+    assert m.default_quant == "mxfp4"
 
 
 def test_deepseek_layout_and_mtp() -> None:

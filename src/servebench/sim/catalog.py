@@ -258,7 +258,18 @@ _MODEL_LIST = (
            default_quant="mxfp4", sliding_window=128, sliding_layers=18),
     _llama("Qwen2.5-72B", "Qwen/Qwen2.5-72B-Instruct", 80, 8192, 64, 29_568, vocab=152_064, qkv_bias=True,
            context_len=32_768),
+    # openai/gpt-oss-20b config.json: 24 layers, hidden 2880, 64 heads of 64, 8 KV heads, 32 experts (FFN
+    # 2880) with 4 per token, vocab 201088; 12 of 24 layers slide (window 128). MXFP4 experts.
+    _llama("gpt-oss-20b", "openai/gpt-oss-20b", 24, 2880, 64, 2880, vocab=201_088, head_dim=64,
+           qkv_bias=True, n_routed_experts=32, experts_per_token=4, moe_intermediate=2880,
+           default_quant="mxfp4", sliding_window=128, sliding_layers=12),
     _llama("Qwen3-8B", "Qwen/Qwen3-8B", 36, 4096, 32, 12_288, vocab=151_936, context_len=40_960),
+    # Qwen/Qwen3-32B config.json: 64 layers, hidden 5120, 64 heads, 8 KV heads (head_dim 128), FFN 25600.
+    _llama("Qwen3-32B", "Qwen/Qwen3-32B", 64, 5120, 64, 25_600, vocab=151_936, context_len=40_960),
+    # Qwen/Qwen3-30B-A3B config.json: 48 layers, hidden 2048, 32 heads, 4 KV heads (head_dim 128), 128
+    # experts (FFN 768) with 8 per token, every layer MoE.
+    _llama("Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B", 48, 2048, 32, 6_144, vocab=151_936, kv_heads=4,
+           n_routed_experts=128, experts_per_token=8, moe_intermediate=768, context_len=40_960),
     # Qwen/Qwen3-235B-A22B config.json: 94 layers, 64 heads, 4 kv heads, 128 experts, 8 per token.
     _llama("Qwen3-235B-A22B", "Qwen/Qwen3-235B-A22B", 94, 4096, 64, 12_288, vocab=151_936, kv_heads=4,
            n_routed_experts=128, experts_per_token=8, moe_intermediate=1536, context_len=40_960),
