@@ -65,8 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     train = evaluate(pred, cal.knobs)
     held = []
     for r in train:
-        src = r.point.source.id
-        table = cal.held_out.get(src)
+        table = cal.held_out.get(r.point.source.fold)
         held.append(pred.result(r.point, table) if table is not None and r.predicted else r)
     summary = summarize([r for r in train if r.predicted], [r for r in held if r.predicted],
                         total=len(points), expressible=len(pred.settings))

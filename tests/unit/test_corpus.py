@@ -137,3 +137,33 @@ def test_harness_says_whether_the_engine_served_over_http() -> None:
     doc["source"]["harness"] = "http"
     with pytest.raises(ConfigError, match="harness"):
         parse_source(doc)
+
+
+def test_documents_of_one_publisher_and_harness_are_held_out_together() -> None:
+    """`group:` on a source makes it one leave-one-out fold with the other documents of the group (the
+    validation's `Setting.source`); without it a source is its own fold. A group that is not a slug is
+    refused."""
+    from servebench.plan.validate import Predictor
+
+    pts = load_corpus()
+    pred = Predictor(pts)
+    folds = {p.source.id: pred.settings[p.key].source for p in pts if p.key in pred.settings}
+    assert folds["amd-rocm-blog-mi300x-vs-h100-inference-2025-01"] == "amd-rocm-mad-vllm"
+    assert folds["amd-rocm-vllm-dev-docker-mi300x-2025-08"] == "amd-rocm-mad-vllm"
+    assert folds["trtllm-perf-overview-v1.0"] == folds["trtllm-deepseek-r1-best-perf-blog"] == "nvidia-trtllm-bench"
+    assert folds["gpustack-performance-lab-2025"] == "gpustack-performance-lab-2025"
+    # every group holds documents of one publisher family (the fold is not a catch-all)
+    by_group: dict[str, set[str]] = {}
+    for p in pts:
+        if p.source.group:
+            by_group.setdefault(p.source.group, set()).add(p.source.id)
+    assert by_group and all(len(ids) >= 2 for ids in by_group.values()), by_group
+    doc = _doc()
+    doc["source"]["group"] = "Not A Slug"
+    with pytest.raises(ConfigError, match="group"):
+        parse_source(doc)
+    doc["source"]["group"] = "x-y"
+    assert parse_source(doc)[0].fold == "x-y"
+    del doc["source"]["group"]
+    src = parse_source(doc)[0]
+    assert src.fold == src.id

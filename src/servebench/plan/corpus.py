@@ -1,7 +1,8 @@
 """The measurement corpus: published serving-performance points with provenance (I/O edge + schema check).
 
 `plan/corpus/*.yaml` holds one file per public source: a `source:` header (id, title, url, publisher,
-date, kind, notes, and `harness:` where the tool is known) and a `points:` list. Each point records
+date, kind, notes, `harness:` where the tool is known, and `group:` where documents of one publisher share
+a harness, so that validation holds them out together) and a `points:` list. Each point records
 the deployment (engine and version, GPU, count, model, quantization, parallelism), the workload (mode
 offline / closed / rate, concurrency or request rate, number of prompts, input and output lengths,
 dataset, speculative decoding) and the figures measured (`measured:` output_tok_s, total_tok_s,
@@ -15,6 +16,7 @@ predicts every point. Nothing here is fitted: the corpus is data.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -55,6 +57,13 @@ class Source:
     kind: str
     notes: str = ""
     harness: str = ""
+    group: str = ""
+
+    @property
+    def fold(self) -> str:
+        """The leave-one-out unit: the `group` shared with documents of the same publisher and harness,
+        else the source's own id. A group is held out as a whole."""
+        return self.group or self.id
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,9 +178,13 @@ def parse_source(data: Mapping[str, Any], *, origin: str = "corpus") -> tuple[So
     harness = str(src.get("harness") or "")
     if harness not in HARNESSES:
         raise ConfigError(f"{origin}: source harness must be server or inprocess, not {harness!r}")
+    group = str(src.get("group") or "")
+    if group and not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", group):
+        raise ConfigError(f"{origin}: source group must be a lower-case slug (letters, digits, '-', '.'), "
+                          f"not {group!r}")
     source = Source(id=str(src["id"]), title=str(src["title"]), url=str(src["url"]),
                     publisher=str(src["publisher"]), date=str(src["date"]), kind=str(src["kind"]),
-                    notes=str(src.get("notes") or ""), harness=harness)
+                    notes=str(src.get("notes") or ""), harness=harness, group=group)
     rows = data.get("points")
     if not isinstance(rows, list) or not rows:
         raise ConfigError(f"{origin}: no points")
