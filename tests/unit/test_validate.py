@@ -502,3 +502,17 @@ def test_speculative_decoding_other_than_mtp_is_refused_not_run_plain() -> None:
     assert mtp.key in pred.settings and pred.settings[mtp.key].draft_tokens == 3
     assert eagle.key not in pred.settings
     assert "other than MTP" in pred.unexpressible[eagle.key] and "eagle3" in pred.unexpressible[eagle.key]
+
+
+def test_a_batch_beyond_the_cuda_graphs_is_refused() -> None:
+    """SGLang's `--cuda-graph-max-bs N` (engine_args cuda_graph_max_bs): batches above N run eager, which the
+    step costs (CUDA-graph replays) do not price. A closed loop at concurrency <= N is expressible; a
+    rate or offline run, or a larger loop, says why it is not (the SGLang attention-backend doc's NextN
+    runs at 16 req/s with graphs up to batch 2 measured a third of the same runs without speculation)."""
+    inside = _point(id="a", concurrency=2, engine_args={"cuda_graph_max_bs": 2})
+    beyond = _point(id="b", concurrency=16, engine_args={"cuda_graph_max_bs": 2})
+    rate = _point(id="c", mode="rate", concurrency=None, request_rate=16.0, engine_args={"cuda_graph_max_bs": 2})
+    pred = Predictor([inside, beyond, rate])
+    assert inside.key in pred.settings
+    for p in (beyond, rate):
+        assert p.key not in pred.settings and "CUDA graphs cover batches up to 2" in pred.unexpressible[p.key]

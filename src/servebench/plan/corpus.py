@@ -140,8 +140,10 @@ def _disaggregated(raw: Any, gpus: int, where: str) -> tuple[int, int] | None:
 
 
 # Launch settings a point may state (`engine_args:`): vLLM's --max-model-len, --max-num-seqs,
-# --max-num-batched-tokens, --enable-chunked-prefill (and the equivalents of other engines).
-ENGINE_ARGS = {"max_model_len": int, "max_num_seqs": int, "max_num_batched_tokens": int, "chunked_prefill": bool}
+# --max-num-batched-tokens, --enable-chunked-prefill (and the equivalents of other engines), and
+# SGLang's --cuda-graph-max-bs (the largest batch that runs from a CUDA graph).
+ENGINE_ARGS = {"max_model_len": int, "max_num_seqs": int, "max_num_batched_tokens": int, "chunked_prefill": bool,
+               "cuda_graph_max_bs": int}
 
 
 def _engine_args(raw: Any, where: str) -> dict[str, int | bool]:

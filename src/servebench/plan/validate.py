@@ -153,6 +153,12 @@ def setting_for(p: CorpusPoint) -> Setting:
         # a draft model (EAGLE/EAGLE3 heads, trees of topk > 1) has its own acceptance and draft cost; run
         # as plain decoding it would be under-predicted by the speedup it measures
         raise ConfigError(f"speculative decoding other than MTP is not modelled ({p.speculative.split()[0]})")
+    graphs = p.engine_args.get("cuda_graph_max_bs")
+    if graphs is not None and not (p.mode == "closed" and p.concurrency and p.concurrency <= int(graphs)):
+        # the step costs are those of CUDA-graph replays; a batch above the captured sizes runs eager
+        # (a launch per kernel), which the model has no term for
+        raise ConfigError(f"CUDA graphs cover batches up to {graphs} only; larger ones run eager, "
+                          "which is not modelled")
     version = p.engine_version
     if p.engine == "vllm" and not version and p.source.date < "2025-03":
         version = "0.6"  # unstated: the release current at the source's date (V1 became default in 0.8, 2025-03)
