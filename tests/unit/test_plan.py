@@ -116,9 +116,9 @@ def test_whatif_ttft_carries_the_first_token_latency_as_the_validation_does() ->
 
 @pytest.mark.xfail(strict=True, reason="regressed with the 580-point refit (171d9e8): 701 predicted vs ~620 measured "
                                         "(+13%; 635, +2%, before). Calibrated from the new table the fit lands on "
-                                        "step 12.6 ms / layer 4.4 us / compute 0.63 instead of 5 ms / 78 us / 0.54: "
-                                        "step and layer overhead are one constant for one deployment, and the start "
-                                        "decides; see docs/plan.md")
+                                        "step 12.6 ms / layer 4.4 us / compute 0.63 instead of 5 ms / 78 us / 0.54; "
+                                        "with the layer overhead held (the two as one constant) still 691: the "
+                                        "compute prior and the table's other knobs move it; see docs/plan.md")
 def test_calibration_on_seed_low_concurrency_predicts_c100_within_10pct() -> None:
     # seed 001 (test-only; vLLM 0.7.3, DeepSeek-V3-AWQ, 8xH100, 1024 in / 256 out), concurrency <= 15:
     # c=1 ~33 tok/s, ITL ~30 ms; c=5 ~103 tok/s, ~46 ms; c=15 ~245 tok/s, ~50 ms; "when the concurrency
