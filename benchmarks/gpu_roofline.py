@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from servebench.sim.catalog import get_gpu, get_model
+from servebench.sim.catalog import GPUS, get_gpu, get_model
 
 
 def _linear_shapes(name: str, tp: int = 1) -> list[tuple[int, int]]:
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     name = torch.cuda.get_device_name(0)
     squeezed = name.lower().replace(" ", "")
-    gpu = args.gpu or next((g for g in ("h200", "h100", "b200", "a100", "mi300x") if g in squeezed), None)
+    gpu = args.gpu or next((g for g in GPUS if g in squeezed), None)
     if gpu is None:
         print(f"{name}: not a catalogue GPU; name one with --gpu", file=sys.stderr)
         return 2

@@ -152,7 +152,7 @@ def test_documents_of_one_publisher_and_harness_are_held_out_together() -> None:
     assert folds["amd-rocm-vllm-dev-docker-mi300x-2025-08"] == "amd-rocm-mad-vllm"
     assert folds["trtllm-perf-overview-v1.0"] == folds["trtllm-deepseek-r1-best-perf-blog"] == "nvidia-trtllm-bench"
     assert folds["gpustack-performance-lab-2025"] == "gpustack-performance-lab-2025"
-    # every group holds documents of one publisher family (the fold is not a catch-all)
+    # a group names two documents or more (a group of one would be its own fold under another name)
     by_group: dict[str, set[str]] = {}
     for p in pts:
         if p.source.group:
