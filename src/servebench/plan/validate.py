@@ -407,6 +407,30 @@ def _summary(arrival: Sequence[float], first: Sequence[float], end: Sequence[flo
                                "ttft_ms_mean": 1e3 * statistics.fmean(ttft)})
 
 
+def _sim_knobs(s: Setting, k: StepKnobs) -> StepKnobs:
+    """The knobs the simulation of `s` depends on (the memo key): a fit's Jacobian moves every knob in
+    turn, and a knob the setting cannot feel must not cost a simulation. The first-token latency is
+    added after the simulation (`_with_first_token`); MTP acceptance matters only with drafts; the
+    collectives' bandwidth share only where tokens cross the link (TP, DP+EP, or a disaggregated
+    KV transfer) and their per-call latency only where there are collectives."""
+    rep: dict[str, float] = {"first_token_s": 0.0}
+    if not s.draft_tokens:
+        rep["mtp_accept"] = 0.0
+    if not s.disagg and not s.base.cost.comm_bytes_per_token:
+        rep["comm_efficiency"] = 1.0
+    if not s.base.cost.collectives:
+        rep["collective_s"] = 0.0
+    return dataclasses.replace(k, **rep)
+
+
+def _with_first_token(pred: Prediction, first_token_s: float) -> Prediction:
+    """`pred` (simulated with first_token_s 0) with the first-token latency added to every TTFT: a
+    constant shifts the median and the mean alike (as `_summary` adds it to each request)."""
+    if not first_token_s:
+        return pred
+    return dataclasses.replace(pred, ttft_ms={n: v + 1e3 * first_token_s for n, v in pred.ttft_ms.items()})
+
+
 def _compare(pred: Prediction, measured: Mapping[str, tuple[str, float]]) -> dict[str, float]:
     out: dict[str, float] = {}
     if "tok_s" in measured:
@@ -437,20 +461,22 @@ class Predictor:
                 self.unexpressible[p.key] = str(exc)
                 continue
             self.measured[p.key] = meas
-        self._memo: dict[tuple[str, StepKnobs], dict[str, float]] = {}
+        self._memo: dict[tuple[str, StepKnobs], Prediction] = {}
 
     def knobs(self, key: str, table: Mapping[str, float]) -> StepKnobs:
         s = self.settings[key]
         return resolve_knobs(table, s.family, s.generation, s.arch)
 
     def predicted(self, key: str, table: Mapping[str, float]) -> dict[str, float]:
+        s = self.settings[key]
         k = self.knobs(key, table)
-        memo_key = (key, k)
+        sk = _sim_knobs(s, k)
+        memo_key = (key, sk)
         hit = self._memo.get(memo_key)
         if hit is None:
-            hit = _compare(predict(self.settings[key], k), self.measured[key])
+            hit = predict(s, sk)
             self._memo[memo_key] = hit
-        return hit
+        return _compare(_with_first_token(hit, k.first_token_s), self.measured[key])
 
     def result(self, p: CorpusPoint, table: Mapping[str, float]) -> PointResult:
         if p.key not in self.settings:
