@@ -374,28 +374,29 @@ def predict(s: Setting, knobs: StepKnobs) -> Prediction:
                                concurrency=conc, arrivals_s=None if conc else
                                ([float(x) for x in arrivals] if arrivals is not None else [0.0] * n),
                                transfer_s_per_token=per_tok)
-        return _summary(drun.arrival_s, drun.first_token_s, drun.end_s, outs, drun.duration_s,
-                        drun.median_itl_s(), s.replicas, accept, cfg.first_token_s)
+        out = _summary(drun.arrival_s, drun.first_token_s, drun.end_s, outs, drun.duration_s,
+                       drun.median_itl_s(), s.replicas, accept)
+        return _with_first_token(out, knobs.first_token_s)
     reqs = [SimRequest(id=i, prompt_len=a, max_tokens=st) for i, ((a, _), st) in enumerate(zip(pairs, steps))]
     if arrivals is not None:
         for r, a in zip(reqs, arrivals):
             r.arrival_s = float(a)
     run = simulate(cfg, reqs, concurrency=conc)
     ends = run.step_end_s
-    return _summary([r.arrival_s for r in reqs], [ends[r.first_token_step] for r in reqs],
-                    [ends[r.finish_step] for r in reqs], outs, run.duration_s,
-                    _median_itl_s(run, reqs), s.replicas, accept, cfg.first_token_s)
+    out = _summary([r.arrival_s for r in reqs], [ends[r.first_token_step] for r in reqs],
+                   [ends[r.finish_step] for r in reqs], outs, run.duration_s,
+                   _median_itl_s(run, reqs), s.replicas, accept)
+    return _with_first_token(out, knobs.first_token_s)
 
 
 def _summary(arrival: Sequence[float], first: Sequence[float], end: Sequence[float], outs: Sequence[int],
-             duration_s: float, median_step_gap_s: float, replicas: int, accept: float,
-             first_token_s: float = 0.0) -> Prediction:
+             duration_s: float, median_step_gap_s: float, replicas: int, accept: float) -> Prediction:
     """The statistics benchmark_serving reports, from per-request times: output tokens/s over the run,
     TTFT from each request's send time (queueing included), TPOT = (last - first token) / (tokens - 1)
     over requests with more than one token, ITL per token gap (MTP emits `accept` tokens a step)."""
     dur = duration_s or 1e-9
     tok_s = sum(outs) / dur * replicas
-    ttft = [f - a + first_token_s for a, f in zip(arrival, first)]
+    ttft = [f - a for a, f in zip(arrival, first)]
     multi = [(f, e, o) for f, e, o in zip(first, end, outs) if o > 1]
     tpot = [(e - f) / (o - 1) for f, e, o in multi] or [0.0]
     gaps = sum(e - f for f, e, _ in multi)
@@ -424,8 +425,9 @@ def _sim_knobs(s: Setting, k: StepKnobs) -> StepKnobs:
 
 
 def _with_first_token(pred: Prediction, first_token_s: float) -> Prediction:
-    """`pred` (simulated with first_token_s 0) with the first-token latency added to every TTFT: a
-    constant shifts the median and the mean alike (as `_summary` adds it to each request)."""
+    """`pred` with the first-token latency added to every TTFT: a constant the simulation does not
+    see (it is not a delay before the scheduler), so it shifts each request's TTFT, and with it the
+    median and the mean, by the same amount."""
     if not first_token_s:
         return pred
     return dataclasses.replace(pred, ttft_ms={n: v + 1e3 * first_token_s for n, v in pred.ttft_ms.items()})
