@@ -324,3 +324,22 @@ def test_sequence_overhead_blocks_limit_how_many_run() -> None:
     assert peak_running(4) <= 40 // (4 + 4) + 1  # +1: a sequence admitted on its first chunk only
     with pytest.raises(ValueError, match="needs"):
         Engine(config(kv_blocks=40, seq_overhead_blocks=38)).add(SimRequest(0, 48, 8))
+
+
+def test_a_burst_pays_one_admission_per_request() -> None:
+    """1,000 short requests sent at once (a GPUStack-style burst): with an admission cost the run
+    lasts longer by at most (requests x cost) -- each request is admitted exactly once, no
+    preemption here -- and by most of it, since admissions sit on the steps; the median TTFT grows."""
+    import dataclasses
+
+    free = config(max_num_seqs=256, max_num_batched_tokens=8192)
+    paid = dataclasses.replace(free, cost=dataclasses.replace(COST, admit_overhead_s=1e-3))
+    runs = []
+    for cfg in (free, paid):
+        reqs = [SimRequest(i, 128, 4) for i in range(1000)]
+        runs.append((simulate(cfg, reqs), reqs))
+    (r0, q0), (r1, q1) = runs
+    assert r0.stats.preemptions == r1.stats.preemptions == 0
+    extra = r1.duration_s - r0.duration_s
+    assert 0.5 < extra <= 1000 * 1e-3 + 1e-9
+    assert median_ttft(r1, q1) > median_ttft(r0, q0) + 0.2

@@ -77,3 +77,28 @@ def test_pd_decode_worker_does_not_pay_for_the_prompt() -> None:
     assert step_time_s(dec, with_prompt) == pytest.approx(step_time_s(dec, decode_only) + 1e-4)
     colocated = dataclasses.replace(DENSE, seq_overhead_s=1e-4)
     assert step_time_s(colocated, with_prompt) > 5 * step_time_s(colocated, decode_only)
+
+
+def test_admissions_cost_each_admitted_sequence_once() -> None:
+    """admit_overhead_s is paid per sequence admitted from the waiting queue in the step (`new_seqs`),
+    not for a prompt's later chunks nor for decoding sequences."""
+    import dataclasses
+
+    c = dataclasses.replace(DENSE, admit_overhead_s=2e-3)
+    later_chunk = StepShape(decode_seqs=8, decode_ctx_tokens=8000, prefill_seqs=1, prefill_tokens=512)
+    admitted = dataclasses.replace(later_chunk, prefill_seqs=3, new_seqs=2)
+    assert step_time_s(c, later_chunk) == pytest.approx(step_time_s(DENSE, later_chunk))
+    assert step_time_s(c, admitted) == pytest.approx(step_time_s(DENSE, admitted) + 2 * 2e-3)
+
+
+def test_prompt_tokens_cross_the_link_at_their_own_share() -> None:
+    """With comm_prefill_bytes_per_s set, a step's decode tokens move at comm_bytes_per_s and its
+    prompt tokens at the prefill share; unset, both at comm_bytes_per_s (the form before)."""
+    import dataclasses
+
+    base = dataclasses.replace(DENSE, comm_bytes_per_token=1e6, comm_bytes_per_s=1e11)
+    split = dataclasses.replace(base, comm_prefill_bytes_per_s=4e11)
+    shape = StepShape(decode_seqs=10, decode_ctx_tokens=10_000, prefill_seqs=1, prefill_tokens=1000)
+    no_comm = step_time_s(DENSE, shape)
+    assert step_time_s(base, shape) - no_comm == pytest.approx(1010 * 1e6 / 1e11)
+    assert step_time_s(split, shape) - no_comm == pytest.approx(10 * 1e6 / 1e11 + 1000 * 1e6 / 4e11)

@@ -215,11 +215,11 @@ def test_committed_calibration_matches_the_corpus(validation: tuple[Predictor, C
 
 # Held-out figures of the committed calibration (benchmarks/plan_validate.py, 594 points from 34
 # documents in 22 folds -- a fold is a document or a `group:` of one publisher's documents run with one
-# harness --, 539 expressible): output tok/s 21.8%, ITL 25.8%, TTFT 46.3%. On the 525 points that were
-# expressible before the last documents joined: 21.4% / 26.0% / 46.9%, where the calibration before
-# gave 21.9% / 28.8% / 49.9%. A refit must not make them worse than these ceilings (the figures + 1
-# point).
-NO_REGRESSION = {"tok_s": 0.228, "itl": 0.268, "ttft": 0.473}
+# harness --, 539 expressible): output tok/s 22.5%, ITL 23.9%, TTFT 44.0% (with the admission cost,
+# the prompt tokens' link share and InferenceX's length spread; 21.8% / 25.8% / 46.3% before them).
+# A refit must not make them worse than these ceilings (tok/s: the figure before them + 1 point; ITL
+# and TTFT: the figures + 1 point).
+NO_REGRESSION = {"tok_s": 0.228, "itl": 0.249, "ttft": 0.45}
 
 
 def _held_out(validation: tuple[Predictor, Calibration]) -> dict[str, float]:
@@ -246,8 +246,8 @@ def test_held_out_error_does_not_regress(validation: tuple[Predictor, Calibratio
         assert got[m] <= NO_REGRESSION[m], f"{m}: held-out median |error| {got[m]:.1%} > {NO_REGRESSION[m]:.0%}"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13 bounds not met (held-out 21.8% / 25.8% / 46.3% on 539 of 594 "
-                                        "points: all three over); see docs/plan.md")
+@pytest.mark.xfail(strict=True, reason="issue 13 bounds not met (held-out 22.5% / 23.9% / 44.0% on 539 of 594 "
+                                        "points: tok/s and TTFT over); see docs/plan.md")
 def test_held_out_error_within_the_issue_bounds(validation: tuple[Predictor, Calibration]) -> None:
     got = _held_out(validation)
     for m in METRICS:
@@ -340,17 +340,21 @@ def test_first_token_latency_adds_to_ttft_only() -> None:
 
 def test_memo_key_drops_only_knobs_the_simulation_cannot_feel(validation: tuple[Predictor, Calibration]) -> None:
     """The fit's memo simulates a point once per `_sim_knobs` (first-token latency added afterwards;
-    MTP acceptance, link share and collective latency fixed where the point has no drafts, no link
-    traffic, no collectives). Moving every such knob must give what a direct simulation gives, for
-    points with and without drafts, TP, DP+EP and disaggregation."""
+    MTP acceptance, link shares, collective latency and admission cost fixed where the point has no
+    drafts, no link traffic, no collectives, no API server). Moving every such knob must give what a
+    direct simulation gives, for points with and without drafts, TP, DP+EP, disaggregation and an
+    API server."""
     from servebench.plan.validate import _compare, predict
+    from servebench.sim.knobs import FAMILIES
 
     pred, cal = validation
     kinds = {"spec": lambda s: s.draft_tokens > 0, "disagg": lambda s: s.disagg is not None,
-             "tp1": lambda s: not s.base.cost.collectives, "tp": lambda s: s.base.cost.collectives > 0}
+             "tp1": lambda s: not s.base.cost.collectives, "tp": lambda s: s.base.cost.collectives > 0,
+             "in-process": lambda s: not s.served, "served-tp": lambda s: s.served and s.base.cost.collectives > 0}
     keys = [next(k for k, s in sorted(pred.settings.items()) if f(s)) for f in kinds.values()]
     moved = {**cal.knobs, "spec.accept": 0.6, "comm.eff": cal.knobs["comm.eff"] * 0.5,
-             "comm.latency_s": 3e-5, "ttft.base": cal.knobs["ttft.base"] * 2}
+             "comm.latency_s": 3e-5, "ttft.base": cal.knobs["ttft.base"] * 2, "comm.prefill": 0.2,
+             **{f"admit.eng.{f}": 0.02 for f in FAMILIES}}
     for key in keys:
         s = pred.settings[key]
         for table in (cal.knobs, moved):
@@ -359,6 +363,10 @@ def test_memo_key_drops_only_knobs_the_simulation_cannot_feel(validation: tuple[
                                                                rel=1e-12), key
         if s.draft_tokens:  # the knob that is kept matters: acceptance moves a speculative point
             assert pred.predicted(key, moved)["tok_s"] != pred.predicted(key, cal.knobs)["tok_s"]
+        if not s.served:  # an in-process point has no API server: the admission cost is not felt
+            assert pred.knobs(key, moved).admit_overhead_s == 0.02
+            assert pred.predicted(key, {**moved, **{f"admit.eng.{f}": 0.001 for f in FAMILIES}}) \
+                == pred.predicted(key, moved)
 
 
 def test_sglang_request_pool_follows_its_kv_pool() -> None:

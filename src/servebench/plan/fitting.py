@@ -34,15 +34,20 @@ _TOL = 0.01  # stop when an iteration improves the loss by less than 1%
 
 def _fit_names(pred: Predictor, keys: Sequence[str]) -> list[str]:
     """The knobs these points can inform: MTP acceptance only with speculative points, collective
-    knobs only with points that communicate (per GPU generation for its factor)."""
+    knobs only with points that communicate (per GPU generation for its factor), an engine's
+    admission cost only with points served over its API server."""
     names: set[str] = set()
     for k in keys:
         s = pred.settings[k]
-        names.update(n for n in s.knob_names if not n.startswith(("spec.", "comm.")))
+        names.update(n for n in s.knob_names if not n.startswith(("spec.", "comm.", "admit.")))
         if s.draft_tokens:
             names.add("spec.accept")
         if s.base.cost.comm_bytes_per_token or s.base.cost.collectives:
             names.update(("comm.eff", "comm.latency_s", f"comm.gpu.{s.generation}"))
+        if s.base.cost.comm_bytes_per_token:
+            names.add("comm.prefill")
+        if s.served:
+            names.add(f"admit.eng.{s.family}")
     return sorted(names)
 
 
@@ -125,7 +130,7 @@ def fit_table(pred: Predictor, keys: Sequence[str], *, iterations: int = 6,
     return _with_unseen_families(table_of(x))
 
 
-_FAMILY_KNOBS = ("mem.eng.", "comp.eng.", "step.eng.", "layer.eng.", "seq.eng.", "ttft.eng.")
+_FAMILY_KNOBS = ("mem.eng.", "comp.eng.", "step.eng.", "layer.eng.", "seq.eng.", "ttft.eng.", "admit.eng.")
 
 
 def _with_unseen_families(table: dict[str, float]) -> dict[str, float]:

@@ -62,6 +62,12 @@ def distributions(p: CorpusPoint) -> tuple[str, str]:
     return "fixed", ("uniform" if varied else "fixed")
 
 
+# `range-0.8`: lengths uniform on [0.8 L, L] around a nominal L (the sampler of InferenceX's
+# utils/bench_serving/benchmark_serving.py, sample_random_requests, at the --random-range-ratio 0.8 its
+# benchmark workflow sets); the stated length is L and the mean 0.9 L.
+_RANGE_LOW = {"range-0.8": 0.8}
+
+
 def max_len(dist: str, mean: int, cap: int) -> int:
     """Longest length a distribution draws (for the engine's max_model_len)."""
     if dist == "uniform":
@@ -73,11 +79,14 @@ def max_len(dist: str, mean: int, cap: int) -> int:
 
 def draw(rng: np.random.Generator, dist: str, mean: int, n: int, cap: np.ndarray | int) -> np.ndarray:
     """n integer lengths with (close to) the given mean: fixed, uniform on [1, 2 mean - 1], or a
-    lognormal clipped to [4, cap] and rescaled to the mean."""
+    lognormal clipped to [4, cap] and rescaled to the mean; `range-0.8` on [0.8 mean, mean] (there
+    `mean` is the nominal length)."""
     if dist == "fixed" or n == 0:
         return np.full(n, mean, dtype=np.int64)
     if dist == "uniform":
         return rng.integers(1, max(2, 2 * mean), size=n)
+    if dist in _RANGE_LOW:
+        return rng.integers(int(mean * _RANGE_LOW[dist]), mean + 1, size=n)
     x = rng.lognormal(math.log(mean) - _SHAREGPT_SIGMA ** 2 / 2, _SHAREGPT_SIGMA, size=n)
     for _ in range(3):  # clipping lowers the mean: rescale and clip again
         x = np.clip(x, _SHAREGPT_MIN, cap)

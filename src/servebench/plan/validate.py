@@ -90,6 +90,7 @@ class Setting:
     out_dist: str = "fixed"
     disagg: tuple[int, int] | None = None  # (prefill workers, decode workers), each one `base` engine
     compute_factor: float = 1.0  # weight format's compute efficiency (sim.profile.compute_peak)
+    served: bool = True  # over HTTP to the engine's API server (CorpusPoint.served): admissions cost
 
     @property
     def knob_names(self) -> tuple[str, ...]:
@@ -259,7 +260,8 @@ def setting_for(p: CorpusPoint) -> Setting:
                    arch=arch_class(model.is_moe, model.attention, family, version), base=base, replicas=dp, mode=p.mode,
                    input_len=inp, output_len=out, requests=sim_n, concurrency=conc, rate=rate,
                    draft_tokens=draft, comm_intra_bytes_per_s=link, label=label, in_dist=in_dist,
-                   out_dist=out_dist, disagg=disagg, compute_factor=compute_peak(gpu, quant)[1])
+                   out_dist=out_dist, disagg=disagg, compute_factor=compute_peak(gpu, quant)[1],
+                   served=p.served)
 
 
 def _reserved_tokens(family: str, inp: int, out: int) -> int:
@@ -336,7 +338,9 @@ def _engine_for(s: Setting, k: StepKnobs) -> EngineConfig:
     cost = dataclasses.replace(
         s.base.cost, mem_efficiency=k.mem_efficiency, compute_efficiency=k.compute_efficiency * s.compute_factor,
         step_overhead_s=k.step_overhead_s, layer_overhead_s=k.layer_overhead_s, seq_overhead_s=k.seq_overhead_s,
-        comm_bytes_per_s=s.comm_intra_bytes_per_s * k.comm_efficiency, collective_s=k.collective_s)
+        comm_bytes_per_s=s.comm_intra_bytes_per_s * k.comm_efficiency, collective_s=k.collective_s,
+        comm_prefill_bytes_per_s=s.comm_intra_bytes_per_s * k.comm_prefill_efficiency,
+        admit_overhead_s=k.admit_overhead_s if s.served else 0.0)
     return dataclasses.replace(s.base, cost=cost, first_token_s=k.first_token_s)
 
 
@@ -413,12 +417,17 @@ def _sim_knobs(s: Setting, k: StepKnobs) -> StepKnobs:
     turn, and a knob the setting cannot feel must not cost a simulation. The first-token latency is
     added after the simulation (`_with_first_token`); MTP acceptance matters only with drafts; the
     collectives' bandwidth share only where tokens cross the link (TP, DP+EP, or a disaggregated
-    KV transfer) and their per-call latency only where there are collectives."""
+    KV transfer; prompt tokens' share not for the KV transfer) and their per-call latency only where
+    there are collectives; the admission cost only where requests came through the API server."""
     rep: dict[str, float] = {"first_token_s": 0.0}
     if not s.draft_tokens:
         rep["mtp_accept"] = 0.0
     if not s.disagg and not s.base.cost.comm_bytes_per_token:
         rep["comm_efficiency"] = 1.0
+    if not s.base.cost.comm_bytes_per_token:
+        rep["comm_prefill_efficiency"] = 0.0
+    if not s.served:
+        rep["admit_overhead_s"] = 0.0
     if not s.base.cost.collectives:
         rep["collective_s"] = 0.0
     return dataclasses.replace(k, **rep)

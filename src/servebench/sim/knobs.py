@@ -16,7 +16,18 @@ fit has not seen falls back to the base (factor 1)::
     seq_overhead_s     = seq.eng.<family>     (per running sequence per step: scheduling, block tables,
                                                sampling, detokenization; large in Python-side schedulers)
     comm_efficiency    = comm.eff * comm.gpu.<gen>  (share of the scale-up link bandwidth a collective
-                                               reaches: NVLink/NVSwitch and AMD's xGMI full mesh differ)
+                                               reaches with decode's small messages: NVLink/NVSwitch
+                                               and AMD's xGMI full mesh differ)
+    comm_prefill_efficiency = comm.prefill    (the same share for prompt tokens, whose all-reduce
+                                               messages are thousands of tokens x hidden: large
+                                               messages reach most of the bus bandwidth, small ones
+                                               a fraction (nccl-tests PERFORMANCE.md: bus bandwidth
+                                               by message size), so one share cannot serve both)
+    admit_overhead_s   = admit.eng.<family>   (per request admitted from the waiting queue, on the
+                                               step that admits it: input processing and the
+                                               scheduler's new-request path; served points only,
+                                               where the API server's per-request work -- chat
+                                               template, tokenization -- also gates admissions)
     collective_s       = comm.latency_s       (fixed cost of one collective, per call)
     mtp_accept         = spec.accept          (chance a draft token is accepted; DeepSeek-V3 report: 0.85-0.9)
     first_token_s      = ttft.base * ttft.eng.<family>
@@ -53,6 +64,9 @@ ARCH_CLASSES = ("dense", "moe", "mla-moe", "mla-moe-early")
 # per step, 20 us per layer of kernel launches (plan's defaults before calibration), 70% of NVLink
 # bandwidth in NCCL ring all-reduce (NCCL's nccl-tests report bus bandwidth ~ 70-80% of link peak on
 # H100 NVLink at large messages), 10 us per collective call (NCCL small-message latency on NVLink),
+# 45% of the catalogue's (bidirectional) link bandwidth for prompt tokens' large all-reduces (nccl-tests
+# ring all-reduce bus bandwidth ~480 of 900 GB/s on 8 x H100, ~230 of 600 on 8 x A100), 2 ms per
+# admitted request,
 # 20 ms of first-token path around the engine (HTTP, tokenization, hand-offs) shared by the engines.
 DEFAULT_KNOBS: Mapping[str, float] = {
     "mem.base": 0.75,
@@ -60,6 +74,7 @@ DEFAULT_KNOBS: Mapping[str, float] = {
     **{f"step.eng.{f}": 0.003 for f in FAMILIES},
     **{f"layer.eng.{f}": 20e-6 for f in FAMILIES},
     **{f"seq.eng.{f}": 10e-6 for f in FAMILIES},
+    **{f"admit.eng.{f}": 2e-3 for f in FAMILIES},
     "ttft.base": 0.02,
     **{f"ttft.eng.{f}": 1.0 for f in FAMILIES},
     "layer.arch.dense": 1.0,
@@ -67,6 +82,7 @@ DEFAULT_KNOBS: Mapping[str, float] = {
     "layer.arch.mla-moe": 1.0,
     "layer.arch.mla-moe-early": 1.0,
     "comm.eff": 0.7,
+    "comm.prefill": 0.45,
     "comm.latency_s": 10e-6,
     "spec.accept": 0.85,
 }
@@ -85,6 +101,8 @@ class StepKnobs:
     mtp_accept: float
     seq_overhead_s: float = 0.0
     first_token_s: float = 0.0
+    admit_overhead_s: float = 0.0
+    comm_prefill_efficiency: float = 0.0  # 0: prompt tokens' collectives at comm_efficiency
 
 
 # The release a deployment's engine name stands for when no version is given (plan, the emulator):
@@ -160,8 +178,8 @@ def knob_names_for(family: str, generation: str, arch: str) -> tuple[str, ...]:
     return ("mem.base", f"mem.gpu.{generation}", f"mem.eng.{family}", "comp.base", f"comp.gpu.{generation}",
             f"comp.eng.{family}", f"step.eng.{family}", f"layer.eng.{family}", "layer.arch.dense",
             *((f"layer.arch.{arch}",) if arch != "dense" else ()),
-            f"seq.eng.{family}", "ttft.base", f"ttft.eng.{family}",
-            "comm.eff", f"comm.gpu.{generation}", "comm.latency_s", "spec.accept")
+            f"seq.eng.{family}", "ttft.base", f"ttft.eng.{family}", f"admit.eng.{family}",
+            "comm.eff", f"comm.gpu.{generation}", "comm.latency_s", "comm.prefill", "spec.accept")
 
 
 def _clip(x: float, lo: float, hi: float) -> float:
@@ -183,6 +201,8 @@ def resolve_knobs(table: Mapping[str, float], family: str, generation: str, arch
         seq_overhead_s=get(f"seq.eng.{family}", 10e-6),
         first_token_s=get("ttft.base") * get(f"ttft.eng.{family}"),
         comm_efficiency=_clip(get("comm.eff") * get(f"comm.gpu.{generation}"), 0.02, 1.0),
+        comm_prefill_efficiency=_clip(get("comm.prefill"), 0.02, 1.0),
+        admit_overhead_s=get(f"admit.eng.{family}", 2e-3),
         collective_s=get("comm.latency_s"),
         mtp_accept=_clip(get("spec.accept"), 0.0, 0.99),
     )

@@ -149,6 +149,9 @@ def step_cost(model: ModelSpec, layout: Layout, knobs: StepKnobs, *, engine: str
         seq_overhead_s=knobs.seq_overhead_s,
         comm_bytes_per_token=comm_bytes,
         comm_bytes_per_s=gpu.interconnect_bytes_per_s * knobs.comm_efficiency if collectives else 0.0,
+        comm_prefill_bytes_per_s=gpu.interconnect_bytes_per_s * knobs.comm_prefill_efficiency if collectives
+        else 0.0,
+        admit_overhead_s=knobs.admit_overhead_s,
         collectives=collectives,
         collective_s=knobs.collective_s,
         moe_token_multiplier=moe_mult,

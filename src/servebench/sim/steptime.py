@@ -10,7 +10,10 @@ deployment (all ranks run in lock step)::
     flops  = flops_per_token * tokens + attn_flops_per_token_ctx * (decode_ctx_tokens + prefill_ctx_pairs)
     t      = max(bytes / (hbm_bytes_per_s * mem_efficiency), flops / (flops_per_s * compute_efficiency))
            + step_overhead_s + layers * layer_overhead_s + seq_overhead_s * sequences
-           + token_overhead_s * tokens
+           + token_overhead_s * tokens + admit_overhead_s * new_seqs
+
+`new_seqs` are the sequences admitted from the waiting queue this step (a new request, or a preempted
+one resumed). `admit_overhead_s` is what one admission costs the engine's loop besides its tokens.
 
 Communication (tensor parallelism, expert parallelism), added after the roofline (not overlapped)::
 
@@ -69,8 +72,10 @@ class StepCost:
     layer_overhead_s: float = 0.0
     seq_overhead_s: float = 0.0
     token_overhead_s: float = 0.0
+    admit_overhead_s: float = 0.0  # per sequence admitted from the waiting queue in this step
     comm_bytes_per_token: float = 0.0  # bytes this GPU sends per token per step (all collectives)
     comm_bytes_per_s: float = 0.0  # achieved collective bandwidth per GPU (0: no communication)
+    comm_prefill_bytes_per_s: float = 0.0  # the same for prompt tokens' large messages (0: comm_bytes_per_s)
     collectives: int = 0  # collective calls per step
     collective_s: float = 0.0  # fixed latency of one collective call
     moe_token_multiplier: float = 1.0  # EP across DP-attention ranks: expert-side tokens per local token
@@ -88,6 +93,7 @@ class StepShape:
     prefill_tokens: int = 0
     prefill_ctx_pairs: float = 0.0  # sum over prefill chunks of chunk x (cached + chunk / 2)
     prefill_ctx_reads: int = 0  # sum over prefill chunks of the cached context they read
+    new_seqs: int = 0  # sequences admitted from the waiting queue this step (part of prefill_seqs)
 
 
 def distinct_experts(cost: StepCost, tokens: int) -> float:
@@ -116,7 +122,12 @@ def step_time_s(cost: StepCost, shape: StepShape) -> float:
     seqs = shape.decode_seqs + shape.prefill_seqs
     comm_s = 0.0
     if cost.comm_bytes_per_s > 0:
-        comm_s = tokens * cost.comm_bytes_per_token / cost.comm_bytes_per_s
+        if cost.comm_prefill_bytes_per_s > 0:
+            dec = shape.decode_seqs * cost.decode_tokens_per_seq
+            comm_s = cost.comm_bytes_per_token * (dec / cost.comm_bytes_per_s
+                                                  + (tokens - dec) / cost.comm_prefill_bytes_per_s)
+        else:
+            comm_s = tokens * cost.comm_bytes_per_token / cost.comm_bytes_per_s
     return (
         (mem_s if mem_s > compute_s else compute_s)
         + comm_s
@@ -125,4 +136,5 @@ def step_time_s(cost: StepCost, shape: StepShape) -> float:
         + cost.layers * cost.layer_overhead_s
         + cost.seq_overhead_s * seqs
         + cost.token_overhead_s * tokens
+        + cost.admit_overhead_s * shape.new_seqs
     )
