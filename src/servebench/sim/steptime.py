@@ -122,12 +122,9 @@ def step_time_s(cost: StepCost, shape: StepShape) -> float:
     seqs = shape.decode_seqs + shape.prefill_seqs
     comm_s = 0.0
     if cost.comm_bytes_per_s > 0:
-        if cost.comm_prefill_bytes_per_s > 0:
-            dec = shape.decode_seqs * cost.decode_tokens_per_seq
-            comm_s = cost.comm_bytes_per_token * (dec / cost.comm_bytes_per_s
-                                                  + (tokens - dec) / cost.comm_prefill_bytes_per_s)
-        else:
-            comm_s = tokens * cost.comm_bytes_per_token / cost.comm_bytes_per_s
+        dec = shape.decode_seqs * cost.decode_tokens_per_seq
+        prefill_bw = cost.comm_prefill_bytes_per_s or cost.comm_bytes_per_s
+        comm_s = cost.comm_bytes_per_token * (dec / cost.comm_bytes_per_s + (tokens - dec) / prefill_bw)
     return (
         (mem_s if mem_s > compute_s else compute_s)
         + comm_s
