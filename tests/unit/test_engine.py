@@ -158,13 +158,20 @@ def test_step_tokens_match_fast_path() -> None:
     reqs2 = mk()
     times: dict[int, list[float]] = {r.id: [] for r in reqs2}
     pending = list(reqs2)
-    now, in_flight = 0.0, 0
+    # simulate's closed loop: a request sent as a step ends joins the step after the next one, and
+    # an idle engine starts a step with the first request alone
+    now, sent = 0.0, [0.0] * 10
     for _ in range(100_000):
-        while pending and in_flight < 10:
-            r = pending.pop(0)
-            r.arrival_s = now
-            eng.add(r)
-            in_flight += 1
+        late = [t for t in sent if t >= now]
+        early = [t for t in sent if t < now]
+        if not eng.has_work() and not early:
+            early, late = late[:1], late[1:]
+        for t in early:
+            if pending:
+                r = pending.pop(0)
+                r.arrival_s = t
+                eng.add(r)
+        sent = late
         res = eng.step(now)
         if res is None:
             break
@@ -172,7 +179,7 @@ def test_step_tokens_match_fast_path() -> None:
         assert res.tokens is not None
         for r in res.tokens:
             times[r.id].append(now)
-        in_flight -= len(res.finished)
+        sent.extend([now] * min(len(res.finished), len(pending) - len(sent)))
     for r1, r2 in zip(reqs, reqs2):
         assert run.token_times_s(r1) == pytest.approx(times[r2.id])
         assert eng.emitted(r2) == r2.max_tokens
@@ -343,3 +350,23 @@ def test_a_burst_pays_one_admission_per_request() -> None:
     extra = r1.duration_s - r0.duration_s
     assert 0.5 < extra <= 1000 * 1e-3 + 1e-9
     assert median_ttft(r1, q1) > median_ttft(r0, q0) + 0.2
+
+
+def test_closed_loop_arrivals_reach_the_engine_as_on_the_wall_clock() -> None:
+    """Closed loop: the N first requests are sent at 0, the first starts the first step alone and the
+    rest join the second; a completion's successor is sent at that step's end and joins the step after
+    the next one (the engine does not wait for it); TTFT counts from the send time."""
+    cfg = config(max_num_seqs=8, kv_blocks=200)
+    reqs = [SimRequest(i, 32, 5) for i in range(8)]
+    run = simulate(cfg, reqs, concurrency=4)
+    assert reqs[0].first_token_step == 0
+    assert [r.first_token_step for r in reqs[1:4]] == [1, 1, 1]
+    assert all(r.arrival_s == 0.0 for r in reqs[:4])
+    succ = reqs[4]  # sent when request 0 finished
+    assert succ.arrival_s == run.step_end_s[reqs[0].finish_step]
+    assert succ.first_token_step == reqs[0].finish_step + 2
+    for fast in (True, False):  # the decode fast path stops for a pending arrival
+        again = [SimRequest(i, 32, 5) for i in range(8)]
+        other = simulate(cfg, again, concurrency=4, fast=fast)
+        assert [r.first_token_step for r in again] == [r.first_token_step for r in reqs]
+        assert other.step_end_s == pytest.approx(run.step_end_s)

@@ -102,3 +102,21 @@ def test_prompt_tokens_cross_the_link_at_their_own_share() -> None:
     no_comm = step_time_s(DENSE, shape)
     assert step_time_s(base, shape) - no_comm == pytest.approx(1010 * 1e6 / 1e11)
     assert step_time_s(split, shape) - no_comm == pytest.approx(10 * 1e6 / 1e11 + 1000 * 1e6 / 4e11)
+
+
+def test_a_prompt_step_pays_its_layers_launch_cost_once() -> None:
+    """prefill_layer_overhead_s x layers is paid by a step that computes prompt tokens, once however
+    many prompts or tokens it holds; not by a decode-only step, nor by a PD decode worker (which
+    computes none of the prompt)."""
+    import dataclasses
+
+    base = dataclasses.replace(DENSE, layers=32)
+    c = dataclasses.replace(base, prefill_layer_overhead_s=5e-4)
+    decode = StepShape(decode_seqs=8, decode_ctx_tokens=8000)
+    one = StepShape(decode_seqs=8, decode_ctx_tokens=8000, prefill_seqs=1, prefill_tokens=64, new_seqs=1)
+    many = StepShape(decode_seqs=8, decode_ctx_tokens=8000, prefill_seqs=4, prefill_tokens=4096, new_seqs=4)
+    assert step_time_s(c, decode) == pytest.approx(step_time_s(base, decode))
+    for shape in (one, many):
+        assert step_time_s(c, shape) == pytest.approx(step_time_s(base, shape) + 32 * 5e-4)
+    dec = dataclasses.replace(c, prefill_work=0.0)
+    assert step_time_s(dec, many) == pytest.approx(step_time_s(dataclasses.replace(base, prefill_work=0.0), many))

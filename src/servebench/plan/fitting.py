@@ -45,7 +45,7 @@ def _fit_names(pred: Predictor, keys: Sequence[str]) -> list[str]:
         if s.base.cost.comm_bytes_per_token or s.base.cost.collectives:
             names.update(("comm.eff", "comm.latency_s", f"comm.gpu.{s.generation}"))
         if s.base.cost.comm_bytes_per_token:
-            names.add("comm.prefill")
+            names.update(("comm.prefill", f"comm.prefill.gpu.{s.generation}"))
         if s.served:
             names.add(f"admit.eng.{s.family}")
     return sorted(names)
@@ -130,7 +130,7 @@ def fit_table(pred: Predictor, keys: Sequence[str], *, iterations: int = 6,
     return _with_unseen_families(table_of(x))
 
 
-_FAMILY_KNOBS = ("mem.eng.", "comp.eng.", "step.eng.", "layer.eng.", "seq.eng.", "ttft.eng.", "admit.eng.")
+_FAMILY_KNOBS = ("mem.eng.", "comp.eng.", "step.eng.", "layer.eng.", "seq.eng.", "ttft.eng.", "admit.eng.", "pfl.eng.")
 
 
 def _with_unseen_families(table: dict[str, float]) -> dict[str, float]:
@@ -147,8 +147,9 @@ def _with_unseen_families(table: dict[str, float]) -> dict[str, float]:
         for f in FAMILIES:
             out.setdefault(prefix + f, typical)
     # DeepSeek on SGLang before 0.4.3 (one source): unseen, its layers cost what later DeepSeek layers do
-    if "layer.arch.mla-moe" in table:
-        out.setdefault("layer.arch.mla-moe-early", table["layer.arch.mla-moe"])
+    for prefix in ("layer.arch.", "pfl.arch."):
+        if prefix + "mla-moe" in table:
+            out.setdefault(prefix + "mla-moe-early", table[prefix + "mla-moe"])
     return out
 
 

@@ -338,6 +338,7 @@ def _engine_for(s: Setting, k: StepKnobs) -> EngineConfig:
     cost = dataclasses.replace(
         s.base.cost, mem_efficiency=k.mem_efficiency, compute_efficiency=k.compute_efficiency * s.compute_factor,
         step_overhead_s=k.step_overhead_s, layer_overhead_s=k.layer_overhead_s, seq_overhead_s=k.seq_overhead_s,
+        prefill_layer_overhead_s=k.prefill_layer_overhead_s,
         comm_bytes_per_s=s.comm_intra_bytes_per_s * k.comm_efficiency, collective_s=k.collective_s,
         comm_prefill_bytes_per_s=s.comm_intra_bytes_per_s * k.comm_prefill_efficiency,
         admit_overhead_s=k.admit_overhead_s if s.served else 0.0)
@@ -355,6 +356,15 @@ def _accept_len(draft: int, p: float) -> float:
     return sum(p ** i for i in range(draft + 1))
 
 
+def decode_worker(cfg: EngineConfig) -> EngineConfig:
+    """A PD decode worker's engine: it computes none of the prompt (`prefill_work` 0), the request paid
+    its admission (the API server's part) once, on the prefill worker, and every arriving prompt's KV
+    fits its batch budget (it has no prompt tokens to chunk)."""
+    return dataclasses.replace(cfg, cost=dataclasses.replace(cfg.cost, prefill_work=0.0, admit_overhead_s=0.0),
+                               max_num_batched_tokens=max(cfg.max_num_batched_tokens,
+                                                          cfg.max_num_seqs * cfg.max_model_len))
+
+
 def predict(s: Setting, knobs: StepKnobs) -> Prediction:
     """Simulate the setting on a virtual clock with these knobs."""
     cfg = _engine_for(s, knobs)
@@ -369,9 +379,7 @@ def predict(s: Setting, knobs: StepKnobs) -> Prediction:
         arrivals = np.cumsum(rng.exponential(1.0 / s.rate, size=n))
     conc = s.concurrency if (s.mode == "closed" and s.concurrency) else None
     if s.disagg:
-        dec = dataclasses.replace(cfg, cost=dataclasses.replace(cfg.cost, prefill_work=0.0),
-                                  max_num_batched_tokens=max(cfg.max_num_batched_tokens,
-                                                             cfg.max_num_seqs * cfg.max_model_len))
+        dec = decode_worker(cfg)
         # the prompt's KV crosses the scale-up link, each TP rank its own shard, at the collectives' bandwidth
         per_tok = cfg.cost.kv_bytes_per_token / (s.comm_intra_bytes_per_s * knobs.comm_efficiency)
         drun = simulate_disagg(cfg, dec, s.disagg[0], s.disagg[1], list(zip([i for i, _ in pairs], steps)),

@@ -13,16 +13,24 @@ fit has not seen falls back to the base (factor 1)::
                                                prior is 1: it moves only as far as its points say, and
                                                a class no training point ran falls back to the dense
                                                layer; mla-moe-early to mla-moe, plan/fitting.py)
+    prefill_layer_overhead_s = pfl.eng.<family> [* pfl.arch.<class> for a class other than dense]
+                                              (per layer, on a step with prompt tokens: prompt batches
+                                               run their kernels from the host where decode replays
+                                               CUDA graphs, sim/steptime.py; an MoE class is a factor
+                                               relative to dense layers, prior 1, mla-moe-early falling
+                                               back to mla-moe as for layer.arch)
     seq_overhead_s     = seq.eng.<family>     (per running sequence per step: scheduling, block tables,
                                                sampling, detokenization; large in Python-side schedulers)
     comm_efficiency    = comm.eff * comm.gpu.<gen>  (share of the scale-up link bandwidth a collective
                                                reaches with decode's small messages: NVLink/NVSwitch
                                                and AMD's xGMI full mesh differ)
-    comm_prefill_efficiency = comm.prefill    (the same share for prompt tokens, whose all-reduce
+    comm_prefill_efficiency = comm.prefill * comm.prefill.gpu.<gen>
+                                              (the same share for prompt tokens, whose all-reduce
                                                messages are thousands of tokens x hidden: large
                                                messages reach most of the bus bandwidth, small ones
                                                a fraction (nccl-tests PERFORMANCE.md: bus bandwidth
-                                               by message size), so one share cannot serve both)
+                                               by message size), so one share cannot serve both; a
+                                               factor per generation whose prior is 1)
     admit_overhead_s   = admit.eng.<family>   (per request admitted from the waiting queue, on the
                                                step that admits it: input processing and the
                                                scheduler's new-request path; served points only,
@@ -66,7 +74,8 @@ ARCH_CLASSES = ("dense", "moe", "mla-moe", "mla-moe-early")
 # H100 NVLink at large messages), 10 us per collective call (NCCL small-message latency on NVLink),
 # 45% of the catalogue's (bidirectional) link bandwidth for prompt tokens' large all-reduces (nccl-tests
 # ring all-reduce bus bandwidth ~480 of 900 GB/s on 8 x H100, ~230 of 600 on 8 x A100), 2 ms per
-# admitted request,
+# admitted request, 100 us per layer of a prompt step's host-launched kernels (a few dozen launches
+# of ~5 us each per layer),
 # 20 ms of first-token path around the engine (HTTP, tokenization, hand-offs) shared by the engines.
 DEFAULT_KNOBS: Mapping[str, float] = {
     "mem.base": 0.75,
@@ -75,6 +84,10 @@ DEFAULT_KNOBS: Mapping[str, float] = {
     **{f"layer.eng.{f}": 20e-6 for f in FAMILIES},
     **{f"seq.eng.{f}": 10e-6 for f in FAMILIES},
     **{f"admit.eng.{f}": 2e-3 for f in FAMILIES},
+    **{f"pfl.eng.{f}": 100e-6 for f in FAMILIES},
+    "pfl.arch.moe": 1.0,
+    "pfl.arch.mla-moe": 1.0,
+    "pfl.arch.mla-moe-early": 1.0,
     "ttft.base": 0.02,
     **{f"ttft.eng.{f}": 1.0 for f in FAMILIES},
     "layer.arch.dense": 1.0,
@@ -103,6 +116,7 @@ class StepKnobs:
     first_token_s: float = 0.0
     admit_overhead_s: float = 0.0
     comm_prefill_efficiency: float = 0.0  # 0: prompt tokens' collectives at comm_efficiency
+    prefill_layer_overhead_s: float = 0.0  # per layer, on a step with prompt tokens
 
 
 # The release a deployment's engine name stands for when no version is given (plan, the emulator):
@@ -178,8 +192,10 @@ def knob_names_for(family: str, generation: str, arch: str) -> tuple[str, ...]:
     return ("mem.base", f"mem.gpu.{generation}", f"mem.eng.{family}", "comp.base", f"comp.gpu.{generation}",
             f"comp.eng.{family}", f"step.eng.{family}", f"layer.eng.{family}", "layer.arch.dense",
             *((f"layer.arch.{arch}",) if arch != "dense" else ()),
+            f"pfl.eng.{family}", *((f"pfl.arch.{arch}",) if arch != "dense" else ()),
             f"seq.eng.{family}", "ttft.base", f"ttft.eng.{family}", f"admit.eng.{family}",
-            "comm.eff", f"comm.gpu.{generation}", "comm.latency_s", "comm.prefill", "spec.accept")
+            "comm.eff", f"comm.gpu.{generation}", "comm.latency_s", "comm.prefill",
+            f"comm.prefill.gpu.{generation}", "spec.accept")
 
 
 def _clip(x: float, lo: float, hi: float) -> float:
@@ -199,9 +215,11 @@ def resolve_knobs(table: Mapping[str, float], family: str, generation: str, arch
         layer_overhead_s=get(f"layer.eng.{family}", 20e-6) * get("layer.arch.dense")
         * (get(f"layer.arch.{arch}") if arch != "dense" else 1.0),
         seq_overhead_s=get(f"seq.eng.{family}", 10e-6),
+        prefill_layer_overhead_s=get(f"pfl.eng.{family}", 100e-6)
+        * (get(f"pfl.arch.{arch}") if arch != "dense" else 1.0),
         first_token_s=get("ttft.base") * get(f"ttft.eng.{family}"),
         comm_efficiency=_clip(get("comm.eff") * get(f"comm.gpu.{generation}"), 0.02, 1.0),
-        comm_prefill_efficiency=_clip(get("comm.prefill"), 0.02, 1.0),
+        comm_prefill_efficiency=_clip(get("comm.prefill") * get(f"comm.prefill.gpu.{generation}"), 0.02, 1.0),
         admit_overhead_s=get(f"admit.eng.{family}", 2e-3),
         collective_s=get("comm.latency_s"),
         mtp_accept=_clip(get("spec.accept"), 0.0, 0.99),

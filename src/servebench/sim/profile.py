@@ -146,6 +146,7 @@ def step_cost(model: ModelSpec, layout: Layout, knobs: StepKnobs, *, engine: str
         compute_efficiency=knobs.compute_efficiency * quant_factor,
         step_overhead_s=knobs.step_overhead_s,
         layer_overhead_s=knobs.layer_overhead_s,
+        prefill_layer_overhead_s=knobs.prefill_layer_overhead_s,
         seq_overhead_s=knobs.seq_overhead_s,
         comm_bytes_per_token=comm_bytes,
         comm_bytes_per_s=gpu.interconnect_bytes_per_s * knobs.comm_efficiency if collectives else 0.0,

@@ -107,8 +107,13 @@ def simulate(
     """Run `requests` to completion on a virtual clock.
 
     Open loop (default): each request arrives at its `arrival_s`. Closed loop (`concurrency=N`):
-    arrival times are ignored; N requests start at 0 and each completion admits the next request
-    at the completing step's end time (its `arrival_s` is overwritten with that time).
+    arrival times are ignored; N requests are sent at 0 and each completion sends the next at the
+    completing step's end (its `arrival_s`, from which its TTFT counts, is overwritten with the send
+    time). A request reaches the engine just after it was sent, and an engine starts a step as soon
+    as it has work: the first of the N starts the first step alone and the others join the next, and
+    a completion's successor misses the step that starts as its predecessor's ends and joins the one
+    after (what the wall-clock emulator and a real server do: their client's next request is sent
+    when the last token arrives, after the engine's next step began).
     `fast=False` disables the decode fast path (`Engine.decode_run`); results are identical.
     """
     engine = Engine(config)
@@ -124,21 +129,32 @@ def simulate(
     i = 0
     n = len(pending)
     now = 0.0
-    in_flight = 0
+    # closed loop: send times of the requests the client has sent that the engine has not seen yet
+    sent: list[float] = [0.0] * min(concurrency or 0, n)
     while True:
         if concurrency is None:
             while i < n and pending[i].arrival_s <= now:
                 engine.add(pending[i])
                 i += 1
-        else:
-            while i < n and in_flight < concurrency:
-                pending[i].arrival_s = now
-                engine.add(pending[i])
-                i += 1
-                in_flight += 1
+        elif sent:
+            # a request sent at t reaches the engine just after t: one sent while a step ran joins the
+            # next step; one sent as a step ended (the client's next request) misses the step that
+            # starts then and joins the one after, unless the engine is idle, when the first to
+            # arrive starts a step alone and the rest join the next
+            idle = not engine.has_work()
+            late = [t for t in sent if t >= now]
+            early = [t for t in sent if t < now]
+            if idle and not early:
+                early, late = late[:1], late[1:]
+            for t in early:
+                if i < n:
+                    pending[i].arrival_s = t
+                    engine.add(pending[i])
+                    i += 1
+            sent = late
         if fast:
             until = pending[i].arrival_s if concurrency is None and i < n else float("inf")
-            durations = engine.decode_run(now, until, max_steps - len(ends))
+            durations = engine.decode_run(now, until, min(max_steps - len(ends), 1 if sent else max_steps))
             if durations:
                 for d in durations:
                     starts.append(now)
@@ -154,7 +170,8 @@ def simulate(
         starts.append(now)
         now += res.duration_s
         ends.append(now)
-        in_flight -= len(res.finished)
+        if concurrency is not None:
+            sent.extend([now] * min(len(res.finished), n - i - len(sent)))
         if len(ends) >= max_steps:
             raise RuntimeError("simulation did not finish within max_steps")
     return SimRun(reqs, ends, starts, engine.stats)

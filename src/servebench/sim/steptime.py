@@ -11,9 +11,23 @@ deployment (all ranks run in lock step)::
     t      = max(bytes / (hbm_bytes_per_s * mem_efficiency), flops / (flops_per_s * compute_efficiency))
            + step_overhead_s + layers * layer_overhead_s + seq_overhead_s * sequences
            + token_overhead_s * tokens + admit_overhead_s * new_seqs
+           + layers * prefill_layer_overhead_s        # only a step that computes prompt tokens
 
 `new_seqs` are the sequences admitted from the waiting queue this step (a new request, or a preempted
 one resumed). `admit_overhead_s` is what one admission costs the engine's loop besides its tokens.
+
+`prefill_layer_overhead_s` is what a step with prompt tokens pays per layer on top of a decode step's
+`layer_overhead_s`: decode batches replay captured CUDA graphs, prompt batches mostly do not. SGLang
+captures decode batch sizes (`--cuda-graph-max-bs`) and runs extend batches eagerly; vLLM V1 replays
+piecewise graphs (attention eager) only for steps up to its largest capture size, 512 tokens by
+default; TensorRT-LLM's default graphs cover generation-only batches, and its piecewise graphs exist
+"to reduce context-phase launch overhead" (its Torch Compile & Piecewise CUDA Graph guide). So a
+prompt step launches each layer's kernels (and, under TP, its all-reduces) from the host. The cost
+is the host's: it scales with the layer count and the kernels per layer (an MLA + MoE layer launches
+several times a dense GQA layer's), not with tokens. Published first tokens of short prompts on
+SGLang show it: ~30 ms for the 36-layer Qwen3-8B on one H100 (GPUStack), ~90 ms for the 94-layer
+Qwen3-235B and ~140 ms for the 61-layer DeepSeek-R1 on 8 B200s (the SGLang cookbook), each at
+prompt compute of a few ms.
 
 Communication (tensor parallelism, expert parallelism), added after the roofline (not overlapped)::
 
@@ -73,6 +87,7 @@ class StepCost:
     seq_overhead_s: float = 0.0
     token_overhead_s: float = 0.0
     admit_overhead_s: float = 0.0  # per sequence admitted from the waiting queue in this step
+    prefill_layer_overhead_s: float = 0.0  # per layer, on a step that computes prompt tokens
     comm_bytes_per_token: float = 0.0  # bytes this GPU sends per token per step (all collectives)
     comm_bytes_per_s: float = 0.0  # achieved collective bandwidth per GPU (0: no communication)
     comm_prefill_bytes_per_s: float = 0.0  # the same for prompt tokens' large messages (0: comm_bytes_per_s)
@@ -134,4 +149,5 @@ def step_time_s(cost: StepCost, shape: StepShape) -> float:
         + cost.seq_overhead_s * seqs
         + cost.token_overhead_s * tokens
         + cost.admit_overhead_s * shape.new_seqs
+        + (cost.layers * cost.prefill_layer_overhead_s if shape.prefill_tokens and pw else 0.0)
     )
