@@ -155,6 +155,23 @@ def test_pd_single_request_by_hand() -> None:
     assert run.median_itl_s() == pytest.approx(sorted(t_dec)[1])
 
 
+def test_pd_closed_loop_first_wave_arrives_after_the_first_step_starts() -> None:
+    """As in `simulate`'s closed loop: of four requests sent at 0 to one prefill worker, the first
+    starts a prompt step alone and the other three arrive after it began, so they share the next."""
+    cost = StepCost(dense_weight_bytes=16e9, kv_bytes_per_token=131072, flops_per_token=16e9,
+                    hbm_bytes_per_s=3.35e12, flops_per_s=989.5e12, step_overhead_s=1e-3)
+    pre = EngineConfig(cost=cost, kv_blocks=4096, enable_prefix_caching=False)
+    dec = EngineConfig(cost=dataclasses.replace(cost, prefill_work=0.0), kv_blocks=4096,
+                       enable_prefix_caching=False)
+    run = simulate_disagg(pre, dec, 1, 1, [(2000, 4)] * 4, concurrency=4)
+    t_one = step_time_s(cost, StepShape(prefill_seqs=1, prefill_tokens=2000, prefill_ctx_pairs=2000 * 1000.0))
+    t_three = step_time_s(cost, StepShape(prefill_seqs=3, prefill_tokens=6000, prefill_ctx_pairs=3 * 2000 * 1000.0))
+    assert run.arrival_s == [0.0] * 4
+    first = run.first_token_s
+    assert first[1] == first[2] == first[3] > first[0]
+    assert first[1] >= t_one + t_three  # the three prompts were computed in the second prompt step
+
+
 def test_fewer_prefill_workers_queue_longer() -> None:
     """Prefill-heavy closed loop (2048 in, 64 out, 64 users) on 8xH200 gpt-oss TP2 workers: one
     prefill worker queues the prompts (TTFT up), three decode workers share the batch (ITL down)."""

@@ -13,7 +13,10 @@ Disaggregation"). Modelled here as two pools of `sim.engine.Engine` on one clock
   tokens, the first at the end of the step that admits it (the client's time to first token).
 
 Closed loop (`concurrency`): each finished request releases its client, which sends the next one at
-once; open loop: requests arrive at their `arrival_s`. Every engine steps on its own timeline; a step's
+once; open loop: requests arrive at their `arrival_s`. A closed loop's request reaches its prefill
+worker just after it was sent, as in `sim.simulate.simulate`: one sent as that worker starts a step
+(the first wave's second and later requests, a completion's successor when the worker steps then)
+misses that step and joins the next. Every engine steps on its own timeline; a step's
 consequences (a prompt done, a request finished) land at the step's end, when the engine steps again.
 """
 
@@ -80,6 +83,7 @@ def simulate_disagg(prefill: EngineConfig, decode: EngineConfig, n_prefill: int,
     seq = 0
     rr_p = rr_d = 0
     issued = 0
+    held: list[list[SimRequest]] = [[] for _ in engines]  # closed loop: sent as the engine's step starts
 
     def push(t: float, kind: int, job: int) -> None:
         nonlocal seq
@@ -112,7 +116,11 @@ def simulate_disagg(prefill: EngineConfig, decode: EngineConfig, n_prefill: int,
                 arrival[j] = t
                 e = rr_p % n_prefill
                 rr_p += 1
-                engines[e].add(SimRequest(id=j, prompt_len=jobs[j][0], max_tokens=1))
+                r = SimRequest(id=j, prompt_len=jobs[j][0], max_tokens=1)
+                if concurrency is not None and next_t[e] == t:
+                    held[e].append(r)  # the step starting now began before it arrived
+                    continue
+                engines[e].add(r)
             else:
                 e = n_prefill + rr_d % n_decode
                 rr_d += 1
@@ -137,9 +145,13 @@ def simulate_disagg(prefill: EngineConfig, decode: EngineConfig, n_prefill: int,
                 steps += len(durations)
                 continue
         res = eng.step(t, with_tokens=False)
+        for r in held[e]:
+            eng.add(r)
         if res is None:
-            next_t[e], free_at[e] = None, t
+            next_t[e], free_at[e] = (t, t) if held[e] else (None, t)
+            held[e].clear()
             continue
+        held[e].clear()
         t_end = t + res.duration_s
         steps += 1
         if steps > max_steps:
