@@ -483,6 +483,28 @@ def test_first_token_latency_is_added_to_ttft_only(tmp_path: Path) -> None:
     assert held[-1] - held[-20] == pytest.approx(base[-1] - base[-20], abs=0.015)
 
 
+def test_a_burst_passes_the_front_end_one_request_at_a_time(tmp_path: Path) -> None:
+    """A profile's `frontend_s` (a deployment's: its knobs' per-request front-end time, which plan's
+    simulation queues requests through) holds each request in a first-come first-served queue before
+    the engine sees it: of four requests sent together, the k-th streams its first token no earlier
+    than k x frontend_s, while without it all four start within a few steps."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from servebench.emulator.server import EmulatorThread
+
+    prof = tmp_path / "fe.yaml"
+    prof.write_text("extends: tiny\nname: tiny\nfrontend_s: 0.05\n")
+    first: dict[str, list[float]] = {}
+    for name in ("tiny", str(prof)):
+        with EmulatorThread(name) as emu, ThreadPoolExecutor(4) as pool:
+            runs = list(pool.map(lambda _: _token_times(emu.url, 8), range(4)))
+            first[name] = sorted(times[0] for times, _ in runs)
+    assert first["tiny"][-1] < 0.04
+    fe = first[str(prof)]
+    for k, t in enumerate(fe, start=1):
+        assert 0.05 * k - 0.002 <= t < 0.05 * k + 0.04, fe
+
+
 def test_seeded_lengths_and_text_reproduce_across_processes() -> None:
     def sample(seed: str) -> list[tuple[int, str]]:
         s = _emulator("--profile", "tiny", "--seed", seed)

@@ -88,6 +88,10 @@ def test_saved_deployment_knobs_override_and_bad_keys(tmp_path: Path) -> None:
     assert p.engine.cost.mem_efficiency == 0.4 and p.engine.cost.step_overhead_s == 0.01
     assert p.engine.cost.compute_efficiency == base.engine.cost.compute_efficiency
     assert p.engine.kv_blocks == base.engine.kv_blocks
+    # the front end's time per request: the knob's own name, and the one it had as a step cost
+    for key in ("frontend_s", "admit_overhead_s"):
+        f.write_text(f"extends: llama-3.1-8b\nname: mine\nknobs: {{{key}: 0.007}}\n")
+        assert load_profile(str(f)).engine.frontend_s == 0.007
     f.write_text("extends: llama-3.1-8b\nname: mine\nknobs: {bogus: 1}\n")
     with pytest.raises(ConfigError, match="unknown knobs"):
         load_profile(str(f))

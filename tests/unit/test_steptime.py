@@ -79,18 +79,6 @@ def test_pd_decode_worker_does_not_pay_for_the_prompt() -> None:
     assert step_time_s(colocated, with_prompt) > 5 * step_time_s(colocated, decode_only)
 
 
-def test_admissions_cost_each_admitted_sequence_once() -> None:
-    """admit_overhead_s is paid per sequence admitted from the waiting queue in the step (`new_seqs`),
-    not for a prompt's later chunks nor for decoding sequences."""
-    import dataclasses
-
-    c = dataclasses.replace(DENSE, admit_overhead_s=2e-3)
-    later_chunk = StepShape(decode_seqs=8, decode_ctx_tokens=8000, prefill_seqs=1, prefill_tokens=512)
-    admitted = dataclasses.replace(later_chunk, prefill_seqs=3, new_seqs=2)
-    assert step_time_s(c, later_chunk) == pytest.approx(step_time_s(DENSE, later_chunk))
-    assert step_time_s(c, admitted) == pytest.approx(step_time_s(DENSE, admitted) + 2 * 2e-3)
-
-
 def test_prompt_tokens_cross_the_link_at_their_own_share() -> None:
     """With comm_prefill_bytes_per_s set, a step's decode tokens move at comm_bytes_per_s and its
     prompt tokens at the prefill share; unset, both at comm_bytes_per_s (the form before)."""
@@ -113,8 +101,8 @@ def test_a_prompt_step_pays_its_layers_launch_cost_once() -> None:
     base = dataclasses.replace(DENSE, layers=32)
     c = dataclasses.replace(base, prefill_layer_overhead_s=5e-4)
     decode = StepShape(decode_seqs=8, decode_ctx_tokens=8000)
-    one = StepShape(decode_seqs=8, decode_ctx_tokens=8000, prefill_seqs=1, prefill_tokens=64, new_seqs=1)
-    many = StepShape(decode_seqs=8, decode_ctx_tokens=8000, prefill_seqs=4, prefill_tokens=4096, new_seqs=4)
+    one = StepShape(decode_seqs=8, decode_ctx_tokens=8000, prefill_seqs=1, prefill_tokens=64)
+    many = StepShape(decode_seqs=8, decode_ctx_tokens=8000, prefill_seqs=4, prefill_tokens=4096)
     assert step_time_s(c, decode) == pytest.approx(step_time_s(base, decode))
     for shape in (one, many):
         assert step_time_s(c, shape) == pytest.approx(step_time_s(base, shape) + 32 * 5e-4)

@@ -232,10 +232,10 @@ def test_committed_calibration_matches_the_corpus(validation: tuple[Predictor, C
 
 # Held-out figures of the committed calibration (benchmarks/plan_validate.py, 594 points from 34
 # documents in 22 folds -- a fold is a document or a `group:` of one publisher's documents run with one
-# harness --, 539 expressible): output tok/s 20.9%, ITL 24.7%, TTFT 38.8% (with the prompt steps'
-# per-layer launch cost and the prompt link share per GPU generation; 22.5% / 23.9% / 44.0% before).
+# harness --, 539 expressible): output tok/s 20.8%, ITL 24.8%, TTFT 36.9% (with the API server's front
+# end as a queue before the engine; 20.9% / 24.7% / 38.8% before, its cost on the admitting step).
 # A refit must not make them worse than these ceilings (the figures + 0.5 point; ITL at its bound).
-NO_REGRESSION = {"tok_s": 0.214, "itl": 0.25, "ttft": 0.393}
+NO_REGRESSION = {"tok_s": 0.212, "itl": 0.25, "ttft": 0.372}
 
 
 def _held_out(validation: tuple[Predictor, Calibration]) -> dict[str, float]:
@@ -262,7 +262,7 @@ def test_held_out_error_does_not_regress(validation: tuple[Predictor, Calibratio
         assert got[m] <= NO_REGRESSION[m], f"{m}: held-out median |error| {got[m]:.1%} > {NO_REGRESSION[m]:.0%}"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13 bounds not met (held-out 20.9% / 24.7% / 38.8% on 539 of 594 "
+@pytest.mark.xfail(strict=True, reason="issue 13 bounds not met (held-out 20.8% / 24.8% / 36.9% on 539 of 594 "
                                         "points: tok/s and TTFT over); see docs/plan.md")
 def test_held_out_error_within_the_issue_bounds(validation: tuple[Predictor, Calibration]) -> None:
     got = _held_out(validation)
@@ -396,7 +396,7 @@ def test_memo_key_drops_only_knobs_the_simulation_cannot_feel(validation: tuple[
         if s.draft_tokens:  # the knob that is kept matters: acceptance moves a speculative point
             assert pred.predicted(key, moved)["tok_s"] != pred.predicted(key, cal.knobs)["tok_s"]
         if not s.served:  # an in-process point has no API server: the admission cost is not felt
-            assert pred.knobs(key, moved).admit_overhead_s == 0.02
+            assert pred.knobs(key, moved).frontend_s == 0.02
             assert pred.predicted(key, {**moved, **{f"admit.eng.{f}": 0.001 for f in FAMILIES}}) \
                 == pred.predicted(key, moved)
 
@@ -581,20 +581,23 @@ def test_a_batch_beyond_the_cuda_graphs_is_refused() -> None:
         assert p.key not in pred.settings and "CUDA graphs cover batches up to 2" in pred.unexpressible[p.key]
 
 
-def test_a_disaggregated_request_pays_its_admission_once(validation: tuple[Predictor, Calibration]) -> None:
-    """A PD request is admitted by the API server once, on its prefill worker: the decode worker's
-    engine computes none of the prompt and pays no admission; the prefill worker pays both."""
+def test_a_disaggregated_request_passes_one_front_end(validation: tuple[Predictor, Calibration]) -> None:
+    """A PD request passes the API server's front end once, on its way to its prefill worker: the decode
+    worker's engine computes none of the prompt and has no front end; a request's first token is
+    later by the front end's time, and in a burst the k-th request reaches its prefill worker k
+    service times after the send."""
     from servebench.plan.validate import _engine_for, decode_worker
-    from servebench.sim.steptime import StepShape, step_time_s
 
     pred, cal = validation
     key = next(k for k, s in sorted(pred.settings.items()) if s.disagg is not None)
     s = pred.settings[key]
-    prefill = _engine_for(s, dataclasses.replace(pred.knobs(key, cal.knobs), admit_overhead_s=0.05))
+    prefill = _engine_for(s, dataclasses.replace(pred.knobs(key, cal.knobs), frontend_s=0.05))
     decode = decode_worker(prefill)
-    assert prefill.cost.admit_overhead_s == 0.05 and decode.cost.admit_overhead_s == 0.0
-    arrive = StepShape(decode_seqs=16, decode_ctx_tokens=16 * 1000, prefill_seqs=2, prefill_tokens=2000, new_seqs=2)
-    decode_only = StepShape(decode_seqs=16, decode_ctx_tokens=16 * 1000)
-    assert step_time_s(decode.cost, arrive) == pytest.approx(
-        step_time_s(decode.cost, decode_only) + 2 * decode.cost.seq_overhead_s)
-    assert step_time_s(prefill.cost, arrive) > step_time_s(prefill.cost, decode_only) + 2 * 0.05
+    assert prefill.frontend_s == 0.05 * s.replicas and decode.frontend_s == 0.0
+    assert decode.cost.prefill_work == 0.0
+    free = dataclasses.replace(prefill, frontend_s=0.0)
+    one = [simulate_disagg(p, decode, 1, 1, [(1000, 4)], arrivals_s=[0.0]) for p in (free, prefill)]
+    assert one[1].first_token_s[0] == pytest.approx(one[0].first_token_s[0] + prefill.frontend_s)
+    burst = simulate_disagg(prefill, decode, 1, 1, [(100, 4)] * 5, arrivals_s=[0.0] * 5)
+    assert burst.arrival_s == [0.0] * 5
+    assert all(burst.first_token_s[k] >= (k + 1) * prefill.frontend_s for k in range(5))

@@ -222,7 +222,7 @@ class Deployment:
                                 max_num_seqs=lim.max_num_seqs, max_num_batched_tokens=lim.max_num_batched_tokens,
                                 max_model_len=self.max_model_len, enable_prefix_caching=self.enable_prefix_caching,
                                 chunked_prefill=lim.chunked_prefill, seq_overhead_blocks=-(-overhead // block),
-                                first_token_s=k.first_token_s)
+                                first_token_s=k.first_token_s, frontend_s=k.frontend_s * self.dp)
         except ValueError as e:
             raise ConfigError(f"{self.describe()}: {e}") from None
 
@@ -247,6 +247,8 @@ class Deployment:
 
 
 def _knobs_from(raw: Mapping[str, Any], base: StepKnobs, where: str) -> StepKnobs:
+    if "admit_overhead_s" in raw and "frontend_s" not in raw:  # its name before it became the front end's
+        raw = {("frontend_s" if k == "admit_overhead_s" else k): v for k, v in raw.items()}
     unknown = set(raw) - set(_KNOB_FIELDS)
     if unknown:
         raise ConfigError(f"{where}: unknown knobs {sorted(unknown)}; known: {', '.join(_KNOB_FIELDS)}")

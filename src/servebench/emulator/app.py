@@ -63,11 +63,15 @@ class Emulator:
         rng = random.Random(seed)
         self._text_ids = [rng.choice(words) for _ in range(1 << 16)]
         self._truth: deque[Stream] = deque(maxlen=truth_limit)
-        self._inbox: deque[tuple[HttpConn, dict[str, str], bytes, bool, int]] = deque()
+        # (conn, headers, body, chat, arrival ns, ns when the front end is done with it)
+        self._inbox: deque[tuple[HttpConn, dict[str, str], bytes, bool, int, int]] = deque()
+        self._frontend_ns = round(profile.engine.frontend_s * 1e9)
+        self._frontend_free_ns = 0
         self.metrics = Metrics()
         self._resets: list[int] = []  # POST /reset_prefix_cache: cached blocks dropped by each
         self.framer = Framer(self.tok, reasoning=profile.reasoning, created=self._created, model=self.model)
-        self.pacer = Pacer(self.engine, inbox=self._inbox, admit=self._admit, deliver=self._deliver,
+        self.pacer = Pacer(self.engine, inbox=self._inbox, admit=self._admit, ready_in=self._ready_in,
+                           deliver=self._deliver,
                            iteration_tokens=self.metrics.iteration_tokens, hold_s=profile.engine.first_token_s,
                            chunk=self.framer.chunk)
 
@@ -277,20 +281,30 @@ class Emulator:
 
     # ------------------------------------------------------------------ generate
     def _enqueue(self, conn: HttpConn, headers: dict[str, str], body: bytes, chat: bool) -> None:
-        """Note the arrival now; the engine loop admits it at the next step boundary (see `_admit`)."""
-        self._inbox.append((conn, headers, body, chat, time.perf_counter_ns()))
+        """Note the arrival now; the engine loop admits it at the first step boundary after the front end
+        is done with it (see `_admit`)."""
+        now = time.perf_counter_ns()
+        ready = self._frontend_free_ns = max(now, self._frontend_free_ns) + self._frontend_ns
+        self._inbox.append((conn, headers, body, chat, now, ready))
         self.pacer.wake()
 
+    def _ready_in(self) -> float:
+        """Seconds until the front end is done with the first request in the inbox (0: it is)."""
+        return max(0.0, (self._inbox[0][5] - time.perf_counter_ns()) * 1e-9) if self._inbox else 0.0
+
     def _admit(self) -> None:
-        """Parse, tokenize and queue the requests that arrived since the last step.
+        """Parse, tokenize and queue the requests that arrived since the last step and that the front
+        end is done with (`EngineConfig.frontend_s`: the API server's serial work per request, a
+        first-come first-served queue; a later request waits in the inbox for a later boundary).
 
         Done by the engine loop right after a step's token burst, where the work cannot delay a
         burst (the next step starts at the previous deadline; the engine only schedules at step
         boundaries anyway), rather than in the socket callbacks that run while a burst is due.
         """
         inbox = self._inbox
-        while inbox:
-            conn, headers, body, chat, arrival_ns = inbox.popleft()
+        now = time.perf_counter_ns()
+        while inbox and inbox[0][5] <= now:
+            conn, headers, body, chat, arrival_ns, _ = inbox.popleft()
             if conn.closed:
                 continue
             try:

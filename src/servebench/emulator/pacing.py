@@ -9,6 +9,7 @@ boundaries and `deliver` after each burst.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from collections import deque
@@ -31,14 +32,18 @@ class Pacer:
 
     def __init__(self, engine: Engine, *, inbox: Sized, admit: Callable[[], None],
                  deliver: Callable[[list[tuple[Stream, int]]], None], iteration_tokens: Histogram,
-                 hold_s: float = 0.0, chunk: Callable[[Stream, int], bytes] | None = None) -> None:
+                 hold_s: float = 0.0, chunk: Callable[[Stream, int], bytes] | None = None,
+                 ready_in: Callable[[], float] | None = None) -> None:
         """`inbox`: requests waiting for `admit` (called at step boundaries while it is non-empty);
+        `ready_in`: seconds until `admit` can take the inbox's first request (a front end's queue;
+        None: at once), what an idle loop sleeps before it looks again;
         `deliver`: the bookkeeping of the streams a burst wrote to, with each write's perf_counter_ns.
         `hold_s` > 0 (the deployment's first-token latency) holds each streaming response's first
         tokens that long (`stream.plan_burst`; `chunk` frames token i of a stream)."""
         self.engine = engine
         self._inbox = inbox
         self._admit = admit
+        self._ready_in = ready_in
         self._deliver = deliver
         self._iteration_tokens = iteration_tokens
         self._wake: asyncio.Event | None = None
@@ -86,6 +91,11 @@ class Pacer:
                 self._wake.clear()
                 if not self._inbox:
                     await self._wake.wait()  # (held tokens leave on their own timers meanwhile)
+                    next_start = None
+                elif self._ready_in is not None and (delay := self._ready_in()) > 0:
+                    # the front end is still on the first request: sleep until it is done (or a wake)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), delay)
                     next_start = None
                 continue
             now = perf()

@@ -340,9 +340,11 @@ def _engine_for(s: Setting, k: StepKnobs) -> EngineConfig:
         step_overhead_s=k.step_overhead_s, layer_overhead_s=k.layer_overhead_s, seq_overhead_s=k.seq_overhead_s,
         prefill_layer_overhead_s=k.prefill_layer_overhead_s,
         comm_bytes_per_s=s.comm_intra_bytes_per_s * k.comm_efficiency, collective_s=k.collective_s,
-        comm_prefill_bytes_per_s=s.comm_intra_bytes_per_s * k.comm_prefill_efficiency,
-        admit_overhead_s=k.admit_overhead_s if s.served else 0.0)
-    return dataclasses.replace(s.base, cost=cost, first_token_s=k.first_token_s)
+        comm_prefill_bytes_per_s=s.comm_intra_bytes_per_s * k.comm_prefill_efficiency)
+    # one API server in front of the DP ranks: each replica's share of the requests passes a front end
+    # that serves them all (Deployment.engine_config does the same)
+    return dataclasses.replace(s.base, cost=cost, first_token_s=k.first_token_s,
+                               frontend_s=k.frontend_s * s.replicas if s.served else 0.0)
 
 
 def _lengths(s: Setting) -> list[tuple[int, int]]:
@@ -360,7 +362,7 @@ def decode_worker(cfg: EngineConfig) -> EngineConfig:
     """A PD decode worker's engine: it computes none of the prompt (`prefill_work` 0), the request paid
     its admission (the API server's part) once, on the prefill worker, and every arriving prompt's KV
     fits its batch budget (it has no prompt tokens to chunk)."""
-    return dataclasses.replace(cfg, cost=dataclasses.replace(cfg.cost, prefill_work=0.0, admit_overhead_s=0.0),
+    return dataclasses.replace(cfg, cost=dataclasses.replace(cfg.cost, prefill_work=0.0), frontend_s=0.0,
                                max_num_batched_tokens=max(cfg.max_num_batched_tokens,
                                                           cfg.max_num_seqs * cfg.max_model_len))
 
@@ -435,7 +437,7 @@ def _sim_knobs(s: Setting, k: StepKnobs) -> StepKnobs:
     if not s.base.cost.comm_bytes_per_token:
         rep["comm_prefill_efficiency"] = 0.0
     if not s.served:
-        rep["admit_overhead_s"] = 0.0
+        rep["frontend_s"] = 0.0
     if not s.base.cost.collectives:
         rep["collective_s"] = 0.0
     return dataclasses.replace(k, **rep)

@@ -31,6 +31,9 @@ class EngineConfig:
     # step holds. The engine does not use it; plan's what-if and the validation add it to TTFT, and the
     # emulator holds each stream's first tokens this long (throughput and a response's end do not move)
     first_token_s: float = 0.0
+    # the API server's serial work per request before the engine sees it (parse, chat template,
+    # tokenize): requests pass a first-come first-served queue with this service time
+    frontend_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.kv_blocks < 1 or self.block_size < 1 or self.max_num_seqs < 1:

@@ -16,8 +16,10 @@ Closed loop (`concurrency`): each finished request releases its client, which se
 once; open loop: requests arrive at their `arrival_s`. A closed loop's request reaches its prefill
 worker just after it was sent, as in `sim.simulate.simulate`: one sent as that worker starts a step
 (the first wave's second and later requests, a completion's successor when the worker steps then)
-misses that step and joins the next. Every engine steps on its own timeline; a step's
-consequences (a prompt done, a request finished) land at the step's end, when the engine steps again.
+misses that step and joins the next. Each prefill worker's front end (`EngineConfig.frontend_s` of
+`prefill`) is a first-come first-served queue its requests pass before its engine sees them. Every
+engine steps on its own timeline; a step's consequences (a prompt done, a request finished) land at
+the step's end, when the engine steps again.
 """
 
 from __future__ import annotations
@@ -84,20 +86,31 @@ def simulate_disagg(prefill: EngineConfig, decode: EngineConfig, n_prefill: int,
     rr_p = rr_d = 0
     issued = 0
     held: list[list[SimRequest]] = [[] for _ in engines]  # closed loop: sent as the engine's step starts
+    to_prefill = [0] * n  # the prefill worker each request goes to (round robin as it is sent)
+    fe_free = [0.0] * n_prefill  # when each prefill worker's front end is free (`EngineConfig.frontend_s`)
 
     def push(t: float, kind: int, job: int) -> None:
         nonlocal seq
         heapq.heappush(events, (t, seq, kind, job))
         seq += 1
 
+    def send(t: float, job: int) -> None:
+        """The client sends `job` at t; it reaches its prefill worker after that worker's front end."""
+        nonlocal rr_p
+        e = to_prefill[job] = rr_p % n_prefill
+        rr_p += 1
+        arrival[job] = t
+        fe_free[e] = max(fe_free[e], t) + prefill.frontend_s
+        push(fe_free[e], _ARRIVE, job)
+
     if concurrency is not None:
         for _ in range(min(concurrency, n)):
-            push(0.0, _ARRIVE, issued)
+            send(0.0, issued)
             issued += 1
     else:
         assert arrivals_s is not None
-        for j in range(n):
-            push(float(arrivals_s[j]), _ARRIVE, j)
+        for j in sorted(range(n), key=lambda j: float(arrivals_s[j])):
+            send(float(arrivals_s[j]), j)
         issued = n
 
     def wake(e: int, t: float) -> None:
@@ -113,9 +126,7 @@ def simulate_disagg(prefill: EngineConfig, decode: EngineConfig, n_prefill: int,
         if events and events[0][0] <= t_best:
             t, _, kind, j = heapq.heappop(events)
             if kind == _ARRIVE:
-                arrival[j] = t
-                e = rr_p % n_prefill
-                rr_p += 1
+                e = to_prefill[j]
                 r = SimRequest(id=j, prompt_len=jobs[j][0], max_tokens=1)
                 if concurrency is not None and next_t[e] == t:
                     held[e].append(r)  # the step starting now began before it arrived
@@ -167,7 +178,7 @@ def simulate_disagg(prefill: EngineConfig, decode: EngineConfig, n_prefill: int,
                 j = int(r.id)
                 end[j] = t_end
                 if concurrency is not None and issued < n:
-                    push(t_end, _ARRIVE, issued)
+                    send(t_end, issued)
                     issued += 1
         next_t[e] = t_end
     gaps, weights = _gaps(engines[n_prefill:], ends[n_prefill:], dec_reqs, dec_engine, n_prefill)

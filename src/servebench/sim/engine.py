@@ -234,7 +234,6 @@ class Engine:
             if req.first_scheduled_s < 0:
                 req.first_scheduled_s = now_s
             chunks.append((req, chunk))
-            shape.new_seqs += 1
             budget -= chunk
         if n_dec == 0 and not chunks:
             if preempted:  # everything was preempted; nothing ran (cannot normally happen)

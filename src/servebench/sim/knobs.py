@@ -31,11 +31,11 @@ fit has not seen falls back to the base (factor 1)::
                                                a fraction (nccl-tests PERFORMANCE.md: bus bandwidth
                                                by message size), so one share cannot serve both; a
                                                factor per generation whose prior is 1)
-    admit_overhead_s   = admit.eng.<family>   (per request admitted from the waiting queue, on the
-                                               step that admits it: input processing and the
-                                               scheduler's new-request path; served points only,
-                                               where the API server's per-request work -- chat
-                                               template, tokenization -- also gates admissions)
+    frontend_s         = admit.eng.<family>   (the API server's serial work per request before the
+                                               engine sees it -- parsing, chat template, tokenization,
+                                               the hand-off to the engine process: requests pass a
+                                               first-come first-served queue with this service time
+                                               (`EngineConfig.frontend_s`); served points only)
     collective_s       = comm.latency_s       (fixed cost of one collective, per call)
     mtp_accept         = spec.accept          (chance a draft token is accepted; DeepSeek-V3 report: 0.85-0.9)
     first_token_s      = ttft.base * ttft.eng.<family>
@@ -114,7 +114,7 @@ class StepKnobs:
     mtp_accept: float
     seq_overhead_s: float = 0.0
     first_token_s: float = 0.0
-    admit_overhead_s: float = 0.0
+    frontend_s: float = 0.0
     comm_prefill_efficiency: float = 0.0  # 0: prompt tokens' collectives at comm_efficiency
     prefill_layer_overhead_s: float = 0.0  # per layer, on a step with prompt tokens
 
@@ -220,7 +220,7 @@ def resolve_knobs(table: Mapping[str, float], family: str, generation: str, arch
         first_token_s=get("ttft.base") * get(f"ttft.eng.{family}"),
         comm_efficiency=_clip(get("comm.eff") * get(f"comm.gpu.{generation}"), 0.02, 1.0),
         comm_prefill_efficiency=_clip(get("comm.prefill") * get(f"comm.prefill.gpu.{generation}"), 0.02, 1.0),
-        admit_overhead_s=get(f"admit.eng.{family}", 2e-3),
+        frontend_s=get(f"admit.eng.{family}", 2e-3),
         collective_s=get("comm.latency_s"),
         mtp_accept=_clip(get("spec.accept"), 0.0, 0.99),
     )

@@ -9,7 +9,8 @@ directly under `cost:` (the made-up `tiny` does); `profile_from_dict` builds tho
 
 Keys of a cost profile: name, description, served_model_name, max_model_len, block_size,
 max_num_seqs, max_num_batched_tokens, enable_prefix_caching, chunked_prefill, kv_tokens,
-first_token_s (`EngineConfig.first_token_s`; a deployment profile takes it from its knobs),
+first_token_s, frontend_s (`EngineConfig.first_token_s`, `.frontend_s`; a deployment profile takes
+them from its knobs),
 cost: {<StepCost field>: value},
 output: {eos_mean_tokens, default_max_tokens, reasoning_tokens_mean, reasoning_tokens_min}.
 Deployment keys are in `deploy/deployment.py`.
@@ -152,7 +153,6 @@ def step_cost(model: ModelSpec, layout: Layout, knobs: StepKnobs, *, engine: str
         comm_bytes_per_s=gpu.interconnect_bytes_per_s * knobs.comm_efficiency if collectives else 0.0,
         comm_prefill_bytes_per_s=gpu.interconnect_bytes_per_s * knobs.comm_prefill_efficiency if collectives
         else 0.0,
-        admit_overhead_s=knobs.admit_overhead_s,
         collectives=collectives,
         collective_s=knobs.collective_s,
         moe_token_multiplier=moe_mult,
@@ -198,6 +198,7 @@ def profile_from_dict(data: Mapping[str, Any]) -> Profile:
             enable_prefix_caching=bool(data.get("enable_prefix_caching", True)),
             chunked_prefill=bool(data.get("chunked_prefill", True)),
             first_token_s=float(data.get("first_token_s", 0.0)),
+            frontend_s=float(data.get("frontend_s", 0.0)),
         )
     except ValueError as e:
         raise ConfigError(f"profile {name}: {e}") from None

@@ -114,10 +114,16 @@ def simulate(
     a completion's successor misses the step that starts as its predecessor's ends and joins the one
     after (what the wall-clock emulator and a real server do: their client's next request is sent
     when the last token arrives, after the engine's next step began).
+
+    Front end (`config.frontend_s` > 0, open or closed loop): a request reaches the engine only after
+    the API server's serial work on it (parse, chat template, tokenize), a first-come first-served
+    queue with that service time. TTFT still counts from the send. A burst of N requests reaches the
+    engine one every `frontend_s`; the engine's steps do not pay for it.
     `fast=False` disables the decode fast path (`Engine.decode_run`); results are identical.
     """
     engine = Engine(config)
     reqs = list(requests)
+    fe = config.frontend_s
     if concurrency is None:
         pending = sorted(reqs, key=lambda r: r.arrival_s)
     else:
@@ -129,32 +135,45 @@ def simulate(
     i = 0
     n = len(pending)
     now = 0.0
-    # closed loop: send times of the requests the client has sent that the engine has not seen yet
-    sent: list[float] = [0.0] * min(concurrency or 0, n)
+    fe_free = 0.0  # when the front end is free for the next request
+    reach: list[float] = []  # open loop: when each pending request reaches the engine
+    if concurrency is None:
+        for r in pending:
+            fe_free = max(fe_free, r.arrival_s) + fe
+            reach.append(fe_free)
+    # closed loop: (send time, time it reaches the engine) of requests the engine has not seen yet
+    sent: list[tuple[float, float]] = []
+    for _ in range(min(concurrency or 0, n)):
+        fe_free += fe
+        sent.append((0.0, fe_free))
     while True:
         if concurrency is None:
-            while i < n and pending[i].arrival_s <= now:
+            while i < n and reach[i] <= now:
                 engine.add(pending[i])
                 i += 1
         elif sent:
-            # a request sent at t reaches the engine just after t: one sent while a step ran joins the
-            # next step; one sent as a step ended (the client's next request) misses the step that
-            # starts then and joins the one after, unless the engine is idle, when the first to
-            # arrive starts a step alone and the rest join the next
-            idle = not engine.has_work()
-            late = [t for t in sent if t >= now]
-            early = [t for t in sent if t < now]
-            if idle and not early:
-                early, late = late[:1], late[1:]
-            for t in early:
+            # a request reaching the engine at t joins the first step that starts after t: one that
+            # reaches it while a step runs joins the next step; one sent as a step ended (the client's
+            # next request) misses the step that starts then and joins the one after, unless the
+            # engine is idle, when the first to arrive starts a step alone and the rest join the next
+            k = 0
+            while k < len(sent) and sent[k][1] < now:
+                k += 1
+            if k == 0 and not engine.has_work():
+                now = max(now, sent[0][1])
+                k = 1
+            for t, _ in sent[:k]:
                 if i < n:
                     pending[i].arrival_s = t
                     engine.add(pending[i])
                     i += 1
-            sent = late
+            del sent[:k]
         if fast:
-            until = pending[i].arrival_s if concurrency is None and i < n else float("inf")
-            durations = engine.decode_run(now, until, min(max_steps - len(ends), 1 if sent else max_steps))
+            if concurrency is None:
+                until = reach[i] if i < n else float("inf")
+            else:
+                until = sent[0][1] if sent else float("inf")
+            durations = engine.decode_run(now, until, max_steps - len(ends))
             if durations:
                 for d in durations:
                     starts.append(now)
@@ -165,13 +184,16 @@ def simulate(
         if res is None:
             if i >= n:
                 break
-            now = max(now, pending[i].arrival_s) if concurrency is None else now
+            if concurrency is None:
+                now = max(now, reach[i])
             continue
         starts.append(now)
         now += res.duration_s
         ends.append(now)
         if concurrency is not None:
-            sent.extend([now] * min(len(res.finished), n - i - len(sent)))
+            for _ in range(min(len(res.finished), n - i - len(sent))):
+                fe_free = max(fe_free, now) + fe
+                sent.append((now, fe_free))
         if len(ends) >= max_steps:
             raise RuntimeError("simulation did not finish within max_steps")
     return SimRun(reqs, ends, starts, engine.stats)

@@ -10,11 +10,8 @@ deployment (all ranks run in lock step)::
     flops  = flops_per_token * tokens + attn_flops_per_token_ctx * (decode_ctx_tokens + prefill_ctx_pairs)
     t      = max(bytes / (hbm_bytes_per_s * mem_efficiency), flops / (flops_per_s * compute_efficiency))
            + step_overhead_s + layers * layer_overhead_s + seq_overhead_s * sequences
-           + token_overhead_s * tokens + admit_overhead_s * new_seqs
+           + token_overhead_s * tokens
            + layers * prefill_layer_overhead_s        # only a step that computes prompt tokens
-
-`new_seqs` are the sequences admitted from the waiting queue this step (a new request, or a preempted
-one resumed). `admit_overhead_s` is what one admission costs the engine's loop besides its tokens.
 
 `prefill_layer_overhead_s` is what a step with prompt tokens pays per layer on top of a decode step's
 `layer_overhead_s`: decode batches replay captured CUDA graphs, prompt batches mostly do not. SGLang
@@ -86,7 +83,6 @@ class StepCost:
     layer_overhead_s: float = 0.0
     seq_overhead_s: float = 0.0
     token_overhead_s: float = 0.0
-    admit_overhead_s: float = 0.0  # per sequence admitted from the waiting queue in this step
     prefill_layer_overhead_s: float = 0.0  # per layer, on a step that computes prompt tokens
     comm_bytes_per_token: float = 0.0  # bytes this GPU sends per token per step (all collectives)
     comm_bytes_per_s: float = 0.0  # achieved collective bandwidth per GPU (0: no communication)
@@ -108,7 +104,6 @@ class StepShape:
     prefill_tokens: int = 0
     prefill_ctx_pairs: float = 0.0  # sum over prefill chunks of chunk x (cached + chunk / 2)
     prefill_ctx_reads: int = 0  # sum over prefill chunks of the cached context they read
-    new_seqs: int = 0  # sequences admitted from the waiting queue this step (part of prefill_seqs)
 
 
 def distinct_experts(cost: StepCost, tokens: int) -> float:
@@ -148,6 +143,5 @@ def step_time_s(cost: StepCost, shape: StepShape) -> float:
         + cost.layers * cost.layer_overhead_s
         + cost.seq_overhead_s * seqs
         + cost.token_overhead_s * tokens
-        + cost.admit_overhead_s * shape.new_seqs
         + (cost.layers * cost.prefill_layer_overhead_s if shape.prefill_tokens and pw else 0.0)
     )
