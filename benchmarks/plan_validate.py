@@ -3,6 +3,8 @@ regression test in tests/unit/test_validate.py):
 
     .venv/bin/python benchmarks/plan_validate.py            # table + summary from the committed calibration
     .venv/bin/python benchmarks/plan_validate.py --refit    # refit all knobs and the held-out folds (minutes)
+    .venv/bin/python benchmarks/plan_validate.py --refit --only ttft. admit. pfl. --iterations 3
+                      # refit those knobs only, each table (all sources, every fold) from its committed values
     .venv/bin/python benchmarks/plan_validate.py --json out.json --quiet
 
 Every corpus point is predicted twice: with the knobs fitted on all sources ("train") and with the
@@ -40,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="write the per-point results and summary as JSON")
     ap.add_argument("--quiet", action="store_true", help="summary only")
     ap.add_argument("--jobs", type=int, default=2, help="processes fitting the held-out folds [2]")
+    ap.add_argument("--only", nargs="+", default=[], metavar="PREFIX",
+                    help="with --refit: move only the knobs with these name prefixes, each table (all sources, "
+                         "every fold) starting from the committed calibration's")
+    ap.add_argument("--iterations", type=int, default=6, help="Gauss-Newton iterations per fit [6]")
     ap.add_argument("--publish", action="store_true",
                     help="write the held-out figures into the calibration (plan's uncertainty band; --refit does)")
     args = ap.parse_args(argv)
@@ -49,9 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     pred = Predictor(points)
     if args.refit:
         log = (lambda s: print(s, file=sys.stderr, flush=True))
-        log("fitting on all sources")
-        full = fit_table(pred, sorted(pred.settings), progress=log)
-        folds = loso(pred, progress=log, jobs=args.jobs)
+        base = load_calibration(args.write) if args.only else None
+        log("fitting on all sources" + (f", only {' '.join(args.only)}" if args.only else ""))
+        full = fit_table(pred, sorted(pred.settings), iterations=args.iterations, progress=log,
+                         start=base.knobs if base else None, only=args.only)
+        folds = loso(pred, iterations=args.iterations, progress=log, jobs=args.jobs,
+                     starts=base.held_out if base else None, only=args.only)
         cal = Calibration(knobs=full, held_out=folds, corpus_digest=digest,
                           notes=f"{len(pred.settings)} expressible points of {len(points)}")
         out = Path(args.write) if args.write else Path(str(resources.files("servebench.deploy") / "calibration.yaml"))

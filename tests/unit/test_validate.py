@@ -99,6 +99,24 @@ def test_fit_recovers_a_known_memory_efficiency() -> None:
     assert got == pytest.approx(0.75 * 0.8, rel=0.08)
 
 
+def test_a_partial_fit_moves_only_the_knobs_asked_for() -> None:
+    """`fit_table(only=...)` (benchmarks/plan_validate.py --refit --only): the knobs with those prefixes
+    move from their start, every other knob keeps its start value, whatever the points would say."""
+    truth = {**DEFAULT_KNOBS, "mem.gpu.hopper": 0.8, "ttft.base": 0.05}
+    pts = [_point(id=f"c{c}", concurrency=c, num_prompts=4 * c) for c in (1, 4)]
+    gen = Predictor(pts)
+    measured = [gen.predicted(p.key, truth) for p in pts]
+    pts = [_point(id=f"c{c}", concurrency=c, num_prompts=4 * c,
+                  measured={"output_tok_s": m["tok_s"], "itl_ms_median": m["itl"], "ttft_ms_mean": m["ttft"]})
+           for c, m in zip((1, 4), measured)]
+    pred = Predictor(pts)
+    start = {**DEFAULT_KNOBS, "mem.gpu.hopper": 0.5, "ttft.base": 0.01}
+    fitted = fit_table(pred, sorted(pred.settings), iterations=4, start=start, only=("ttft.",))
+    assert fitted["mem.gpu.hopper"] == 0.5  # held, though the points say 0.8
+    assert fitted["ttft.base"] != 0.01
+    assert {k for k, v in fitted.items() if v != start.get(k)} <= {k for k in fitted if k.startswith("ttft.")}
+
+
 def test_generated_length_overrides_the_requested_one() -> None:
     """Measured output tok/s / req/s is what the requests generated: 700 of a requested 2048 (EOS, or a
     random dataset drawing up to 2048) is simulated as lengths uniform around 700."""

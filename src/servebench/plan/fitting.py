@@ -86,15 +86,24 @@ def _ridge(names: Sequence[str]) -> np.ndarray:
 
 
 def fit_table(pred: Predictor, keys: Sequence[str], *, iterations: int = 6,
-              start: Mapping[str, float] | None = None,
+              start: Mapping[str, float] | None = None, only: Sequence[str] = (),
               progress: Callable[[str], None] | None = None) -> dict[str, float]:
-    """Fit the knob table to the points `keys` (Gauss-Newton on log error + ridge, damped)."""
+    """Fit the knob table to the points `keys` (Gauss-Newton on log error + ridge, damped), from
+    `start` (else the defaults). With `only` (knob name prefixes), just those knobs move and every
+    other knob keeps its value in `start`."""
     names = _fit_names(pred, keys)
+    fixed: dict[str, float] = {}
+    if only:
+        names = [n for n in names if n.startswith(tuple(only))]
+        fixed = {k: v for k, v in (start or {}).items() if k not in names}
     x0 = np.array([math.log(_default(n)) for n in names])
     x = np.array([math.log((start or {}).get(n, _default(n))) for n in names])
 
-    def table_of(v: np.ndarray) -> dict[str, float]:
+    def fitted(v: np.ndarray) -> dict[str, float]:
         return {n: float(math.exp(val)) for n, val in zip(names, v)}
+
+    def table_of(v: np.ndarray) -> dict[str, float]:
+        return {**fixed, **fitted(v)}
 
     ridge = _ridge(names)
 
@@ -127,7 +136,7 @@ def fit_table(pred: Predictor, keys: Sequence[str], *, iterations: int = 6,
             progress(f"  iteration {it + 1}: loss {best:.3f} ({len(keys)} points, {len(names)} knobs)")
         if not improved or prev - best < _TOL * prev:
             break
-    return _with_unseen_families(table_of(x))
+    return {**fixed, **_with_unseen_families(fitted(x))}
 
 
 _FAMILY_KNOBS = ("mem.eng.", "comp.eng.", "step.eng.", "layer.eng.", "seq.eng.", "ttft.eng.", "admit.eng.", "pfl.eng.")
@@ -156,20 +165,26 @@ def _with_unseen_families(table: dict[str, float]) -> dict[str, float]:
 _FORKED: Predictor | None = None  # the predictor a forked fold worker inherits
 
 
-def _fold(args: tuple[str, list[str], int]) -> tuple[str, dict[str, float]]:
-    src, train, iterations = args
+_Task = tuple[str, list[str], int, Mapping[str, float] | None, Sequence[str]]
+
+
+def _fold(args: _Task) -> tuple[str, dict[str, float]]:
+    src, train, iterations, start, only = args
     assert _FORKED is not None
-    return src, fit_table(_FORKED, train, iterations=iterations)
+    return src, fit_table(_FORKED, train, iterations=iterations, start=start, only=only)
 
 
 def loso(pred: Predictor, *, iterations: int = 6, progress: Callable[[str], None] | None = None,
-         jobs: int = 1) -> dict[str, dict[str, float]]:
-    """Leave-one-source-out: for each source, the table fitted on every other source's points.
+         jobs: int = 1, starts: Mapping[str, Mapping[str, float]] | None = None,
+         only: Sequence[str] = ()) -> dict[str, dict[str, float]]:
+    """Leave-one-source-out: for each source, the table fitted on every other source's points, from
+    `starts[source]` (else the defaults) and, with `only`, moving just those knobs (`fit_table`).
     `jobs` > 1 fits folds in that many forked processes (the results do not depend on it)."""
     global _FORKED
     keys = sorted(pred.settings)
     sources = sorted({pred.settings[k].source for k in keys})
-    tasks = [(src, [k for k in keys if pred.settings[k].source != src], iterations) for src in sources]
+    tasks: list[_Task] = [(src, [k for k in keys if pred.settings[k].source != src], iterations,
+                           (starts or {}).get(src), only) for src in sources]
     out: dict[str, dict[str, float]] = {}
     if jobs > 1:
         import multiprocessing
@@ -184,10 +199,10 @@ def loso(pred: Predictor, *, iterations: int = 6, progress: Callable[[str], None
         finally:
             _FORKED = None
         return {src: out[src] for src in sources}
-    for src, train, _ in tasks:
+    for src, train, _, start, _ in tasks:
         if progress:
             progress(f"fold {src}: fitting on {len(train)} points")
-        out[src] = fit_table(pred, train, iterations=iterations, progress=progress)
+        out[src] = fit_table(pred, train, iterations=iterations, start=start, only=only, progress=progress)
     return out
 
 
