@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--publish", action="store_true",
                     help="write the held-out figures into the calibration (plan's uncertainty band; --refit does)")
     args = ap.parse_args(argv)
+    if args.only and not args.refit:
+        ap.error("--only chooses the knobs a refit moves: give it with --refit")
     t0 = time.perf_counter()
     points = load_corpus()
     digest = corpus_digest(corpus_files())
