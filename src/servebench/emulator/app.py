@@ -24,6 +24,7 @@ from servebench.emulator.pacing import Pacer
 from servebench.emulator.stream import Framer, Stream, plan_output
 from servebench.emulator.tokenizer import get_tokenizer
 from servebench.emulator.wire import BadRequest, ChunkTemplates, error_body
+from servebench.sim.config import FrontEnd
 from servebench.sim.engine import Engine
 from servebench.sim.profile import Profile
 from servebench.sim.request import SimRequest
@@ -63,10 +64,9 @@ class Emulator:
         rng = random.Random(seed)
         self._text_ids = [rng.choice(words) for _ in range(1 << 16)]
         self._truth: deque[Stream] = deque(maxlen=truth_limit)
-        # (conn, headers, body, chat, arrival ns, ns when the front end is done with it)
-        self._inbox: deque[tuple[HttpConn, dict[str, str], bytes, bool, int, int]] = deque()
-        self._frontend_ns = round(profile.engine.frontend_s * 1e9)
-        self._frontend_free_ns = 0
+        # (conn, headers, body, chat, arrival ns, perf_counter s when the front end is done with it)
+        self._inbox: deque[tuple[HttpConn, dict[str, str], bytes, bool, int, float]] = deque()
+        self._front = FrontEnd(profile.engine.frontend_s)
         self.metrics = Metrics()
         self._resets: list[int] = []  # POST /reset_prefix_cache: cached blocks dropped by each
         self.framer = Framer(self.tok, reasoning=profile.reasoning, created=self._created, model=self.model)
@@ -284,13 +284,12 @@ class Emulator:
         """Note the arrival now; the engine loop admits it at the first step boundary after the front end
         is done with it (see `_admit`)."""
         now = time.perf_counter_ns()
-        ready = self._frontend_free_ns = max(now, self._frontend_free_ns) + self._frontend_ns
-        self._inbox.append((conn, headers, body, chat, now, ready))
+        self._inbox.append((conn, headers, body, chat, now, self._front.reach(now * 1e-9)))
         self.pacer.wake()
 
     def _ready_in(self) -> float:
         """Seconds until the front end is done with the first request in the inbox (0: it is)."""
-        return max(0.0, (self._inbox[0][5] - time.perf_counter_ns()) * 1e-9) if self._inbox else 0.0
+        return max(0.0, self._inbox[0][5] - time.perf_counter()) if self._inbox else 0.0
 
     def _admit(self) -> None:
         """Parse, tokenize and queue the requests that arrived since the last step and that the front
@@ -302,7 +301,7 @@ class Emulator:
         boundaries anyway), rather than in the socket callbacks that run while a burst is due.
         """
         inbox = self._inbox
-        now = time.perf_counter_ns()
+        now = time.perf_counter()
         while inbox and inbox[0][5] <= now:
             conn, headers, body, chat, arrival_ns, _ = inbox.popleft()
             if conn.closed:

@@ -359,9 +359,9 @@ def _accept_len(draft: int, p: float) -> float:
 
 
 def decode_worker(cfg: EngineConfig) -> EngineConfig:
-    """A PD decode worker's engine: it computes none of the prompt (`prefill_work` 0), the request paid
-    its admission (the API server's part) once, on the prefill worker, and every arriving prompt's KV
-    fits its batch budget (it has no prompt tokens to chunk)."""
+    """A PD decode worker's engine: it computes none of the prompt (`prefill_work` 0), the request
+    passed the API server's front end once, on its way to the prefill worker, and every arriving
+    prompt's KV fits its batch budget (it has no prompt tokens to chunk)."""
     return dataclasses.replace(cfg, cost=dataclasses.replace(cfg.cost, prefill_work=0.0), frontend_s=0.0,
                                max_num_batched_tokens=max(cfg.max_num_batched_tokens,
                                                           cfg.max_num_seqs * cfg.max_model_len))

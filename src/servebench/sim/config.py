@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from servebench.sim.steptime import StepCost
 
-__all__ = ["EngineConfig"]
+__all__ = ["EngineConfig", "FrontEnd"]
 
 
 @dataclass(slots=True)
@@ -50,3 +50,18 @@ class EngineConfig:
     @property
     def kv_tokens(self) -> int:
         return self.kv_blocks * self.block_size
+
+
+@dataclass(slots=True)
+class FrontEnd:
+    """The API server's serial work per request (`EngineConfig.frontend_s`): a first-come first-served
+    queue with a fixed service time, on any clock. `sim.simulate`, `sim.disagg` and the emulator's inbox
+    pass each request through one."""
+
+    service_s: float
+    free_at: float = 0.0
+
+    def reach(self, sent_s: float) -> float:
+        """When a request sent at `sent_s` (requests given in send order) reaches the engine."""
+        self.free_at = max(self.free_at, sent_s) + self.service_s
+        return self.free_at

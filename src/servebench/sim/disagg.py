@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from servebench.sim.config import EngineConfig
+from servebench.sim.config import EngineConfig, FrontEnd
 from servebench.sim.engine import Engine
 from servebench.sim.request import SimRequest
 from servebench.sim.simulate import step_gaps, weighted_median
@@ -87,7 +87,7 @@ def simulate_disagg(prefill: EngineConfig, decode: EngineConfig, n_prefill: int,
     issued = 0
     held: list[list[SimRequest]] = [[] for _ in engines]  # closed loop: sent as the engine's step starts
     to_prefill = [0] * n  # the prefill worker each request goes to (round robin as it is sent)
-    fe_free = [0.0] * n_prefill  # when each prefill worker's front end is free (`EngineConfig.frontend_s`)
+    fronts = [FrontEnd(prefill.frontend_s) for _ in range(n_prefill)]  # each prefill worker's
 
     def push(t: float, kind: int, job: int) -> None:
         nonlocal seq
@@ -100,8 +100,7 @@ def simulate_disagg(prefill: EngineConfig, decode: EngineConfig, n_prefill: int,
         e = to_prefill[job] = rr_p % n_prefill
         rr_p += 1
         arrival[job] = t
-        fe_free[e] = max(fe_free[e], t) + prefill.frontend_s
-        push(fe_free[e], _ARRIVE, job)
+        push(fronts[e].reach(t), _ARRIVE, job)
 
     if concurrency is not None:
         for _ in range(min(concurrency, n)):

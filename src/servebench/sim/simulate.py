@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from servebench.sim.config import EngineConfig
+from servebench.sim.config import EngineConfig, FrontEnd
 from servebench.sim.engine import Engine, EngineStats
 from servebench.sim.request import SimRequest
 
@@ -123,7 +123,7 @@ def simulate(
     """
     engine = Engine(config)
     reqs = list(requests)
-    fe = config.frontend_s
+    front = FrontEnd(config.frontend_s)
     if concurrency is None:
         pending = sorted(reqs, key=lambda r: r.arrival_s)
     else:
@@ -135,17 +135,10 @@ def simulate(
     i = 0
     n = len(pending)
     now = 0.0
-    fe_free = 0.0  # when the front end is free for the next request
-    reach: list[float] = []  # open loop: when each pending request reaches the engine
-    if concurrency is None:
-        for r in pending:
-            fe_free = max(fe_free, r.arrival_s) + fe
-            reach.append(fe_free)
+    # open loop: when each pending request reaches the engine
+    reach = [front.reach(r.arrival_s) for r in pending] if concurrency is None else []
     # closed loop: (send time, time it reaches the engine) of requests the engine has not seen yet
-    sent: list[tuple[float, float]] = []
-    for _ in range(min(concurrency or 0, n)):
-        fe_free += fe
-        sent.append((0.0, fe_free))
+    sent = [(0.0, front.reach(0.0)) for _ in range(min(concurrency or 0, n))]
     while True:
         if concurrency is None:
             while i < n and reach[i] <= now:
@@ -191,9 +184,7 @@ def simulate(
         now += res.duration_s
         ends.append(now)
         if concurrency is not None:
-            for _ in range(min(len(res.finished), n - i - len(sent))):
-                fe_free = max(fe_free, now) + fe
-                sent.append((now, fe_free))
+            sent.extend((now, front.reach(now)) for _ in range(min(len(res.finished), n - i - len(sent))))
         if len(ends) >= max_steps:
             raise RuntimeError("simulation did not finish within max_steps")
     return SimRun(reqs, ends, starts, engine.stats)
