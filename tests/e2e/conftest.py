@@ -54,8 +54,10 @@ def transformers_bin() -> Path:
 
 @pytest.fixture(scope="session")
 def llama_server(llama_server_bin: Path, tiny_model: TinyModel) -> Iterator[RealServer]:
-    """llama-server with 4 slots (--parallel 4): a 5th concurrent request queues."""
-    srv = start_llama_server(llama_server_bin, tiny_model.gguf_path, parallel=4)
+    """llama-server with 4 slots (--parallel 4): a 5th concurrent request queues. One compute thread
+    (-t 1) leaves the client a core of this 2-core machine: with two, its event loop stalled 28-76 ms
+    against 0.3 ms tokens and read them in bunches (docs/metrics.md, client self-check)."""
+    srv = start_llama_server(llama_server_bin, tiny_model.gguf_path, parallel=4, threads=1)
     try:
         yield srv
     finally:
