@@ -1,7 +1,7 @@
 """Fitting the calibration knobs to the corpus, leave-one-source-out folds, and the error summary.
 
 `plan/validate.py` predicts a corpus point for a knob table; this module searches the table (a
-Gauss-Newton fit of log errors with a soft-L1 loss and a ridge towards the defaults), runs one fold per
+Gauss-Newton fit of log errors with a Cauchy loss and a ridge towards the defaults), runs one fold per
 held-out source (in worker processes), and summarises median |error| by metric, train vs held out.
 """
 
@@ -23,9 +23,11 @@ _RIDGE = 0.05  # pull of each knob's log towards its default (per knob, in squar
 # efficiency are mostly the GPU's and the kernels' (shared across engines); an engine factor moves only
 # as far as many points of that engine insist, so a source alone in its engine group cannot bend it.
 _RIDGE_ENGINE_EFF = 2.0
-# Soft-L1 loss on the log error (scipy.optimize.least_squares' 'soft_l1', scale 0.3): quadratic within
-# ~30% and linear beyond, so a handful of points the model cannot express (a 10x outlier) do not drag
-# every knob; what the validation reports is a median, which such points do not move either.
+# Cauchy loss on the log error (scipy.optimize.least_squares' 'cauchy', scale 0.3): quadratic within
+# ~30%, and a point's pull on the knobs falls again beyond it (its influence x / (1 + (x/c)^2) peaks at
+# x = c, ~35% error, is half of that at 3x and a quarter at 10x). What the validation reports is a median
+# error, which points far off do not move; with soft-L1 (linear beyond 30%, the loss until 2026-11-26)
+# each such point kept a constant pull on the knobs it shares with points the model does express.
 _LOSS_SCALE = 0.3
 _STEP_H = 0.1  # finite-difference step in log space for the Jacobian
 _LOG_BOUNDS = 3.0  # a knob moves at most e^3 ~ 20x from its default
@@ -65,10 +67,10 @@ def _default(name: str) -> float:
     return float(DEFAULT_KNOBS.get(name, 1.0))
 
 
-def _soft_l1(x: float) -> float:
-    """Signed residual whose square is the soft-L1 loss 2 c^2 (sqrt(1 + (x/c)^2) - 1)."""
+def _robust(x: float) -> float:
+    """Signed residual whose square is the Cauchy loss c^2 ln(1 + (x/c)^2) of a log error x."""
     c = _LOSS_SCALE
-    return math.copysign(math.sqrt(2.0 * c * c * (math.sqrt(1.0 + (x / c) ** 2) - 1.0)), x)
+    return math.copysign(math.sqrt(c * c * math.log1p((x / c) ** 2)), x)
 
 
 def _residuals(pred: Predictor, keys: Sequence[str], table: Mapping[str, float]) -> np.ndarray:
@@ -77,7 +79,7 @@ def _residuals(pred: Predictor, keys: Sequence[str], table: Mapping[str, float])
         got = pred.predicted(k, table)
         for m in METRICS:
             if m in got:
-                r.append(math.sqrt(_WEIGHTS[m]) * _soft_l1(math.log(max(got[m], 1e-9) / pred.measured[k][m][1])))
+                r.append(math.sqrt(_WEIGHTS[m]) * _robust(math.log(max(got[m], 1e-9) / pred.measured[k][m][1])))
     return np.asarray(r)
 
 

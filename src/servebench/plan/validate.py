@@ -17,7 +17,7 @@ tokens than asked: uniform; `plan/lengths.py`), seeded. Prefill/decode-disaggreg
 A point is *expressible* when its model, GPU, lengths and layout can be stated to the model; the
 rest are listed with the reason. Errors are (predicted - measured) / measured.
 
-The knobs (`sim/knobs.py`) are fitted by Gauss-Newton on a robust (soft-L1) log error with a ridge
+The knobs (`sim/knobs.py`) are fitted by Gauss-Newton on a robust (Cauchy) log error with a ridge
 pull towards the defaults, strong for the engine-specific efficiency factors (`fit_table`); `loso`
 refits once per source with that source's points held out and predicts them with the knobs fitted
 on the others (never on themselves). Pure: corpus and calibration files are read by the caller
