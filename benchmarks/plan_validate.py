@@ -5,6 +5,8 @@ regression test in tests/unit/test_validate.py):
     .venv/bin/python benchmarks/plan_validate.py --refit    # refit all knobs and the held-out folds (minutes)
     .venv/bin/python benchmarks/plan_validate.py --refit --only ttft. admit. pfl. --iterations 3
                       # refit those knobs only, each table (all sources, every fold) from its committed values
+    .venv/bin/python benchmarks/plan_validate.py --refit --warm --iterations 2
+                      # refit every knob, each table from its committed values (the committed calibration)
     .venv/bin/python benchmarks/plan_validate.py --json out.json --quiet
 
 Every corpus point is predicted twice: with the knobs fitted on all sources ("train") and with the
@@ -45,12 +47,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="+", default=[], metavar="PREFIX",
                     help="with --refit: move only the knobs with these name prefixes, each table (all sources, "
                          "every fold) starting from the committed calibration's")
+    ap.add_argument("--warm", action="store_true",
+                    help="with --refit: move every knob, each table starting from the committed calibration's "
+                         "(--only with the empty prefix)")
     ap.add_argument("--iterations", type=int, default=6, help="Gauss-Newton iterations per fit [6]")
     ap.add_argument("--publish", action="store_true",
                     help="write the held-out figures into the calibration (plan's uncertainty band; --refit does)")
     args = ap.parse_args(argv)
-    if args.only and not args.refit:
-        ap.error("--only chooses the knobs a refit moves: give it with --refit")
+    if (args.only or args.warm) and not args.refit:
+        ap.error("--only and --warm choose how a refit starts and what it moves: give them with --refit")
+    if args.only and args.warm:
+        ap.error("--warm moves every knob and --only some of them: give one")
+    if args.warm:
+        args.only = [""]  # every knob name starts with the empty prefix
     t0 = time.perf_counter()
     points = load_corpus()
     digest = corpus_digest(corpus_files())
