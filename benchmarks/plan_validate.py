@@ -118,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"held-out by source {ho['median_abs_error']:.1%} (n={ho['n']}; bound {BOUNDS[m]:.0%})")
         ok &= ho["median_abs_error"] <= BOUNDS[m]
         print(line)
+        if ho.get("interval_90_over_folds"):
+            lo, hi = ho["interval_90_over_folds"]
+            print(f"{'':13} held out, 90% of medians over resampled folds: {lo:.1%}-{hi:.1%}")
     print(f"({time.perf_counter() - t0:.1f} s) {'within the bounds' if ok else 'OUTSIDE the bounds'}")
     if args.refit or args.publish:
         ho_sum = summary["held_out"]  # type: ignore[index]

@@ -120,6 +120,32 @@ def test_a_point_far_off_hardly_pulls_the_fit() -> None:
     assert fitted["mem.gpu.hopper"] == pytest.approx(0.8, rel=0.03)
 
 
+def test_the_held_out_median_carries_its_interval_over_resampled_folds() -> None:
+    """`fold_interval`: two folds whose points are 10% and 30% off. Resampling two folds with
+    replacement gives medians 10% (A, A), 20% (A, B) and 30% (B, B), so the 90% interval is
+    10%-30%; one fold alone has no spread; it is seeded (the same interval every run)."""
+    from servebench.plan.corpus import Source
+    from servebench.plan.fitting import fold_interval
+    from servebench.plan.validate import PointResult
+
+    def results(src: Source, err: float, n: int) -> list[PointResult]:
+        return [PointResult(_point(source=src, id=f"{src.id}{i}"), {"tok_s": ("output_tok_s", 100.0)},
+                            {"tok_s": 100.0 * (1 + err)}) for i in range(n)]
+
+    a = Source(id="a", title="a", url="https://example.org/a", publisher="p", date="2025", kind="test")
+    b = Source(id="b", title="b", url="https://example.org/b", publisher="q", date="2025", kind="test")
+    both = results(a, 0.1, 5) + results(b, -0.3, 5)
+    lo, hi = fold_interval(both, "tok_s")
+    assert (lo, hi) == (pytest.approx(0.1), pytest.approx(0.3))
+    assert fold_interval(both, "tok_s") == (lo, hi)
+    assert fold_interval(results(a, 0.1, 5), "tok_s") == (pytest.approx(0.1), pytest.approx(0.1))
+    assert fold_interval(both, "itl") is None
+    # a group is one fold: the two documents of one publisher's group resample together
+    grouped = results(a, 0.1, 5) + results(Source(id="c", title="c", url="https://example.org/c", publisher="p",
+                                                  date="2025", kind="test", group="a"), -0.3, 5)
+    assert fold_interval(grouped, "tok_s") == (pytest.approx(0.2), pytest.approx(0.2))
+
+
 def test_a_partial_fit_moves_only_the_knobs_asked_for() -> None:
     """`fit_table(only=...)` (benchmarks/plan_validate.py --refit --only): the knobs with those prefixes
     move from their start, every other knob keeps its start value, whatever the points would say."""
