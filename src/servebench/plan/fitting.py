@@ -8,6 +8,7 @@ held-out source (in worker processes), and summarises median |error| by metric, 
 from __future__ import annotations
 
 import math
+import random
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -220,8 +221,6 @@ def fold_interval(results: Iterable[PointResult], metric: str, *, level: float =
     interval of the median over `draws` resamples of the folds, with replacement, each drawn fold
     bringing all its points (a bootstrap over folds, the unit the held-out error generalises over;
     seeded, so the figure is reproducible). None without points."""
-    import random
-
     by_fold: dict[str, list[float]] = {}
     for r in results:
         if (e := r.error(metric)) is not None:
