@@ -51,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --refit: move every knob, each table starting from the committed calibration's "
                          "(--only with the empty prefix)")
     ap.add_argument("--iterations", type=int, default=6, help="Gauss-Newton iterations per fit [6]")
+    ap.add_argument("--tol", type=float, default=0.01,
+                    help="with --refit: a fit stops after an iteration that improves its loss by less than this "
+                         "share of it [0.01]")
     ap.add_argument("--publish", action="store_true",
                     help="write the held-out figures into the calibration (plan's uncertainty band; --refit does)")
     args = ap.parse_args(argv)
@@ -69,9 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         base = load_calibration(args.write) if args.only else None
         log("fitting on all sources" + (f", only {' '.join(args.only)}" if args.only else ""))
         full = fit_table(pred, sorted(pred.settings), iterations=args.iterations, progress=log,
-                         start=base.knobs if base else None, only=args.only)
+                         start=base.knobs if base else None, only=args.only, tol=args.tol)
         folds = loso(pred, iterations=args.iterations, progress=log, jobs=args.jobs,
-                     starts=base.held_out if base else None, only=args.only)
+                     starts=base.held_out if base else None, only=args.only, tol=args.tol)
         cal = Calibration(knobs=full, held_out=folds, corpus_digest=digest,
                           notes=f"{len(pred.settings)} expressible points of {len(points)}")
         out = Path(args.write) if args.write else Path(str(resources.files("servebench.deploy") / "calibration.yaml"))

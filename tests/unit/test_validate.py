@@ -120,6 +120,23 @@ def test_a_point_far_off_hardly_pulls_the_fit() -> None:
     assert fitted["mem.gpu.hopper"] == pytest.approx(0.8, rel=0.03)
 
 
+def test_the_fit_stops_on_its_tolerance() -> None:
+    """`fit_table(tol=...)` (plan_validate.py --tol): a fit stops after the first iteration that improves
+    its loss by less than `tol` of it. With tol 1 no iteration improves that much (the loss stays >= 0),
+    so the fit is one step; with the default (1%) it runs on towards the truth and lands nearer it."""
+    pred = _predictor_measuring({**DEFAULT_KNOBS, "mem.gpu.hopper": 0.8})
+    start = {**DEFAULT_KNOBS, "mem.gpu.hopper": 0.3}
+    steps: list[str] = []
+    one = fit_table(pred, sorted(pred.settings), iterations=8, start=start, only=("mem.gpu.hopper",), tol=1.0,
+                    progress=steps.append)
+    assert len(steps) == 1
+    steps.clear()
+    more = fit_table(pred, sorted(pred.settings), iterations=8, start=start, only=("mem.gpu.hopper",),
+                     progress=steps.append)
+    assert len(steps) > 1
+    assert abs(more["mem.gpu.hopper"] - 0.8) < abs(one["mem.gpu.hopper"] - 0.8)
+
+
 def test_the_held_out_median_carries_its_interval_over_resampled_folds() -> None:
     """`fold_interval`: two folds whose points are 10% and 30% off. Resampling two folds with
     replacement gives medians 10% (A, A), 20% (A, B) and 30% (B, B), so the 90% interval is

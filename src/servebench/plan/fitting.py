@@ -90,10 +90,11 @@ def _ridge(names: Sequence[str]) -> np.ndarray:
 
 def fit_table(pred: Predictor, keys: Sequence[str], *, iterations: int = 6,
               start: Mapping[str, float] | None = None, only: Sequence[str] = (),
-              progress: Callable[[str], None] | None = None) -> dict[str, float]:
+              progress: Callable[[str], None] | None = None, tol: float = _TOL) -> dict[str, float]:
     """Fit the knob table to the points `keys` (Gauss-Newton on log error + ridge, damped), from
     `start` (else the defaults). With `only` (knob name prefixes), just those knobs move and every
-    other knob keeps its value in `start`."""
+    other knob keeps its value in `start`. Stops after `iterations`, or after an iteration that
+    improves the loss by less than `tol` of it."""
     names = _fit_names(pred, keys)
     fixed: dict[str, float] = {}
     if only:
@@ -137,7 +138,7 @@ def fit_table(pred: Predictor, keys: Sequence[str], *, iterations: int = 6,
             lam *= 4
         if progress:
             progress(f"  iteration {it + 1}: loss {best:.3f} ({len(keys)} points, {len(names)} knobs)")
-        if not improved or prev - best < _TOL * prev:
+        if not improved or prev - best < tol * prev:
             break
     return {**fixed, **_with_unseen_families(fitted(x))}
 
@@ -168,18 +169,18 @@ def _with_unseen_families(table: dict[str, float]) -> dict[str, float]:
 _FORKED: Predictor | None = None  # the predictor a forked fold worker inherits
 
 
-_Task = tuple[str, list[str], int, Mapping[str, float] | None, Sequence[str]]
+_Task = tuple[str, list[str], int, Mapping[str, float] | None, Sequence[str], float]
 
 
 def _fold(args: _Task) -> tuple[str, dict[str, float]]:
-    src, train, iterations, start, only = args
+    src, train, iterations, start, only, tol = args
     assert _FORKED is not None
-    return src, fit_table(_FORKED, train, iterations=iterations, start=start, only=only)
+    return src, fit_table(_FORKED, train, iterations=iterations, start=start, only=only, tol=tol)
 
 
 def loso(pred: Predictor, *, iterations: int = 6, progress: Callable[[str], None] | None = None,
          jobs: int = 1, starts: Mapping[str, Mapping[str, float]] | None = None,
-         only: Sequence[str] = ()) -> dict[str, dict[str, float]]:
+         only: Sequence[str] = (), tol: float = _TOL) -> dict[str, dict[str, float]]:
     """Leave-one-source-out: for each source, the table fitted on every other source's points, from
     `starts[source]` (else the defaults) and, with `only`, moving just those knobs (`fit_table`).
     `jobs` > 1 fits folds in that many forked processes (the results do not depend on it)."""
@@ -187,7 +188,7 @@ def loso(pred: Predictor, *, iterations: int = 6, progress: Callable[[str], None
     keys = sorted(pred.settings)
     sources = sorted({pred.settings[k].source for k in keys})
     tasks: list[_Task] = [(src, [k for k in keys if pred.settings[k].source != src], iterations,
-                           (starts or {}).get(src), only) for src in sources]
+                           (starts or {}).get(src), only, tol) for src in sources]
     out: dict[str, dict[str, float]] = {}
     if jobs > 1:
         import multiprocessing
@@ -202,10 +203,11 @@ def loso(pred: Predictor, *, iterations: int = 6, progress: Callable[[str], None
         finally:
             _FORKED = None
         return {src: out[src] for src in sources}
-    for src, train, _, start, _ in tasks:
+    for src, train, _, start, _, _ in tasks:
         if progress:
             progress(f"fold {src}: fitting on {len(train)} points")
-        out[src] = fit_table(pred, train, iterations=iterations, start=start, only=only, progress=progress)
+        out[src] = fit_table(pred, train, iterations=iterations, start=start, only=only, progress=progress,
+                             tol=tol)
     return out
 
 
