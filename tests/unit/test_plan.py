@@ -116,7 +116,7 @@ def test_whatif_ttft_carries_the_first_token_latency_as_the_validation_does() ->
 
 
 @pytest.mark.xfail(strict=True, reason="regressed with the 580-point refit (171d9e8; 635, +2%, before) and "
-                                        "the 594-point ones: 762 predicted vs ~620 measured (+23%). The fit of "
+                                        "the 594-point ones: 765 predicted vs ~620 measured (+23%). The fit of "
                                         "c=1-15 is as good from any start (rms log error 0.125-0.139), and the "
                                         "per-sequence overhead or first-token constant hardly move c=100: it is "
                                         "the model's MoE decode extrapolation (experts touched under uniform "
