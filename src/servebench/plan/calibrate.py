@@ -33,6 +33,12 @@ class MeasuredPoint:
     output_tokens_per_s: float | None  # None: a point that measured only latency
     itl_ms: float | None = None  # median inter-token latency
     ttft_ms: float | None = None  # median time to first token
+    # a lower bound on the median TTFT, for a report such as "the first token does not appear until after
+    # 1 second": the fit pays only for a simulated TTFT below it
+    ttft_ms_at_least: float | None = None
+
+    def measures_something(self) -> bool:
+        return bool(self.output_tokens_per_s or self.itl_ms or self.ttft_ms or self.ttft_ms_at_least)
 
 
 # first_token_s stays the fitted table's: free, it trades against compute efficiency through TTFT (on the
@@ -60,6 +66,8 @@ def _loss(dep: Deployment, cal: StepKnobs, pts: Sequence[MeasuredPoint], prior: 
             total += math.log(sim.itl_ms_p50 / p.itl_ms) ** 2
         if p.ttft_ms:
             total += math.log(sim.ttft_ms_p50 / p.ttft_ms) ** 2
+        if p.ttft_ms_at_least and sim.ttft_ms_p50 < p.ttft_ms_at_least:
+            total += math.log(sim.ttft_ms_p50 / p.ttft_ms_at_least) ** 2
     return total
 
 
@@ -73,6 +81,10 @@ def calibrate(dep: Deployment, points: Sequence[MeasuredPoint], *, start: StepKn
     the fitted table) is also the prior for compute efficiency. Returns the knobs and a report."""
     if not points:
         raise ConfigError("calibration needs at least one measured point")
+    for p in points:
+        if not p.measures_something():
+            raise ConfigError(f"the point at concurrency {p.concurrency} measures nothing: give output tok/s, ITL, "
+                              "TTFT or a TTFT lower bound")
     start = start or dep.knobs()
     best, best_loss, evals = start, _loss(dep, start, points, start), 1
     for factor in (4.0, 2.0, 1.4, 1.15, 1.05):
@@ -101,6 +113,8 @@ def calibrate(dep: Deployment, points: Sequence[MeasuredPoint], *, start: StepKn
         tput = (f"{sim.output_tokens_per_s:.0f} vs measured {p.output_tokens_per_s:.0f} output tok/s"
                 if p.output_tokens_per_s else f"{sim.output_tokens_per_s:.0f} output tok/s (not measured)")
         ttft = f", TTFT {sim.ttft_ms_p50:.0f} ms vs {p.ttft_ms:.0f}" if p.ttft_ms else ""
+        if p.ttft_ms_at_least:
+            ttft += f", TTFT {sim.ttft_ms_p50:.0f} ms vs at least {p.ttft_ms_at_least:.0f}"
         lines.append(f"  c={p.concurrency}: {tput}{itl}{ttft}")
     return best, "\n".join(lines)
 
@@ -110,10 +124,14 @@ def _median(summary: dict[str, Any], metric: str) -> float | None:
     return float(v) if v else None
 
 
+def _opt(row: dict[str, Any], key: str) -> float | None:
+    return float(row[key]) if row.get(key) else None
+
+
 def load_measurements(path: str | Path) -> list[MeasuredPoint]:
     """I/O edge: measured points from servebench result dirs (every summary.json below `path`) or from a
-    YAML/JSON file: a list (or {points: [...]}) of {concurrency, input_len, output_len,
-    output_tokens_per_s, itl_ms}."""
+    YAML/JSON file: a list (or {points: [...]}) of {concurrency, input_len, output_len, and any of
+    output_tokens_per_s, itl_ms, ttft_ms, ttft_ms_at_least}."""
     p = Path(path)
     pts: list[MeasuredPoint] = []
     try:
@@ -129,11 +147,14 @@ def load_measurements(path: str | Path) -> list[MeasuredPoint]:
             data = yaml.safe_load(p.read_text(encoding="utf-8"))
             rows = data.get("points", []) if isinstance(data, dict) else data
             for r in rows or []:
-                pts.append(MeasuredPoint(concurrency=int(r["concurrency"]), input_len=int(r["input_len"]),
-                                         output_len=int(r["output_len"]),
-                                         output_tokens_per_s=float(r["output_tokens_per_s"]),
-                                         itl_ms=float(r["itl_ms"]) if r.get("itl_ms") else None,
-                                         ttft_ms=float(r["ttft_ms"]) if r.get("ttft_ms") else None))
+                pt = MeasuredPoint(concurrency=int(r["concurrency"]), input_len=int(r["input_len"]),
+                                   output_len=int(r["output_len"]), output_tokens_per_s=_opt(r, "output_tokens_per_s"),
+                                   itl_ms=_opt(r, "itl_ms"), ttft_ms=_opt(r, "ttft_ms"),
+                                   ttft_ms_at_least=_opt(r, "ttft_ms_at_least"))
+                if not pt.measures_something():
+                    raise ValueError(f"the point {r} measures nothing (give output_tokens_per_s, itl_ms, ttft_ms "
+                                     "or ttft_ms_at_least)")
+                pts.append(pt)
     except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as exc:
         raise ConfigError(f"cannot read measurements from {p}: {exc}") from exc
     if not pts:
