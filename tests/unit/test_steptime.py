@@ -108,3 +108,32 @@ def test_a_prompt_step_pays_its_layers_launch_cost_once() -> None:
         assert step_time_s(c, shape) == pytest.approx(step_time_s(base, shape) + 32 * 5e-4)
     dec = dataclasses.replace(c, prefill_work=0.0)
     assert step_time_s(dec, many) == pytest.approx(step_time_s(dataclasses.replace(base, prefill_work=0.0), many))
+
+
+def test_collectives_that_span_nodes_pay_the_internode_latency() -> None:
+    """TP16 over two nodes of 8: every TP all-reduce crosses the network and pays
+    `internode_collective_s` (comm.latency_s.internode, prior 22 us) instead of the intra-node
+    latency; TP8 in one node has none such, and 0 falls back to the intra-node latency."""
+    import dataclasses
+
+    from servebench.sim.catalog import get_gpu, get_model
+    from servebench.sim.knobs import DEFAULT_KNOBS, resolve_knobs
+    from servebench.sim.memory import Layout
+    from servebench.sim.profile import internode_collectives, step_cost
+
+    r1 = get_model("DeepSeek-R1")
+    two = Layout(gpu=get_gpu("h100"), gpus_per_node=8, nodes=2, tp=16, quant="fp8")
+    one = Layout(gpu=get_gpu("h200"), gpus_per_node=8, nodes=1, tp=8, quant="fp8")
+    assert internode_collectives(r1, two) == 2 * r1.layers
+    assert internode_collectives(r1, one) == 0
+    knobs = resolve_knobs(DEFAULT_KNOBS, "sglang", "hopper", "mla-moe")
+    assert knobs.internode_collective_s == pytest.approx(22e-6)
+    cost = step_cost(r1, two, knobs, engine="sglang")
+    assert cost.collectives == cost.internode_collectives == 2 * r1.layers
+    decode = StepShape(decode_seqs=1, decode_ctx_tokens=200)
+    slower = dataclasses.replace(cost, internode_collective_s=cost.internode_collective_s + 50e-6)
+    assert step_time_s(slower, decode) - step_time_s(cost, decode) == pytest.approx(2 * r1.layers * 50e-6)
+    unset = dataclasses.replace(cost, internode_collective_s=0.0)
+    same = dataclasses.replace(cost, internode_collective_s=cost.collective_s)
+    assert step_time_s(unset, decode) == pytest.approx(step_time_s(same, decode))
+    assert step_cost(r1, one, knobs, engine="sglang").internode_collectives == 0

@@ -47,6 +47,8 @@ def _fit_names(pred: Predictor, keys: Sequence[str]) -> list[str]:
             names.add("spec.accept")
         if s.base.cost.comm_bytes_per_token or s.base.cost.collectives:
             names.update(("comm.eff", "comm.latency_s", f"comm.gpu.{s.generation}"))
+        if s.base.cost.internode_collectives:
+            names.add("comm.latency_s.internode")
         if s.base.cost.comm_bytes_per_token:
             names.update(("comm.prefill", f"comm.prefill.gpu.{s.generation}"))
         if s.served:

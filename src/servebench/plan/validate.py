@@ -340,6 +340,7 @@ def _engine_for(s: Setting, k: StepKnobs) -> EngineConfig:
         step_overhead_s=k.step_overhead_s, layer_overhead_s=k.layer_overhead_s, seq_overhead_s=k.seq_overhead_s,
         prefill_layer_overhead_s=k.prefill_layer_overhead_s,
         comm_bytes_per_s=s.comm_intra_bytes_per_s * k.comm_efficiency, collective_s=k.collective_s,
+        internode_collective_s=k.internode_collective_s,
         comm_prefill_bytes_per_s=s.comm_intra_bytes_per_s * k.comm_prefill_efficiency)
     # one API server in front of the DP ranks: each replica's share of the requests passes a front end
     # that serves them all (Deployment.engine_config does the same)
@@ -440,6 +441,8 @@ def _sim_knobs(s: Setting, k: StepKnobs) -> StepKnobs:
         rep["frontend_s"] = 0.0
     if not s.base.cost.collectives:
         rep["collective_s"] = 0.0
+    if not s.base.cost.internode_collectives:
+        rep["internode_collective_s"] = 0.0
     return dataclasses.replace(k, **rep)
 
 

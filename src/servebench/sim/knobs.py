@@ -37,6 +37,10 @@ fit has not seen falls back to the base (factor 1)::
                                                first-come first-served queue with this service time
                                                (`EngineConfig.frontend_s`); served points only)
     collective_s       = comm.latency_s       (fixed cost of one collective, per call)
+    internode_collective_s = comm.latency_s.internode
+                                              (the same for a collective that spans nodes: TP wider
+                                               than a node; prior 22 us, NCCL's small all-reduce
+                                               over InfiniBand, sim/steptime.py)
     mtp_accept         = spec.accept          (chance a draft token is accepted; DeepSeek-V3 report: 0.85-0.9)
     first_token_s      = ttft.base * ttft.eng.<family>
                                               (added to every request's TTFT: the API server's path around the
@@ -97,6 +101,7 @@ DEFAULT_KNOBS: Mapping[str, float] = {
     "comm.eff": 0.7,
     "comm.prefill": 0.45,
     "comm.latency_s": 10e-6,
+    "comm.latency_s.internode": 22e-6,
     "spec.accept": 0.85,
 }
 
@@ -117,6 +122,7 @@ class StepKnobs:
     frontend_s: float = 0.0
     comm_prefill_efficiency: float = 0.0  # 0: prompt tokens' collectives at comm_efficiency
     prefill_layer_overhead_s: float = 0.0  # per layer, on a step with prompt tokens
+    internode_collective_s: float = 0.0  # a collective spanning nodes (0: collective_s)
 
 
 # The release a deployment's engine name stands for when no version is given (plan, the emulator):
@@ -194,7 +200,7 @@ def knob_names_for(family: str, generation: str, arch: str) -> tuple[str, ...]:
             *((f"layer.arch.{arch}",) if arch != "dense" else ()),
             f"pfl.eng.{family}", *((f"pfl.arch.{arch}",) if arch != "dense" else ()),
             f"seq.eng.{family}", "ttft.base", f"ttft.eng.{family}", f"admit.eng.{family}",
-            "comm.eff", f"comm.gpu.{generation}", "comm.latency_s", "comm.prefill",
+            "comm.eff", f"comm.gpu.{generation}", "comm.latency_s", "comm.latency_s.internode", "comm.prefill",
             f"comm.prefill.gpu.{generation}", "spec.accept")
 
 
@@ -222,6 +228,7 @@ def resolve_knobs(table: Mapping[str, float], family: str, generation: str, arch
         comm_prefill_efficiency=_clip(get("comm.prefill") * get(f"comm.prefill.gpu.{generation}"), 0.02, 1.0),
         frontend_s=get(f"admit.eng.{family}", 2e-3),
         collective_s=get("comm.latency_s"),
+        internode_collective_s=get("comm.latency_s.internode"),
         mtp_accept=_clip(get("spec.accept"), 0.0, 0.99),
     )
 

@@ -31,9 +31,10 @@ from servebench.sim.memory import Layout
 from servebench.sim.steptime import StepCost
 
 __all__ = ["Profile", "profile_from_dict", "profile_with_engine", "step_cost", "comm_terms", "compute_peak",
-           "IB_BYTES_PER_S"]
+           "IB_BYTES_PER_S", "internode_collectives"]
 
 _COST_FIELDS = frozenset(f.name for f in fields(StepCost))
+_INT_COST_FIELDS = frozenset({"n_experts", "experts_per_token", "layers", "collectives", "internode_collectives"})
 
 
 @dataclass(slots=True)
@@ -112,6 +113,13 @@ def comm_terms(model: ModelSpec, layout: Layout) -> tuple[float, int, float]:
     return comm_bytes, collectives, moe_mult
 
 
+def internode_collectives(model: ModelSpec, layout: Layout) -> int:
+    """Of `comm_terms`' collective calls per step, those that span nodes: every TP all-reduce when the
+    TP group is wider than a node. (DP attention's all-to-all across nodes keeps the intra-node
+    latency: DeepEP's kernels are not NCCL's all-reduce, and no figure here prices them.)"""
+    return 2 * model.layers if layout.tp > layout.gpus_per_node else 0
+
+
 def step_cost(model: ModelSpec, layout: Layout, knobs: StepKnobs, *, engine: str = "vllm") -> StepCost:
     """Step-cost coefficients of one deployment: weights, KV and FLOPs per GPU from the catalogue and
     the memory model, efficiencies and overheads from `knobs`."""
@@ -155,6 +163,8 @@ def step_cost(model: ModelSpec, layout: Layout, knobs: StepKnobs, *, engine: str
         else 0.0,
         collectives=collectives,
         collective_s=knobs.collective_s,
+        internode_collectives=internode_collectives(model, layout),
+        internode_collective_s=knobs.internode_collective_s,
         moe_token_multiplier=moe_mult,
     )
 
@@ -163,7 +173,7 @@ def _cost_values(raw: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in raw.items():
         if k in _COST_FIELDS:
-            out[k] = int(v) if k in ("n_experts", "experts_per_token", "layers") else float(v)
+            out[k] = int(v) if k in _INT_COST_FIELDS else float(v)
     return out
 
 

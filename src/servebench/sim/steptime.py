@@ -30,6 +30,12 @@ Communication (tensor parallelism, expert parallelism), added after the roofline
 
     comm_s = tokens * comm_bytes_per_token / comm_bytes_per_s + collectives * collective_s
 
+A collective that spans nodes (tensor parallelism wider than one node) pays `internode_collective_s`
+instead: NCCL's small all-reduce across InfiniBand takes ~20-26 us (nccl-tests issue 150: 19-20 us
+for 8 bytes between two A100 nodes on HDR; NCCL issue 1453: NCCL's own estimate of 25.9 us for a
+4 KB all-reduce on an H100 cluster) where within a node the engines' custom all-reduce kernels
+take a few microseconds.
+
 `comm_bytes_per_token` is what one GPU sends per token per step: a ring all-reduce of an M-byte
 message moves 2 (n - 1) / n * M bytes per rank (Patarasuk & Yuan 2009; NCCL's "bus bandwidth"
 definition in nccl-tests PERFORMANCE.md), two all-reduces of `hidden` BF16 values per layer under
@@ -89,6 +95,8 @@ class StepCost:
     comm_prefill_bytes_per_s: float = 0.0  # the same for prompt tokens' large messages (0: comm_bytes_per_s)
     collectives: int = 0  # collective calls per step
     collective_s: float = 0.0  # fixed latency of one collective call
+    internode_collectives: int = 0  # of `collectives`, the calls that span nodes (TP wider than a node)
+    internode_collective_s: float = 0.0  # their latency (0: collective_s)
     moe_token_multiplier: float = 1.0  # EP across DP-attention ranks: expert-side tokens per local token
     decode_tokens_per_seq: float = 1.0  # speculative decoding: tokens verified per decoding sequence
     prefill_work: float = 1.0  # share of the prompt's compute done here (0: a PD decode worker)
@@ -138,7 +146,8 @@ def step_time_s(cost: StepCost, shape: StepShape) -> float:
     return (
         (mem_s if mem_s > compute_s else compute_s)
         + comm_s
-        + cost.collectives * cost.collective_s
+        + (cost.collectives - cost.internode_collectives) * cost.collective_s
+        + cost.internode_collectives * (cost.internode_collective_s or cost.collective_s)
         + cost.step_overhead_s
         + cost.layers * cost.layer_overhead_s
         + cost.seq_overhead_s * seqs
