@@ -98,14 +98,14 @@ def comm_terms(model: ModelSpec, layout: Layout) -> tuple[float, int, float]:
     g = min(layout.gpus_per_node, tp * dp) if tp * dp > 1 else 1
     comm_bytes, collectives, moe_mult = 0.0, 0, 1.0
     if tp > 1:
-        m = 2 * model.layers * model.hidden * 2.0  # bytes all-reduced per token per step
-        if tp <= layout.gpus_per_node:
+        m = _tp_all_reduces(model) * model.hidden * 2.0  # bytes all-reduced per token per step
+        if not _tp_spans_nodes(layout):
             comm_bytes += m * 2 * (tp - 1) / tp
         else:
             nodes = math.ceil(tp / g)
             comm_bytes += m * 2 * (g - 1) / g + (
                 m / g * 2 * (nodes - 1) / nodes * layout.gpu.interconnect_bytes_per_s / IB_BYTES_PER_S)
-        collectives += 2 * model.layers
+        collectives += _tp_all_reduces(model)
     if dp > 1 and ep > 1 and model.is_moe:
         comm_bytes += model.moe_layers * model.experts_per_token * model.hidden * 3.0 * (ep - 1) / ep
         collectives += 2 * model.moe_layers
@@ -117,7 +117,16 @@ def internode_collectives(model: ModelSpec, layout: Layout) -> int:
     """Of `comm_terms`' collective calls per step, those that span nodes: every TP all-reduce when the
     TP group is wider than a node. (DP attention's all-to-all across nodes keeps the intra-node
     latency: DeepEP's kernels are not NCCL's all-reduce, and no figure here prices them.)"""
-    return 2 * model.layers if layout.tp > layout.gpus_per_node else 0
+    return _tp_all_reduces(model) if layout.tp > 1 and _tp_spans_nodes(layout) else 0
+
+
+def _tp_all_reduces(model: ModelSpec) -> int:
+    """TP all-reduces per step: two per layer, after attention and after the MLP (Megatron-style)."""
+    return 2 * model.layers
+
+
+def _tp_spans_nodes(layout: Layout) -> bool:
+    return layout.tp > layout.gpus_per_node
 
 
 def step_cost(model: ModelSpec, layout: Layout, knobs: StepKnobs, *, engine: str = "vllm") -> StepCost:
