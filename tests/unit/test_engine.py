@@ -333,10 +333,11 @@ def test_sequence_overhead_blocks_limit_how_many_run() -> None:
         Engine(config(kv_blocks=40, seq_overhead_blocks=38)).add(SimRequest(0, 48, 8))
 
 
-def test_a_burst_passes_the_front_end_one_request_at_a_time() -> None:
-    """1,000 short requests sent at once (a GPUStack-style burst) through a front end of 1 ms each:
-    the k-th reaches the engine no earlier than (k + 1) ms, TTFT counts from the send, and the steps
-    cost what they cost without a front end (it is not on the engine's loop)."""
+def test_a_burst_shares_the_front_end_and_reaches_the_engine_together() -> None:
+    """1,000 short requests sent at once (a GPUStack-style burst) through a front end of 1 ms each,
+    which they share (processor sharing): none reaches the engine before 1,000 x 1 ms, so no first
+    token comes before 1 s and the run is longer by the whole 1 s (the engine waits meanwhile); TTFT
+    counts from the send, and the steps cost what they cost without a front end."""
     import dataclasses
 
     free = config(max_num_seqs=256, max_num_batched_tokens=8192)
@@ -347,17 +348,16 @@ def test_a_burst_passes_the_front_end_one_request_at_a_time() -> None:
         runs.append((simulate(cfg, reqs), reqs))
     (r0, q0), (r1, q1) = runs
     assert all(r.arrival_s == 0.0 for r in q1)
-    assert all(r.first_scheduled_s >= (k + 1) * 1e-3 - 1e-12 for k, r in enumerate(q1))
-    assert r1.duration_s >= 1.0 and r1.first_token_s(q1[-1]) >= 1.0
-    assert median_ttft(r1, q1) > median_ttft(r0, q0)
-    # the front end works while the engine steps: the run is not longer by the front end's whole 1 s
-    assert r1.duration_s < r0.duration_s + 0.5
+    assert all(r.first_scheduled_s >= 1.0 - 1e-9 for r in q1)
+    assert min(r1.first_token_s(r) for r in q1) >= 1.0
+    assert median_ttft(r1, q1) == pytest.approx(median_ttft(r0, q0) + 1.0)
+    assert r1.duration_s == pytest.approx(r0.duration_s + 1.0)
 
 
 def test_closed_loop_requests_pass_the_front_end() -> None:
-    """Closed loop with a front end: the first wave reaches the engine one service time apart, a
-    successor reaches it a service time after its send (the front end being idle), and the decode
-    fast path gives the same steps."""
+    """Closed loop with a front end: the first wave of four shares it and reaches the engine after four
+    service times, a successor reaches it a service time after its send (the front end being idle),
+    and the decode fast path gives the same steps."""
     import dataclasses
 
     cfg = dataclasses.replace(config(max_num_seqs=8, kv_blocks=200), frontend_s=2e-3)
@@ -367,7 +367,7 @@ def test_closed_loop_requests_pass_the_front_end() -> None:
         runs.append((simulate(cfg, reqs, concurrency=4, fast=fast), reqs))
     (run, reqs), (slow, _) = runs
     assert run.step_end_s == slow.step_end_s
-    assert [r.first_scheduled_s >= (k + 1) * 2e-3 - 1e-12 for k, r in enumerate(reqs[:4])] == [True] * 4
+    assert all(r.first_scheduled_s >= 4 * 2e-3 - 1e-12 for r in reqs[:4])
     succ = reqs[4]
     sent = run.step_end_s[reqs[0].finish_step]
     assert succ.arrival_s == sent and succ.first_scheduled_s >= sent + 2e-3

@@ -307,11 +307,12 @@ def test_committed_calibration_matches_the_corpus(validation: tuple[Predictor, C
 
 # Held-out figures of the committed calibration (benchmarks/plan_validate.py, 594 points from 34
 # documents in 22 folds -- a fold is a document or a `group:` of one publisher's documents run with one
-# harness --, 539 expressible): output tok/s 18.8%, ITL 25.25%, TTFT 37.4% (with the inter-node
-# collective latency; 19.2% / 25.3% / 37.6% before it, the Cauchy loss run to convergence; 20.8% /
-# 24.8% / 36.9% with soft-L1). A refit must not make them worse than these ceilings (the figures +
-# ~0.5 point; output tok/s at its bound).
-NO_REGRESSION = {"tok_s": 0.20, "itl": 0.257, "ttft": 0.379}
+# harness --, 539 expressible): output tok/s 18.7%, ITL 25.1%, TTFT 32.2% (the API server's front end
+# shared by the requests inside it, on the inter-node latency's tables; 18.8% / 25.25% / 37.4% with a
+# first-come first-served front end; 19.2% / 25.3% / 37.6% before the inter-node latency). A refit or
+# a change to the model must not make them worse than these ceilings (the figures + ~0.5 point;
+# output tok/s at its bound).
+NO_REGRESSION = {"tok_s": 0.20, "itl": 0.256, "ttft": 0.327}
 
 
 def _held_out(validation: tuple[Predictor, Calibration]) -> dict[str, float]:
@@ -338,7 +339,7 @@ def test_held_out_error_does_not_regress(validation: tuple[Predictor, Calibratio
         assert got[m] <= NO_REGRESSION[m], f"{m}: held-out median |error| {got[m]:.1%} > {NO_REGRESSION[m]:.0%}"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13 bounds not met (held-out 18.8% / 25.25% / 37.4% on 539 of 594 "
+@pytest.mark.xfail(strict=True, reason="issue 13 bounds not met (held-out 18.7% / 25.1% / 32.2% on 539 of 594 "
                                         "points: ITL and TTFT over); see docs/plan.md")
 def test_held_out_error_within_the_issue_bounds(validation: tuple[Predictor, Calibration]) -> None:
     got = _held_out(validation)
@@ -660,8 +661,8 @@ def test_a_batch_beyond_the_cuda_graphs_is_refused() -> None:
 def test_a_disaggregated_request_passes_one_front_end(validation: tuple[Predictor, Calibration]) -> None:
     """A PD request passes the API server's front end once, on its way to its prefill worker: the decode
     worker's engine computes none of the prompt and has no front end; a request's first token is
-    later by the front end's time, and in a burst the k-th request reaches its prefill worker k
-    service times after the send."""
+    later by the front end's time, and a burst of five shares it: none reaches its prefill worker
+    before five service times after the send."""
     from servebench.plan.validate import _engine_for, decode_worker
 
     pred, cal = validation
@@ -676,7 +677,8 @@ def test_a_disaggregated_request_passes_one_front_end(validation: tuple[Predicto
     assert one[1].first_token_s[0] == pytest.approx(one[0].first_token_s[0] + prefill.frontend_s)
     burst = simulate_disagg(prefill, decode, 1, 1, [(100, 4)] * 5, arrivals_s=[0.0] * 5)
     assert burst.arrival_s == [0.0] * 5
-    assert all(burst.first_token_s[k] >= (k + 1) * prefill.frontend_s for k in range(5))
+    assert all(burst.first_token_s[k] >= 5 * prefill.frontend_s for k in range(5))
+    assert min(burst.first_token_s) < 5 * prefill.frontend_s + 1.0  # and then they go on at once
 
 
 def test_only_points_whose_tp_spans_nodes_inform_the_internode_latency() -> None:

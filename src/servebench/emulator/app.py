@@ -24,8 +24,8 @@ from servebench.emulator.pacing import Pacer
 from servebench.emulator.stream import Framer, Stream, plan_output
 from servebench.emulator.tokenizer import get_tokenizer
 from servebench.emulator.wire import BadRequest, ChunkTemplates, error_body
-from servebench.sim.config import FrontEnd
 from servebench.sim.engine import Engine
+from servebench.sim.frontend import FrontEnd
 from servebench.sim.profile import Profile
 from servebench.sim.request import SimRequest
 
@@ -64,13 +64,13 @@ class Emulator:
         rng = random.Random(seed)
         self._text_ids = [rng.choice(words) for _ in range(1 << 16)]
         self._truth: deque[Stream] = deque(maxlen=truth_limit)
-        # (conn, headers, body, chat, arrival ns, perf_counter s when the front end is done with it)
-        self._inbox: deque[tuple[HttpConn, dict[str, str], bytes, bool, int, float]] = deque()
+        # the requests received that the engine has not seen: the API server's front end, on the
+        # perf_counter clock (items: conn, headers, body, chat, arrival ns)
         self._front = FrontEnd(profile.engine.frontend_s)
         self.metrics = Metrics()
         self._resets: list[int] = []  # POST /reset_prefix_cache: cached blocks dropped by each
         self.framer = Framer(self.tok, reasoning=profile.reasoning, created=self._created, model=self.model)
-        self.pacer = Pacer(self.engine, inbox=self._inbox, admit=self._admit, ready_in=self._ready_in,
+        self.pacer = Pacer(self.engine, inbox=self._front, admit=self._admit, ready_in=self._ready_in,
                            deliver=self._deliver,
                            iteration_tokens=self.metrics.iteration_tokens, hold_s=profile.engine.first_token_s,
                            chunk=self.framer.chunk)
@@ -274,7 +274,7 @@ class Emulator:
     def _reset_prefix_cache(self, conn: HttpConn) -> None:
         """vLLM's `POST /reset_prefix_cache`: forget every cached prefix block (200, empty body), or,
         while requests run or wait (their blocks are held), 409 as vLLM answers then."""
-        if self.engine.has_work() or self._inbox:
+        if self.engine.has_work() or self._front:
             return conn.respond(409, orjson.dumps({"detail": "Prefix cache reset failed."}))
         self._resets.append(self.engine.pool.drop_cached())
         return conn.respond(200, b"", "text/plain")
@@ -284,26 +284,23 @@ class Emulator:
         """Note the arrival now; the engine loop admits it at the first step boundary after the front end
         is done with it (see `_admit`)."""
         now = time.perf_counter_ns()
-        self._inbox.append((conn, headers, body, chat, now, self._front.reach(now * 1e-9)))
+        self._front.send(now * 1e-9, (conn, headers, body, chat, now))
         self.pacer.wake()
 
     def _ready_in(self) -> float:
         """Seconds until the front end is done with the first request in the inbox (0: it is)."""
-        return max(0.0, self._inbox[0][5] - time.perf_counter()) if self._inbox else 0.0
+        return max(0.0, self._front.next_at() - time.perf_counter()) if self._front else 0.0
 
     def _admit(self) -> None:
         """Parse, tokenize and queue the requests that arrived since the last step and that the front
-        end is done with (`EngineConfig.frontend_s`: the API server's serial work per request, a
-        first-come first-served queue; a later request waits in the inbox for a later boundary).
+        end is done with (`EngineConfig.frontend_s`: the API server's work per request, which the
+        requests inside share, `sim.frontend.FrontEnd`; a later one waits for a later boundary).
 
         Done by the engine loop right after a step's token burst, where the work cannot delay a
         burst (the next step starts at the previous deadline; the engine only schedules at step
         boundaries anyway), rather than in the socket callbacks that run while a burst is due.
         """
-        inbox = self._inbox
-        now = time.perf_counter()
-        while inbox and inbox[0][5] <= now:
-            conn, headers, body, chat, arrival_ns, _ = inbox.popleft()
+        for _, (conn, headers, body, chat, arrival_ns) in self._front.pop_until(time.perf_counter()):
             if conn.closed:
                 continue
             try:

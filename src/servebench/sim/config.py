@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from servebench.sim.steptime import StepCost
 
-__all__ = ["EngineConfig", "FrontEnd"]
+__all__ = ["EngineConfig"]
 
 
 @dataclass(slots=True)
@@ -32,7 +32,7 @@ class EngineConfig:
     # emulator holds each stream's first tokens this long (throughput and a response's end do not move)
     first_token_s: float = 0.0
     # the API server's serial work per request before the engine sees it (parse, chat template,
-    # tokenize): requests pass a first-come first-served queue with this service time
+    # tokenize): requests share it (`sim.frontend.FrontEnd`, processor sharing), each needing this long
     frontend_s: float = 0.0
 
     def __post_init__(self) -> None:
@@ -50,18 +50,3 @@ class EngineConfig:
     @property
     def kv_tokens(self) -> int:
         return self.kv_blocks * self.block_size
-
-
-@dataclass(slots=True)
-class FrontEnd:
-    """The API server's serial work per request (`EngineConfig.frontend_s`): a first-come first-served
-    queue with a fixed service time, on any clock. `sim.simulate`, `sim.disagg` and the emulator's inbox
-    pass each request through one."""
-
-    service_s: float
-    free_at: float = 0.0
-
-    def reach(self, sent_s: float) -> float:
-        """When a request sent at `sent_s` (requests given in send order) reaches the engine."""
-        self.free_at = max(self.free_at, sent_s) + self.service_s
-        return self.free_at

@@ -17,7 +17,8 @@ once; open loop: requests arrive at their `arrival_s`. A closed loop's request r
 worker just after it was sent, as in `sim.simulate.simulate`: one sent as that worker starts a step
 (the first wave's second and later requests, a completion's successor when the worker steps then)
 misses that step and joins the next. Each prefill worker's front end (`EngineConfig.frontend_s` of
-`prefill`) is a first-come first-served queue its requests pass before its engine sees them. Every
+`prefill`) is shared by the requests inside it (`sim.frontend.FrontEnd`, processor sharing); its
+engine sees a request when the front end is done with it. Every
 engine steps on its own timeline; a step's consequences (a prompt done, a request finished) land at
 the step's end, when the engine steps again.
 """
@@ -30,14 +31,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from servebench.sim.config import EngineConfig, FrontEnd
+from servebench.sim.config import EngineConfig
 from servebench.sim.engine import Engine
+from servebench.sim.frontend import FrontEnd
 from servebench.sim.request import SimRequest
 from servebench.sim.simulate import step_gaps, weighted_median
 
 __all__ = ["DisaggRun", "simulate_disagg"]
 
-_ARRIVE, _KV = 0, 1
+_SEND, _KV = 0, 1
 
 
 @dataclass(slots=True)
@@ -95,12 +97,13 @@ def simulate_disagg(prefill: EngineConfig, decode: EngineConfig, n_prefill: int,
         seq += 1
 
     def send(t: float, job: int) -> None:
-        """The client sends `job` at t; it reaches its prefill worker after that worker's front end."""
+        """The client sends `job` at t (an event: the front ends take sends in time order); it reaches
+        its prefill worker after that worker's front end."""
         nonlocal rr_p
-        e = to_prefill[job] = rr_p % n_prefill
+        to_prefill[job] = rr_p % n_prefill
         rr_p += 1
         arrival[job] = t
-        push(fronts[e].reach(t), _ARRIVE, job)
+        push(t, _SEND, job)
 
     if concurrency is not None:
         for _ in range(min(concurrency, n)):
@@ -122,21 +125,31 @@ def simulate_disagg(prefill: EngineConfig, decode: EngineConfig, n_prefill: int,
         for e, t in enumerate(next_t):
             if t is not None and t < t_best:
                 e_best, t_best = e, t
-        if events and events[0][0] <= t_best:
+        t_ev = events[0][0] if events else float("inf")
+        e_front, t_front = -1, float("inf")
+        for e, front in enumerate(fronts):
+            if (x := front.next_at()) < t_front:
+                e_front, t_front = e, x
+        if t_front <= t_best and t_front < t_ev:  # a request leaves a front end for its prefill worker
+            e = e_front
+            t, j = fronts[e].pop_first()
+            r = SimRequest(id=j, prompt_len=jobs[j][0], max_tokens=1)
+            if concurrency is not None and next_t[e] == t:
+                held[e].append(r)  # the step starting now began before it arrived
+                continue
+            engines[e].add(r)
+            wake(e, t)
+            continue
+        if events and t_ev <= t_best:
             t, _, kind, j = heapq.heappop(events)
-            if kind == _ARRIVE:
-                e = to_prefill[j]
-                r = SimRequest(id=j, prompt_len=jobs[j][0], max_tokens=1)
-                if concurrency is not None and next_t[e] == t:
-                    held[e].append(r)  # the step starting now began before it arrived
-                    continue
-                engines[e].add(r)
-            else:
-                e = n_prefill + rr_d % n_decode
-                rr_d += 1
-                r = SimRequest(id=j, prompt_len=jobs[j][0], max_tokens=jobs[j][1])
-                dec_reqs[j], dec_engine[j] = r, e
-                engines[e].add(r)
+            if kind == _SEND:
+                fronts[to_prefill[j]].send(t, j)
+                continue
+            e = n_prefill + rr_d % n_decode  # _KV: the prompt's cache reached a decode worker
+            rr_d += 1
+            r = SimRequest(id=j, prompt_len=jobs[j][0], max_tokens=jobs[j][1])
+            dec_reqs[j], dec_engine[j] = r, e
+            engines[e].add(r)
             wake(e, t)
             continue
         if e_best < 0:
@@ -144,8 +157,7 @@ def simulate_disagg(prefill: EngineConfig, decode: EngineConfig, n_prefill: int,
         e, t = e_best, t_best
         eng = engines[e]
         if e >= n_prefill:  # decode-only stretches in one call, up to the next thing that can happen
-            until = min([events[0][0]] if events else [float("inf")])
-            until = min([until] + [x for i, x in enumerate(next_t) if x is not None and i != e])
+            until = min([t_ev, t_front] + [x for i, x in enumerate(next_t) if x is not None and i != e])
             durations = eng.decode_run(t, until, max_steps)
             if durations:
                 for d in durations:

@@ -31,11 +31,12 @@ fit has not seen falls back to the base (factor 1)::
                                                a fraction (nccl-tests PERFORMANCE.md: bus bandwidth
                                                by message size), so one share cannot serve both; a
                                                factor per generation whose prior is 1)
-    frontend_s         = admit.eng.<family>   (the API server's serial work per request before the
-                                               engine sees it -- parsing, chat template, tokenization,
-                                               the hand-off to the engine process: requests pass a
-                                               first-come first-served queue with this service time
-                                               (`EngineConfig.frontend_s`); served points only)
+    frontend_s         = admit.eng.<family>   (the API server's work per request before the engine
+                                               sees it -- parsing, chat template, tokenization, the
+                                               hand-off to the engine process -- which the requests
+                                               inside share: processor sharing with this service time
+                                               (`EngineConfig.frontend_s`, `sim.frontend.FrontEnd`);
+                                               served points only)
     collective_s       = comm.latency_s       (fixed cost of one collective, per call)
     internode_collective_s = comm.latency_s.internode
                                               (the same for a collective that spans nodes: TP wider

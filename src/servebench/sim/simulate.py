@@ -9,8 +9,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from servebench.sim.config import EngineConfig, FrontEnd
+from servebench.sim.config import EngineConfig
 from servebench.sim.engine import Engine, EngineStats
+from servebench.sim.frontend import FrontEnd
 from servebench.sim.request import SimRequest
 
 __all__ = ["SimRun", "simulate", "step_gaps", "weighted_median"]
@@ -116,9 +117,10 @@ def simulate(
     when the last token arrives, after the engine's next step began).
 
     Front end (`config.frontend_s` > 0, open or closed loop): a request reaches the engine only after
-    the API server's serial work on it (parse, chat template, tokenize), a first-come first-served
-    queue with that service time. TTFT still counts from the send. A burst of N requests reaches the
-    engine one every `frontend_s`; the engine's steps do not pay for it.
+    the API server's work on it (parse, chat template, tokenize), which the requests inside share
+    (`sim.frontend.FrontEnd`, processor sharing). TTFT still counts from the send. A burst of N
+    requests reaches the engine together, about N x `frontend_s` after it was sent; the engine's
+    steps do not pay for it.
     `fast=False` disables the decode fast path (`Engine.decode_run`); results are identical.
     """
     engine = Engine(config)
@@ -136,36 +138,34 @@ def simulate(
     n = len(pending)
     now = 0.0
     # open loop: when each pending request reaches the engine
-    reach = [front.reach(r.arrival_s) for r in pending] if concurrency is None else []
-    # closed loop: (send time, time it reaches the engine) of requests the engine has not seen yet
-    sent = [(0.0, front.reach(0.0)) for _ in range(min(concurrency or 0, n))]
+    reach = FrontEnd.departures(config.frontend_s, [r.arrival_s for r in pending]) if concurrency is None else []
+    # closed loop: the front end holds the requests sent that the engine has not seen (item: send time)
+    for _ in range(min(concurrency or 0, n)):
+        front.send(0.0, 0.0)
     while True:
         if concurrency is None:
             while i < n and reach[i] <= now:
                 engine.add(pending[i])
                 i += 1
-        elif sent:
+        elif front:
             # a request reaching the engine at t joins the first step that starts after t: one that
             # reaches it while a step runs joins the next step; one sent as a step ended (the client's
             # next request) misses the step that starts then and joins the one after, unless the
             # engine is idle, when the first to arrive starts a step alone and the rest join the next
-            k = 0
-            while k < len(sent) and sent[k][1] < now:
-                k += 1
-            if k == 0 and not engine.has_work():
-                now = max(now, sent[0][1])
-                k = 1
-            for t, _ in sent[:k]:
+            reached = front.pop_before(now)
+            if not reached and not engine.has_work():
+                reached = [front.pop_first()]
+                now = max(now, reached[0][0])
+            for _, t in reached:
                 if i < n:
                     pending[i].arrival_s = t
                     engine.add(pending[i])
                     i += 1
-            del sent[:k]
         if fast:
             if concurrency is None:
                 until = reach[i] if i < n else float("inf")
             else:
-                until = sent[0][1] if sent else float("inf")
+                until = front.next_at()
             durations = engine.decode_run(now, until, max_steps - len(ends))
             if durations:
                 for d in durations:
@@ -184,7 +184,8 @@ def simulate(
         now += res.duration_s
         ends.append(now)
         if concurrency is not None:
-            sent.extend((now, front.reach(now)) for _ in range(min(len(res.finished), n - i - len(sent))))
+            for _ in range(min(len(res.finished), n - i - len(front))):
+                front.send(now, now)
         if len(ends) >= max_steps:
             raise RuntimeError("simulation did not finish within max_steps")
     return SimRun(reqs, ends, starts, engine.stats)
