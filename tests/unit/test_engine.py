@@ -391,3 +391,33 @@ def test_closed_loop_arrivals_reach_the_engine_as_on_the_wall_clock() -> None:
         other = simulate(cfg, again, concurrency=4, fast=fast)
         assert [r.first_token_step for r in again] == [r.first_token_step for r in reqs]
         assert other.step_end_s == pytest.approx(run.step_end_s)
+
+
+def test_a_prompt_cap_bounds_the_prompt_tokens_of_a_step_and_not_its_decodes() -> None:
+    """`max_prefill_tokens` (SGLang DP attention's per-rank chunk) caps the prompt tokens a step
+    carries: a 4,096-token prompt under a 1,024 cap takes 4 steps where the 8,192 budget took one, and
+    the 8 decoding sequences still advance in every step."""
+    def steps_to_first_token(cap: int) -> tuple[int, list[int]]:
+        eng = Engine(config(max_num_batched_tokens=8192, max_prefill_tokens=cap))
+        decoders = [SimRequest(f"d{i}", 16, 1000) for i in range(8)]
+        for r in decoders:
+            eng.add(r)
+        res = eng.step(0.0)  # the decoders' prompts (8 x 16 tokens) in one step
+        assert res is not None and res.prefill_tokens == 8 * 16
+        big = SimRequest("big", 4096, 4)
+        eng.add(big)
+        n, t, prompt_tokens = 0, 0.0, []
+        while True:
+            res = eng.step(t)
+            assert res is not None
+            t += res.duration_s
+            n += 1
+            prompt_tokens.append(res.prefill_tokens)
+            assert res.decode_seqs == 8  # every decoder gets its token in every step
+            if big in res.first_token:
+                return n, prompt_tokens
+
+    assert steps_to_first_token(0) == (1, [4096])
+    assert steps_to_first_token(1024) == (4, [1024] * 4)
+    with pytest.raises(ValueError, match="max_prefill_tokens"):
+        config(max_prefill_tokens=-1)

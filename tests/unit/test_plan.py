@@ -340,6 +340,28 @@ def test_deployment_limits_follow_the_engine_version() -> None:
     assert v0.max_num_seqs == 256 and not v0.chunked_prefill
 
 
+
+def test_sglang_dp_attention_divides_the_prompt_chunk_among_its_ranks() -> None:
+    """SGLang's ServerArgs divides --chunked-prefill-size among the DP-attention ranks (0.4.4 on:
+    `// dp_size`; 0.4.0-0.4.3: halved); plan's DeepSeek-R1 on 8 x H200 with SGLang DP8 runs each rank
+    with 8,192 / 8 prompt tokens a step, its decode budget untouched; TP8, vLLM and a dense model's
+    plain DP are not divided."""
+    from servebench.sim.knobs import sglang_dp_prefill_chunk
+
+    assert sglang_dp_prefill_chunk(8192, 8, "0.5.3") == 1024
+    assert sglang_dp_prefill_chunk(8192, 8, "") == 1024
+    assert sglang_dp_prefill_chunk(8192, 8, "0.4.1") == 4096
+    assert sglang_dp_prefill_chunk(65536, 8, "0.5.7") == 8192
+    assert sglang_dp_prefill_chunk(8192, 1, "0.5.3") == 8192
+    dp8 = Deployment.build(model="DeepSeek-R1", gpu="h200", gpus=8, engine="sglang", tp=1, dp=8)
+    assert dp8.limits.max_prefill_tokens == 1024
+    cfg = dp8.engine_config()
+    assert cfg.max_prefill_tokens == 1024 and cfg.max_num_batched_tokens >= 8192
+    assert Deployment.build(model="DeepSeek-R1", gpu="h200", gpus=8, engine="sglang").limits.max_prefill_tokens == 0
+    assert Deployment.build(model="DeepSeek-R1", gpu="h200", gpus=8, tp=1, dp=8).limits.max_prefill_tokens == 0
+    assert Deployment.build(model="Llama-3.1-8B", gpu="h100", gpus=2, engine="sglang", tp=1,
+                            dp=2).limits.max_prefill_tokens == 0
+
 def test_gpt_oss_on_one_h100_plan_json_states_the_window_pages() -> None:
     """plan for gpt-oss-120b on one H100 (vLLM): the repacked MXFP4 experts in the breakdown, the
     sliding-window pages per request in plan.json, and the concurrency figures net of them; the

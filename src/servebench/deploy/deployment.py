@@ -43,6 +43,7 @@ from servebench.sim.knobs import (
     engine_family,
     gpu_generation,
     resolve_knobs,
+    sglang_dp_prefill_chunk,
     sglang_max_running,
 )
 from servebench.sim.memory import ENGINES, FitResult, Layout, fit, kv_seq_overhead_tokens
@@ -66,6 +67,7 @@ class EngineLimits:
     max_num_batched_tokens: int
     chunked_prefill: bool
     gpu_memory_utilization: float
+    max_prefill_tokens: int = 0  # prompt tokens a step may carry (0: the batch budget's rest)
 
 
 def resolve_parallel(*, gpus: int, nodes: int, tp: int | None, pp: int | None, dp: int | None,
@@ -179,8 +181,12 @@ class Deployment:
         else:
             batched = max(self.max_model_len, 2048)
         util = self.gpu_memory_utilization or d.gpu_memory_utilization
+        # SGLang's DP attention (dp > 1 on an MoE model) divides the chunked prefill size among the
+        # ranks; each simulated replica is one rank
+        prefill = (sglang_dp_prefill_chunk(batched, self.dp, ENGINE_VERSIONS.get(self.engine, ""))
+                   if self.engine == "sglang" and self.dp > 1 and self.model.is_moe else 0)
         return EngineLimits(max_num_seqs=seqs, max_num_batched_tokens=max(batched, seqs), chunked_prefill=chunked,
-                            gpu_memory_utilization=util)
+                            gpu_memory_utilization=util, max_prefill_tokens=prefill)
 
     def fit(self, *, suggest: bool = True) -> FitResult:
         """Weights, engine reserve and KV capacity per GPU; the reserve's profile batch is the engine's
@@ -220,6 +226,7 @@ class Deployment:
         try:
             return EngineConfig(cost=cost, kv_blocks=max(1, self.kv_tokens_per_replica() // block), block_size=block,
                                 max_num_seqs=lim.max_num_seqs, max_num_batched_tokens=lim.max_num_batched_tokens,
+                                max_prefill_tokens=lim.max_prefill_tokens,
                                 max_model_len=self.max_model_len, enable_prefix_caching=self.enable_prefix_caching,
                                 chunked_prefill=lim.chunked_prefill, seq_overhead_blocks=-(-overhead // block),
                                 first_token_s=k.first_token_s, frontend_s=k.frontend_s * self.dp)

@@ -219,6 +219,7 @@ class Emulator:
                 "description": self.profile.description,
                 "max_model_len": e.max_model_len, "max_num_seqs": e.max_num_seqs, "kv_tokens": e.kv_tokens,
                 "block_size": e.block_size, "max_num_batched_tokens": e.max_num_batched_tokens,
+                "max_prefill_tokens": e.max_prefill_tokens,
                 "reasoning": self.profile.reasoning, "prefix_cache_resets": list(self._resets), "faults": {
                     "error_500": self.faults.error_500, "error_429": self.faults.error_429,
                     "drop": self.faults.drop, "stall": self.faults.stall, "seed": self.faults.seed}}

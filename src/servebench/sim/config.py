@@ -21,6 +21,10 @@ class EngineConfig:
     block_size: int = 16
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
+    # prompt tokens one step may carry (0: whatever the batch budget leaves): SGLang's per-rank
+    # chunked_prefill_size under DP attention, the global one divided by the ranks
+    # (`sim.knobs.sglang_dp_prefill_chunk`); its decode batch is not bound by it
+    max_prefill_tokens: int = 0
     max_model_len: int = 8192
     enable_prefix_caching: bool = True
     chunked_prefill: bool = True
@@ -42,6 +46,8 @@ class EngineConfig:
             raise ValueError("seq_overhead_blocks must be >= 0")
         if not self.first_token_s >= 0.0:
             raise ValueError("first_token_s must be >= 0")
+        if self.max_prefill_tokens < 0:
+            raise ValueError("max_prefill_tokens must be >= 0 (0: the batch budget)")
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError("max_num_batched_tokens must be >= max_num_seqs")
         if not self.chunked_prefill and self.max_num_batched_tokens < self.max_model_len:

@@ -7,8 +7,9 @@ virtual clock through `sim.simulate`. It models what vLLM's V1 scheduler does, a
 - a KV cache of `kv_blocks` blocks of `block_size` tokens (each running sequence also holds
   `seq_overhead_blocks` more: vLLM's sliding-window pages);
 - each step, running sequences first (one decode token each, or their next prefill chunk), then
-  waiting ones, under a budget of `max_num_batched_tokens` tokens (chunked prefill); with
-  `chunked_prefill=False` a prompt is prefilled whole in one step;
+  waiting ones, under a budget of `max_num_batched_tokens` tokens (chunked prefill), the prompt
+  tokens among them at most `max_prefill_tokens` when set; with `chunked_prefill=False` a prompt is
+  prefilled whole in one step;
 - prefix caching: a prompt's full blocks are named by a hash chain over their token ids; a new
   request reuses the longest cached prefix (at least one token is always recomputed); blocks whose
   last user left stay cached and are evicted least-recently-freed first when blocks run out;
@@ -194,6 +195,8 @@ class Engine:
             self.pool.alloc(need)
         n_dec = len(self._decoding)
         budget = cfg.max_num_batched_tokens - n_dec
+        if cfg.max_prefill_tokens and budget > cfg.max_prefill_tokens:
+            budget = cfg.max_prefill_tokens  # the prompt tokens' own cap (SGLang DP attention's chunk)
         shape = StepShape(decode_seqs=n_dec, decode_ctx_tokens=self._sum_pos0 + n_dec * s)
         chunks: list[tuple[SimRequest, int]] = []
         # 2. running sequences still in prefill (only prefilling ones are preempted here).

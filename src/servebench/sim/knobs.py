@@ -65,8 +65,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 __all__ = ["StepKnobs", "EngineDefaults", "DEFAULT_KNOBS", "ENGINE_VERSIONS", "engine_family", "gpu_generation",
-           "arch_class", "resolve_knobs", "engine_defaults", "sglang_max_running", "knob_names_for", "FAMILIES",
-           "GENERATIONS", "ARCH_CLASSES"]
+           "arch_class", "resolve_knobs", "engine_defaults", "sglang_max_running", "sglang_dp_prefill_chunk",
+           "knob_names_for", "FAMILIES", "GENERATIONS", "ARCH_CLASSES"]
 
 FAMILIES = ("vllm-v0", "vllm-v1", "sglang", "trtllm", "tgi")
 GENERATIONS = ("ampere", "hopper", "blackwell", "cdna3")
@@ -251,6 +251,19 @@ def _version(v: str) -> tuple[int, int] | None:
         return int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or 0)
     except (ValueError, IndexError):
         return None
+
+
+def sglang_dp_prefill_chunk(chunked_prefill_size: int, dp: int, version: str = "") -> int:
+    """Prompt tokens a step of one SGLang DP-attention rank may carry: `--chunked-prefill-size` is the
+    machine's budget, and ServerArgs divides it among the ranks "to avoid MoE kernel issues" (every
+    rank's tokens meet in the MoE layers): `chunked_prefill_size // dp_size` (`_handle_data_parallelism`
+    in the 0.5 releases and the 0.4 ones with DeepEP). The first releases with DP attention (0.4.0 to
+    0.4.3, which also forced dp_size = tp_size) halved it instead. A version not given is a current one."""
+    if dp <= 1:
+        return chunked_prefill_size
+    ver = _patch_version(version)
+    early = ver is not None and ver < (0, 4, 4)
+    return max(1, chunked_prefill_size // (2 if early else dp))
 
 
 def sglang_max_running(kv_tokens: int, context_len: int) -> int:

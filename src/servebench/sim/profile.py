@@ -8,7 +8,7 @@ configuration on a virtual clock. A test-only profile may instead give the step-
 directly under `cost:` (the made-up `tiny` does); `profile_from_dict` builds those.
 
 Keys of a cost profile: name, description, served_model_name, max_model_len, block_size,
-max_num_seqs, max_num_batched_tokens, enable_prefix_caching, chunked_prefill, kv_tokens,
+max_num_seqs, max_num_batched_tokens, max_prefill_tokens, enable_prefix_caching, chunked_prefill, kv_tokens,
 first_token_s, frontend_s (`EngineConfig.first_token_s`, `.frontend_s`; a deployment profile takes
 them from its knobs),
 cost: {<StepCost field>: value},
@@ -213,6 +213,7 @@ def profile_from_dict(data: Mapping[str, Any]) -> Profile:
             block_size=block,
             max_num_seqs=int(data.get("max_num_seqs", 256)),
             max_num_batched_tokens=int(data.get("max_num_batched_tokens", 8192)),
+            max_prefill_tokens=int(data.get("max_prefill_tokens", 0)),
             max_model_len=int(data.get("max_model_len", 8192)),
             enable_prefix_caching=bool(data.get("enable_prefix_caching", True)),
             chunked_prefill=bool(data.get("chunked_prefill", True)),
