@@ -357,6 +357,12 @@ def test_sglang_dp_attention_divides_the_prompt_chunk_among_its_ranks() -> None:
     assert dp8.limits.max_prefill_tokens == 1024
     cfg = dp8.engine_config()
     assert cfg.max_prefill_tokens == 1024 and cfg.max_num_batched_tokens >= 8192
+    # the emulator serves the same engine (a saved deployment resolves to it)
+    from servebench.deploy.deployment import profile_from_raw
+
+    prof = profile_from_raw({"name": "r1-dp8", "model": "DeepSeek-R1", "gpu": "h200", "gpus": 8, "engine": "sglang",
+                             "tp": 1, "dp": 8})
+    assert prof.engine.max_prefill_tokens == 1024
     assert Deployment.build(model="DeepSeek-R1", gpu="h200", gpus=8, engine="sglang").limits.max_prefill_tokens == 0
     assert Deployment.build(model="DeepSeek-R1", gpu="h200", gpus=8, tp=1, dp=8).limits.max_prefill_tokens == 0
     assert Deployment.build(model="Llama-3.1-8B", gpu="h100", gpus=2, engine="sglang", tp=1,
