@@ -363,6 +363,10 @@ def test_sglang_dp_attention_divides_the_prompt_chunk_among_its_ranks() -> None:
     prof = profile_from_raw({"name": "r1-dp8", "model": "DeepSeek-R1", "gpu": "h200", "gpus": 8, "engine": "sglang",
                              "tp": 1, "dp": 8})
     assert prof.engine.max_prefill_tokens == 1024
+    code, doc = _plan_json("--model", "DeepSeek-R1", "--gpu", "h200", "--gpus", "8", "--engine", "sglang", "--tp", "1",
+                           "--dp", "8", "--concurrency", "8", "--num-requests", "16")
+    assert code == 0, doc
+    assert any("prefills 1,024 prompt tokens a step" in n for n in doc["notes"]), doc["notes"]
     assert Deployment.build(model="DeepSeek-R1", gpu="h200", gpus=8, engine="sglang").limits.max_prefill_tokens == 0
     assert Deployment.build(model="DeepSeek-R1", gpu="h200", gpus=8, tp=1, dp=8).limits.max_prefill_tokens == 0
     assert Deployment.build(model="Llama-3.1-8B", gpu="h100", gpus=2, engine="sglang", tp=1,

@@ -145,6 +145,12 @@ def test_sglang_and_trtllm_flags() -> None:
     assert "--extra_llm_api_options extra-llm-api-options.yaml" in tr
     opts = yaml.safe_load(files["extra-llm-api-options.yaml"])
     assert opts["kv_cache_config"]["dtype"] == "fp8" and opts["kv_cache_config"]["free_gpu_memory_fraction"] == 0.9
+    dpa = RecipeSpec(model=get_model("DeepSeek-R1"), layout=Layout(gpu=H200, tp=1, dp=8, ep=8, quant="fp8"),
+                     engine="sglang", max_num_seqs=256)
+    flags = _flags(render_all(dpa)["launch-sglang.sh"])
+    # SGLang divides --max-running-requests among the DP-attention ranks: 8 x 256 gives each rank 256
+    assert "--tp 8" in flags and "--dp 8" in flags and "--enable-dp-attention" in flags
+    assert "--max-running-requests 2048" in flags
     multi = render_all(CASES["llama-3.1-405b-2x8h100-trtllm"])
     assert "k8s-leaderworkerset.yaml" not in multi and "mpirun" in multi["launch-trtllm.sh"]
     assert "trtllm-llmapi-launch" in multi["launch-trtllm.sh"]

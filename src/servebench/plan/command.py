@@ -100,10 +100,14 @@ def plan_main(args: PlanArgs, console: Console | None = None) -> int:
         extra = weight_bytes_per_gpu(model, layout, engine="vllm-0.7") - res.weights_per_gpu_bytes
         notes.append(f"vLLM 0.7.x kept absorbed MLA weights, {extra / GIB:.1f} GiB more per GPU here; "
                      "--engine vllm-0.7 models that version")
-    if layout.dp > 1 and args.ep is None and model.is_moe:
-        notes.append(f"data-parallel attention on an MoE model: experts split over all {layout.tp * layout.dp} "
-                     f"ranks as EP{layout.ep} (vLLM --enable-expert-parallel); pass --ep to choose")
     lim = dep.limits
+    if layout.dp > 1 and args.ep is None and model.is_moe:
+        flag = "SGLang --enable-dp-attention" if args.engine == "sglang" else "vLLM --enable-expert-parallel"
+        notes.append(f"data-parallel attention on an MoE model: experts split over all {layout.tp * layout.dp} "
+                     f"ranks as EP{layout.ep} ({flag}); pass --ep to choose")
+    if lim.max_prefill_tokens:
+        notes.append(f"each of SGLang's {layout.dp} DP-attention ranks prefills {lim.max_prefill_tokens:,} prompt "
+                     "tokens a step (it divides --chunked-prefill-size among them)")
     spec = RecipeSpec(model=model, layout=layout, engine=engine_base(args.engine), max_model_len=args.max_model_len,
                       gpu_memory_utilization=lim.gpu_memory_utilization, max_num_seqs=lim.max_num_seqs)
     files = render_all(spec)

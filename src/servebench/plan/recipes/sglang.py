@@ -26,9 +26,11 @@ def sglang_argv(spec: RecipeSpec, *, node_rank: str = "0", leader: str | None = 
         argv += ["--dp", str(lay.dp), "--enable-dp-attention"]
     if lay.ep > 1:
         argv += ["--ep-size", str(lay.ep)]
+    # under DP attention SGLang divides both --max-running-requests and --chunked-prefill-size by
+    # --dp (model_runner; ServerArgs._handle_data_parallelism): spec.max_num_seqs is one rank's
     argv += ["--context-length", str(spec.max_model_len),
              "--mem-fraction-static", f"{spec.gpu_memory_utilization:g}",
-             "--max-running-requests", str(spec.max_num_seqs)]
+             "--max-running-requests", str(spec.max_num_seqs * lay.dp)]
     if spec.needs_online_quant and lay.quant == "fp8":
         argv += ["--quantization", "fp8"]
     if lay.kv_dtype == "fp8":
