@@ -42,8 +42,8 @@ from servebench.sim.knobs import (
     engine_defaults,
     engine_family,
     gpu_generation,
+    prefill_cap,
     resolve_knobs,
-    sglang_dp_prefill_chunk,
     sglang_max_running,
 )
 from servebench.sim.memory import ENGINES, FitResult, Layout, fit, kv_seq_overhead_tokens
@@ -181,10 +181,9 @@ class Deployment:
         else:
             batched = max(self.max_model_len, 2048)
         util = self.gpu_memory_utilization or d.gpu_memory_utilization
-        # SGLang's DP attention (dp > 1 on an MoE model) divides the chunked prefill size among the
-        # ranks; each simulated replica is one rank
-        prefill = (sglang_dp_prefill_chunk(batched, self.dp, ENGINE_VERSIONS.get(self.engine, ""))
-                   if self.engine == "sglang" and self.dp > 1 and self.model.is_moe else 0)
+        # SGLang's DP attention divides the chunked prefill size among the ranks; a replica is one rank
+        prefill = prefill_cap(self.family, batched, self.dp, moe=self.model.is_moe,
+                              version=ENGINE_VERSIONS.get(self.engine, ""))
         return EngineLimits(max_num_seqs=seqs, max_num_batched_tokens=max(batched, seqs), chunked_prefill=chunked,
                             gpu_memory_utilization=util, max_prefill_tokens=prefill)
 

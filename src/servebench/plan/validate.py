@@ -49,8 +49,8 @@ from servebench.sim.knobs import (
     engine_family,
     gpu_generation,
     knob_names_for,
+    prefill_cap,
     resolve_knobs,
-    sglang_dp_prefill_chunk,
     sglang_max_running,
 )
 from servebench.sim.profile import compute_peak, step_cost
@@ -229,11 +229,10 @@ def setting_for(p: CorpusPoint) -> Setting:
     # fields are placeholders that `_engine_for` replaces with each fitted table's
     step = step_cost(model, layout, resolve_knobs(DEFAULT_KNOBS, family, gpu_generation(gpu.name), "dense"),
                      engine=dflt.memory_engine)
-    # SGLang DP attention: each rank's prompt chunk is the stated (or default) chunked_prefill_size
-    # divided among the ranks (sim.knobs.sglang_dp_prefill_chunk)
-    dp_attention = family == "sglang" and dp > 1 and model.is_moe and not disagg
-    prefill_cap = sglang_dp_prefill_chunk(batched, dp, version) if dp_attention else 0
-    engine_cfg = EngineConfig(cost=step, kv_blocks=res.kv_tokens // 16, max_prefill_tokens=prefill_cap,
+    # SGLang DP attention: each rank's prompt chunk is its share of the stated (or default) chunked
+    # prefill size (a PD point has dp 1 here)
+    engine_cfg = EngineConfig(cost=step, kv_blocks=res.kv_tokens // 16,
+                              max_prefill_tokens=prefill_cap(family, batched, dp, moe=model.is_moe, version=version),
                               block_size=16, max_num_seqs=max_seqs, max_num_batched_tokens=max_tokens,
                               max_model_len=max_len, enable_prefix_caching=False,
                               chunked_prefill=chunked, seq_overhead_blocks=-(-res.seq_overhead_tokens // 16))

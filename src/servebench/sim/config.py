@@ -23,7 +23,7 @@ class EngineConfig:
     max_num_batched_tokens: int = 8192
     # prompt tokens one step may carry (0: whatever the batch budget leaves): SGLang's per-rank
     # chunked_prefill_size under DP attention, the global one divided by the ranks
-    # (`sim.knobs.sglang_dp_prefill_chunk`); its decode batch is not bound by it
+    # (`sim.knobs.prefill_cap`); its decode batch is not bound by it
     max_prefill_tokens: int = 0
     max_model_len: int = 8192
     enable_prefix_caching: bool = True

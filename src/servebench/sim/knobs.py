@@ -66,7 +66,7 @@ from dataclasses import dataclass
 
 __all__ = ["StepKnobs", "EngineDefaults", "DEFAULT_KNOBS", "ENGINE_VERSIONS", "engine_family", "gpu_generation",
            "arch_class", "resolve_knobs", "engine_defaults", "sglang_max_running", "sglang_dp_prefill_chunk",
-           "knob_names_for", "FAMILIES", "GENERATIONS", "ARCH_CLASSES"]
+           "prefill_cap", "knob_names_for", "FAMILIES", "GENERATIONS", "ARCH_CLASSES"]
 
 FAMILIES = ("vllm-v0", "vllm-v1", "sglang", "trtllm", "tgi")
 GENERATIONS = ("ampere", "hopper", "blackwell", "cdna3")
@@ -264,6 +264,15 @@ def sglang_dp_prefill_chunk(chunked_prefill_size: int, dp: int, version: str = "
     ver = _patch_version(version)
     early = ver is not None and ver < (0, 4, 4)
     return max(1, chunked_prefill_size // (2 if early else dp))
+
+
+def prefill_cap(family: str, chunked_prefill_size: int, dp: int, *, moe: bool, version: str = "") -> int:
+    """`EngineConfig.max_prefill_tokens` of one replica: SGLang's DP attention (dp > 1 on an MoE model)
+    gives each rank its share of the chunked prefill size (`sglang_dp_prefill_chunk`); 0 (no cap of its
+    own) for every other engine and layout."""
+    if family == "sglang" and dp > 1 and moe:
+        return sglang_dp_prefill_chunk(chunked_prefill_size, dp, version)
+    return 0
 
 
 def sglang_max_running(kv_tokens: int, context_len: int) -> int:
