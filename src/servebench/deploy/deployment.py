@@ -108,7 +108,7 @@ class Deployment:
     max_num_seqs: int | None = None  # None: the engine's default
     max_num_batched_tokens: int | None = None
     gpu_memory_utilization: float | None = None
-    enable_prefix_caching: bool = True
+    enable_prefix_caching: bool | None = None  # None: the engine's default (`prefix_caching`)
     chunked_prefill: bool | None = None
     kv_tokens: int | None = None  # pin the KV capacity (else the memory model's)
     knobs_override: StepKnobs | None = None  # a calibration (else the fitted table)
@@ -142,6 +142,16 @@ class Deployment:
     def layout(self) -> Layout:
         return Layout(gpu=self.gpu, gpus_per_node=self.gpus_per_node, nodes=self.nodes, tp=self.tp, pp=self.pp,
                       dp=self.dp, ep=self.ep, quant=self.quant, kv_dtype=self.kv_dtype)
+
+    @property
+    def prefix_caching(self) -> bool:
+        """Whether the engine reuses cached prompt blocks: as set, else the engine's default. vLLM 0.7 (V0)
+        has it off unless `--enable-prefix-caching` is given, and off for MLA models whatever is given
+        ("MLA is enabled; forcing chunked prefill and prefix caching to be disabled", vllm/config.py
+        0.7.x); vLLM V1 (>= 0.8), SGLang's radix cache and TensorRT-LLM's KV block reuse have it on."""
+        if self.engine == "vllm-0.7":
+            return bool(self.enable_prefix_caching) and self.model.attention != "mla"
+        return self.enable_prefix_caching is not False
 
     @property
     def limits(self) -> EngineLimits:
@@ -226,7 +236,7 @@ class Deployment:
             return EngineConfig(cost=cost, kv_blocks=max(1, self.kv_tokens_per_replica() // block), block_size=block,
                                 max_num_seqs=lim.max_num_seqs, max_num_batched_tokens=lim.max_num_batched_tokens,
                                 max_prefill_tokens=lim.max_prefill_tokens,
-                                max_model_len=self.max_model_len, enable_prefix_caching=self.enable_prefix_caching,
+                                max_model_len=self.max_model_len, enable_prefix_caching=self.prefix_caching,
                                 chunked_prefill=lim.chunked_prefill, seq_overhead_blocks=-(-overhead // block),
                                 first_token_s=k.first_token_s, frontend_s=k.frontend_s * self.dp)
         except ValueError as e:
@@ -244,7 +254,7 @@ class Deployment:
             "kv_dtype": self.kv_dtype, "max_model_len": self.max_model_len, "max_num_seqs": lim.max_num_seqs,
             "max_num_batched_tokens": lim.max_num_batched_tokens,
             "gpu_memory_utilization": lim.gpu_memory_utilization,
-            "enable_prefix_caching": self.enable_prefix_caching, "chunked_prefill": lim.chunked_prefill}
+            "enable_prefix_caching": self.prefix_caching, "chunked_prefill": lim.chunked_prefill}
         if self.kv_tokens is not None:
             out["kv_tokens"] = self.kv_tokens
         if self.knobs_override is not None:

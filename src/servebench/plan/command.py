@@ -21,7 +21,7 @@ from servebench.errors import handle_errors
 from servebench.plan.calibrate import MeasuredPoint, calibrate, load_measurements
 from servebench.plan.fit import GIB, PlanArgs, engine_base, fit_table, to_deployment
 from servebench.plan.recipes import RecipeSpec, render_all
-from servebench.plan.whatif import WhatIfPoint, knobs_yaml, point_dict, simulate_point, whatif, whatif_table
+from servebench.plan.whatif import SEED, WhatIfPoint, knobs_yaml, point_dict, simulate_point, whatif, whatif_table
 from servebench.sim.catalog import GPUS, MODELS
 from servebench.sim.memory import ENGINES, QUANTS, FitResult, weight_bytes_per_gpu
 
@@ -81,7 +81,7 @@ def plan_main(args: PlanArgs, console: Console | None = None) -> int:
     dep = to_deployment(args)
     model, layout = dep.model, dep.layout
     res = dep.fit()
-    seq_lens = sorted({args.max_model_len, args.input_len + args.output_len})
+    seq_lens = sorted({args.max_model_len, args.prefix_len + args.input_len + args.output_len})
     doc: dict[str, Any] = {"schema": PLAN_SCHEMA, "deployment": {**dep.to_mapping(), "describe": dep.describe()},
                            "fit": _fit_json(res, seq_lens)}
     if not quiet:
@@ -108,6 +108,11 @@ def plan_main(args: PlanArgs, console: Console | None = None) -> int:
     if lim.max_prefill_tokens:
         notes.append(f"each of SGLang's {layout.dp} DP-attention ranks prefills {lim.max_prefill_tokens:,} prompt "
                      "tokens a step (it divides --chunked-prefill-size among them)")
+    if args.prefix_len and not dep.prefix_caching:
+        why = ("it does not cache MLA prompts" if model.attention == "mla"
+               else "its default, --enable-prefix-caching off")
+        notes.append(f"prefix caching is off for {args.engine} here ({why}): the what-if recomputes the "
+                     f"{args.prefix_len:,}-token shared prefix of every prompt")
     spec = RecipeSpec(model=model, layout=layout, engine=engine_base(args.engine), max_model_len=args.max_model_len,
                       gpu_memory_utilization=lim.gpu_memory_utilization, max_num_seqs=lim.max_num_seqs)
     files = render_all(spec)
@@ -149,12 +154,15 @@ def plan_main(args: PlanArgs, console: Console | None = None) -> int:
             (Path(args.out) / "calibration.yaml").write_text(knobs_yaml(knobs), encoding="utf-8")
     doc["knobs"] = {"source": "calibrated" if args.calibrate else "fitted table (deploy/calibration.yaml or defaults)",
                     **dataclasses.asdict(knobs)}
-    concs = args.concurrency or (args.predict_concurrency if args.calibrate else ())
-    if concs:
+    concs = args.concurrency or (args.predict_concurrency if args.calibrate and not args.request_rate else ())
+    if concs or args.request_rate:
         pts = whatif(dep, knobs, input_len=args.input_len, output_len=args.output_len, concurrencies=concs,
-                     num_requests=args.num_requests)
+                     request_rates=args.request_rate, num_requests=args.num_requests, prefix_len=args.prefix_len)
         band, source = _band(fitted)
-        doc["whatif"] = {"closed_loop": True, "band_source": source, "points": [point_dict(p, band) for p in pts]}
+        doc["whatif"] = {"closed_loop": bool(concs), "open_loop": bool(args.request_rate),
+                         "arrivals": (f"Poisson, seed {SEED} (vllm bench serve's default)" if args.request_rate
+                                      else None),
+                         "band_source": source, "points": [point_dict(p, band) for p in pts]}
         if not quiet:
             con.print(whatif_table(pts, f"what-if on a virtual clock ({'calibrated' if args.calibrate else 'default'} "
                                         "efficiency; a model, not a measurement)"))
@@ -173,6 +181,18 @@ def _emit(args: PlanArgs, doc: dict[str, Any]) -> None:
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         (Path(args.out) / "plan.json").write_text(text, encoding="utf-8")
+
+
+def _rate_list(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[float, ...]:
+    if not value:
+        return ()
+    try:
+        out = tuple(float(x) for x in value.split(",") if x.strip())
+    except ValueError:
+        raise click.BadParameter("a comma-separated list of requests per second, e.g. 1,2.5,8,inf") from None
+    if any(not x > 0 for x in out):
+        raise click.BadParameter("rates must be > 0 (inf: every request at once)")
+    return out
 
 
 def _int_list(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...]:
@@ -209,7 +229,15 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 @click.option("--input-len", default=1024, show_default=True, type=click.IntRange(1), help="What-if prompt tokens.")
 @click.option("--output-len", default=256, show_default=True, type=click.IntRange(1), help="What-if output tokens.")
 @click.option("--concurrency", callback=_int_list, help="What-if: closed-loop concurrencies, e.g. 1,8,32,128.")
-@click.option("--num-requests", type=click.IntRange(1), help="What-if requests per point. [default: max(200, 4x conc)]")
+@click.option("--request-rate", callback=_rate_list,
+              help="What-if: open-loop Poisson rates in requests/s, e.g. 1,4,16; inf sends every request at once "
+                   "(offline max throughput).")
+@click.option("--prefix-len", default=0, show_default=True, type=click.IntRange(0),
+              help="What-if: tokens every prompt shares before its own --input-len (the engine's prefix cache "
+                   "serves them).")
+@click.option("--num-requests", type=click.IntRange(1),
+              help="What-if requests per point. [default: max(200, 4x conc); a minute of arrivals at a rate, at "
+                   "least 200; 1000 at inf]")
 @click.option("--json", "json_out", metavar="PATH|-",
               help="Machine-readable answer: '-' prints JSON instead of tables; a path writes it there "
                    "(--out DIR always gets plan.json).")

@@ -41,7 +41,9 @@ class PlanArgs:
     json_out: str | None = None  # "-": JSON on stdout instead of tables; a path: write plan.json there
     input_len: int = 1024
     output_len: int = 256
-    concurrency: tuple[int, ...] = ()  # what-if points; empty: no what-if
+    concurrency: tuple[int, ...] = ()  # what-if points, closed loop
+    request_rate: tuple[float, ...] = ()  # what-if points, Poisson arrivals per second (inf: all at once)
+    prefix_len: int = 0  # what-if: tokens every prompt shares before its own input_len
     num_requests: int | None = None
     calibrate: str | None = None
     predict_concurrency: tuple[int, ...] = field(default_factory=tuple)

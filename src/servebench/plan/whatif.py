@@ -1,5 +1,7 @@
 """What-if on a virtual clock: the deployment's engine configuration (the one the emulator serves on the
-wall clock) run closed loop with `sim.simulate`, and the table it prints as.
+wall clock) run with `sim.simulate` under a load (a closed loop of N users, Poisson arrivals at a rate,
+or every request at once), and the table it prints as. A shared prompt prefix (`prefix_len`) meets the
+engine's prefix cache as a real workload's would.
 
 Pure (no I/O beyond the deployment's knob table): a model of a deployment, not a measurement.
 """
@@ -24,7 +26,7 @@ from servebench.sim.request import SimRequest
 from servebench.sim.simulate import SimRun, simulate, step_gaps, weighted_median
 
 __all__ = ["WhatIfPoint", "engine_config", "simulate_point", "whatif", "whatif_table", "knobs_yaml",
-           "point_dict"]
+           "point_dict", "poisson_arrivals", "shared_prefix_hashes", "SEED"]
 
 
 def knobs_yaml(knobs: StepKnobs) -> str:
@@ -36,10 +38,13 @@ def knobs_yaml(knobs: StepKnobs) -> str:
         {"knobs": vals}, sort_keys=False)
 
 
+SEED = 0  # Poisson arrivals: vllm bench serve's default --seed; every what-if is deterministic
+
+
 @dataclass(frozen=True, slots=True)
 class WhatIfPoint:
-    concurrency: int
-    input_len: int
+    concurrency: int | None  # closed loop: users, each sending its next request at its last one's end
+    input_len: int  # prompt tokens after the shared prefix
     output_len: int
     output_tokens_per_s: float
     total_tokens_per_s: float
@@ -47,6 +52,43 @@ class WhatIfPoint:
     ttft_ms_p50: float
     itl_ms_p50: float  # median gap between consecutive tokens, all requests
     e2e_ms_p50: float
+    request_rate: float | None = None  # open loop: Poisson arrivals per second (inf: all at once)
+    prefix_len: int = 0  # tokens every prompt shares before its own input_len
+    prefix_cache_hit_rate: float | None = None  # of prompt tokens, found in the prefix cache (with a prefix)
+    num_requests: int = 0
+
+    @property
+    def load(self) -> str:
+        """The load in words: "c=8", "4 req/s", "all at once"."""
+        if self.request_rate is None:
+            return f"c={self.concurrency}"
+        return "all at once" if math.isinf(self.request_rate) else f"{self.request_rate:g} req/s"
+
+
+def poisson_arrivals(rate: float, n: int, seed: int = SEED) -> list[float]:
+    """Send times of `n` requests at `rate` per second, as vllm bench serve sends them (the first at 0,
+    then exponential gaps of mean 1 / rate); all at 0 for an infinite rate."""
+    if n < 1:
+        return []
+    if math.isinf(rate):
+        return [0.0] * n
+    if not rate > 0:
+        raise ConfigError(f"request rate must be > 0 (or inf), got {rate}")
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=n - 1)
+    return [0.0, *np.cumsum(gaps).tolist()]
+
+
+def shared_prefix_hashes(i: int, prefix_len: int, prompt_len: int, block_size: int) -> list[int]:
+    """Prefix-cache names of request `i`'s full prompt blocks when every prompt starts with the same
+    `prefix_len` tokens and goes on with its own: the blocks inside the prefix are named alike in every
+    request (a hash chain, as `sim.request.block_hashes` names them), every later one is the request's own."""
+    out: list[int] = []
+    h = 0
+    for b in range(prompt_len // block_size):
+        inside = (b + 1) * block_size <= prefix_len
+        h = hash((h, "prefix", b) if inside else (h, i, b))
+        out.append(h)
+    return out
 
 
 def engine_config(dep: Deployment, knobs: StepKnobs | None = None) -> EngineConfig:
@@ -54,25 +96,42 @@ def engine_config(dep: Deployment, knobs: StepKnobs | None = None) -> EngineConf
     return dep.engine_config(knobs)
 
 
-def simulate_point(cfg: EngineConfig, *, concurrency: int, input_len: int, output_len: int,
-                   num_requests: int) -> WhatIfPoint:
-    """Closed loop of `concurrency` on a virtual clock; throughput over the whole run (as a benchmark sees
-    it); ITL is the median gap between consecutive tokens over all requests (as vLLM's bench reports).
-    TTFT adds `cfg.first_token_s` (the knobs' first-token latency), as the validation does; throughput,
-    ITL and end-to-end latency do not carry it (a response shorter than it ends with its first token,
-    as the emulator's hold sends it)."""
-    reqs = [SimRequest(id=i, prompt_len=input_len, max_tokens=output_len) for i in range(num_requests)]
+def simulate_point(cfg: EngineConfig, *, input_len: int, output_len: int, num_requests: int,
+                   concurrency: int | None = None, request_rate: float | None = None, prefix_len: int = 0,
+                   seed: int = SEED) -> WhatIfPoint:
+    """One load on a virtual clock: a closed loop of `concurrency`, or Poisson arrivals at `request_rate`
+    (inf: every request at 0, the offline burst of `vllm bench serve --request-rate inf`). Each prompt is
+    `prefix_len` shared tokens then `input_len` of its own. Throughput over the whole run (as a benchmark
+    sees it); ITL is the median gap between consecutive tokens over all requests (as vLLM's bench
+    reports). TTFT counts from the send and adds `cfg.first_token_s` (the knobs' first-token latency), as
+    the validation does; throughput, ITL and end-to-end latency do not carry it (a response shorter than
+    it ends with its first token, as the emulator's hold sends it)."""
+    if (concurrency is None) == (request_rate is None):
+        raise ConfigError("a what-if load is a concurrency or a request rate, one of them")
+    prompt = prefix_len + input_len
+    reqs = [SimRequest(id=i, prompt_len=prompt, max_tokens=output_len) for i in range(num_requests)]
+    if prefix_len and cfg.enable_prefix_caching:
+        for i, r in enumerate(reqs):
+            r.prefix_hashes = shared_prefix_hashes(i, prefix_len, prompt, cfg.block_size)
+    if request_rate is not None:
+        for r, t in zip(reqs, poisson_arrivals(request_rate, num_requests, seed)):
+            r.arrival_s = t
     run = simulate(cfg, reqs, concurrency=concurrency)
     dur = run.duration_s or 1e-9
     ttft = [run.first_token_s(r) - r.arrival_s + cfg.first_token_s for r in reqs]
     e2e = [max(run.end_s(r) - r.arrival_s, t) for r, t in zip(reqs, ttft)]
     itl_s = _median_itl_s(run, reqs)
     out_tok = output_len * num_requests
+    hit = None
+    if prefix_len:
+        st = run.stats
+        hit = st.prefix_hits / st.prefix_queries if st.prefix_queries else 0.0
     return WhatIfPoint(concurrency=concurrency, input_len=input_len, output_len=output_len,
-                       output_tokens_per_s=out_tok / dur, total_tokens_per_s=(out_tok + input_len * num_requests) / dur,
+                       output_tokens_per_s=out_tok / dur, total_tokens_per_s=(out_tok + prompt * num_requests) / dur,
                        requests_per_s=num_requests / dur, ttft_ms_p50=1e3 * statistics.median(ttft),
                        itl_ms_p50=1e3 * itl_s,
-                       e2e_ms_p50=1e3 * statistics.median(e2e))
+                       e2e_ms_p50=1e3 * statistics.median(e2e), request_rate=request_rate, prefix_len=prefix_len,
+                       prefix_cache_hit_rate=hit, num_requests=num_requests)
 
 
 def _median_itl_s(run: SimRun, reqs: Sequence[SimRequest]) -> float:
@@ -84,35 +143,53 @@ def _median_itl_s(run: SimRun, reqs: Sequence[SimRequest]) -> float:
     return weighted_median(*step_gaps(ends, reqs))
 
 
-def _n_requests(concurrency: int, num_requests: int | None) -> int:
-    return num_requests or max(200, 4 * concurrency)
+def _n_requests(concurrency: int | None, rate: float | None, num_requests: int | None) -> int:
+    """Requests in a point: the given number, else max(200, 4 x the concurrency) for a closed loop, a
+    minute of arrivals (at least 200) at a rate, and vllm bench serve's default 1,000 all at once."""
+    if num_requests:
+        return num_requests
+    if rate is None:
+        return max(200, 4 * (concurrency or 1))
+    if math.isinf(rate):
+        return 1000
+    return max(200, min(20_000, math.ceil(60 * rate)))
 
 
 def whatif(dep: Deployment, knobs: StepKnobs | None = None, *, input_len: int, output_len: int,
-           concurrencies: Sequence[int], num_requests: int | None = None) -> list[WhatIfPoint]:
+           concurrencies: Sequence[int] = (), request_rates: Sequence[float] = (), num_requests: int | None = None,
+           prefix_len: int = 0) -> list[WhatIfPoint]:
+    """The what-if at each closed-loop concurrency, then at each request rate (per second; inf: all at
+    once). DP replicas are independent engines sharing the load evenly: each runs 1/dp of the users or
+    of the rate (their MoE synchronisation is not modelled)."""
     cfg = engine_config(dep, knobs)
-    if input_len + output_len > cfg.max_model_len:
-        raise ConfigError(f"input_len + output_len = {input_len + output_len} exceeds max_model_len "
-                          f"{cfg.max_model_len}")
+    total = prefix_len + input_len + output_len
+    if total > cfg.max_model_len:
+        raise ConfigError(f"prefix_len + input_len + output_len = {total} exceeds max_model_len "
+                          f"{cfg.max_model_len}" if prefix_len else
+                          f"input_len + output_len = {total} exceeds max_model_len {cfg.max_model_len}")
     replicas = dep.dp
+    loads: list[tuple[int | None, float | None]] = [(c, None) for c in concurrencies]
+    loads += [(None, r) for r in request_rates]
     out: list[WhatIfPoint] = []
-    for c in concurrencies:
-        # DP replicas are independent engines sharing the load evenly (their MoE sync is not modelled)
-        per = math.ceil(c / replicas)
-        p = simulate_point(cfg, concurrency=per, input_len=input_len, output_len=output_len,
-                           num_requests=math.ceil(_n_requests(c, num_requests) / replicas))
+    for c, r in loads:
+        n = _n_requests(c, r, num_requests)
+        p = simulate_point(cfg, concurrency=math.ceil(c / replicas) if c is not None else None,
+                           request_rate=r / replicas if r is not None else None, input_len=input_len,
+                           output_len=output_len, num_requests=math.ceil(n / replicas), prefix_len=prefix_len)
         if replicas > 1:
-            p = dataclasses.replace(p, concurrency=c, output_tokens_per_s=p.output_tokens_per_s * replicas,
+            p = dataclasses.replace(p, concurrency=c, request_rate=r, num_requests=p.num_requests * replicas,
+                                    output_tokens_per_s=p.output_tokens_per_s * replicas,
                                     total_tokens_per_s=p.total_tokens_per_s * replicas,
                                     requests_per_s=p.requests_per_s * replicas)
         out.append(p)
     return out
 
 
-
 def point_dict(p: WhatIfPoint, band: dict[str, float] | None = None) -> dict[str, Any]:
     """One what-if point for plan.json; `band` gives each metric's relative uncertainty (+-)."""
     out: dict[str, Any] = dataclasses.asdict(p)
+    if out["request_rate"] is not None and math.isinf(out["request_rate"]):
+        out["request_rate"] = "inf"  # JSON has no infinity
     if band:
         out["uncertainty"] = {
             m: {"rel": r, "low": out[k] * (1 - r), "high": out[k] * (1 + r)}
@@ -124,11 +201,15 @@ def point_dict(p: WhatIfPoint, band: dict[str, float] | None = None) -> dict[str
 
 def whatif_table(points: Sequence[WhatIfPoint], title: str) -> Table:
     t = Table(title=title)
-    for col in ("concurrency", "in/out", "output tok/s", "total tok/s", "TTFT p50 ms", "ITL p50 ms",
-                "E2E p50 ms", "req/s"):
+    prefix = any(p.prefix_len for p in points)
+    for col in ("load", "in/out", "output tok/s", "total tok/s", "TTFT p50 ms", "ITL p50 ms",
+                "E2E p50 ms", "req/s", *(("prefix hits",) if prefix else ())):
         t.add_column(col, justify="right")
     for p in points:
-        t.add_row(str(p.concurrency), f"{p.input_len}/{p.output_len}", f"{p.output_tokens_per_s:,.0f}",
+        io = f"{p.prefix_len}+{p.input_len}/{p.output_len}" if p.prefix_len else f"{p.input_len}/{p.output_len}"
+        t.add_row(p.load, io, f"{p.output_tokens_per_s:,.0f}",
                   f"{p.total_tokens_per_s:,.0f}", f"{p.ttft_ms_p50:,.0f}", f"{p.itl_ms_p50:,.1f}",
-                  f"{p.e2e_ms_p50:,.0f}", f"{p.requests_per_s:,.2f}")
+                  f"{p.e2e_ms_p50:,.0f}", f"{p.requests_per_s:,.2f}",
+                  *((f"{p.prefix_cache_hit_rate:.0%}",) if prefix and p.prefix_cache_hit_rate is not None else
+                    (("-",) if prefix else ())))
     return t
