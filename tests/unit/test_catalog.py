@@ -57,7 +57,7 @@ def test_lookup_is_case_insensitive_and_accepts_hf_ids() -> None:
     assert get_model("deepseek-r1") is MODELS["DeepSeek-R1"]
     assert get_model("meta-llama/Llama-3.1-70B-Instruct").name == "Llama-3.1-70B"
     assert get_gpu("H100").name == "h100"
-    assert set(GPUS) == {"h100", "h200", "b200", "mi300x", "a100"}
+    assert set(GPUS) == {"h100", "h200", "b200", "gb200", "mi300x", "a100"}
     with pytest.raises(ConfigError):
         get_model("no-such-model")
     with pytest.raises(ConfigError):
@@ -71,6 +71,10 @@ def test_gpu_datasheets() -> None:
     assert 139 < h200.memory_gib < 141 and h200.hbm_bytes_per_s == 4.8e12
     assert mi.memory_gib == 192 and mi.hbm_bytes_per_s == 5.3e12
     assert not get_gpu("a100").fp8_native
+    gb = get_gpu("gb200")  # NVL72 datasheet / 72; nvidia-smi 189,471 MiB
+    assert gb.memory_bytes == 189_471 * 2**20 and gb.hbm_bytes_per_s == 8e12 and gb.nvlink_domain == 72
+    assert (gb.bf16_flops, gb.fp8_flops, gb.fp4_flops) == (2.5e15, 5e15, 1e16)
+    assert get_gpu("b200").nvlink_domain == 0  # an HGX board: the node's GPUs
 
 
 _LLAMA_70B_CONFIG = {

@@ -137,3 +137,27 @@ def test_collectives_that_span_nodes_pay_the_internode_latency() -> None:
     same = dataclasses.replace(cost, internode_collective_s=cost.collective_s)
     assert step_time_s(unset, decode) == pytest.approx(step_time_s(same, decode))
     assert step_cost(r1, one, knobs, engine="sglang").internode_collectives == 0
+
+
+def test_a_rack_scale_nvlink_fabric_keeps_tp_across_its_trays_off_the_network() -> None:
+    """GB200 NVL72 joins 72 GPUs on trays (hosts) of four with one NVLink fabric: TP8 over two trays
+    prices its all-reduces as TP8 inside one HGX node does (NVLink bandwidth, intra-node latency),
+    where two 4-GPU B200 nodes send them over the network. Past the 72 GPUs it is the network again."""
+    from servebench.sim.catalog import get_gpu, get_model
+    from servebench.sim.knobs import DEFAULT_KNOBS, resolve_knobs
+    from servebench.sim.memory import Layout
+    from servebench.sim.profile import comm_terms, internode_collectives, nvlink_domain, step_cost
+
+    r1 = get_model("DeepSeek-R1")
+    gb, b = get_gpu("gb200"), get_gpu("b200")
+    trays = Layout(gpu=gb, gpus_per_node=4, nodes=2, tp=8, quant="nvfp4")
+    board = Layout(gpu=gb, gpus_per_node=8, nodes=1, tp=8, quant="nvfp4")
+    hosts = Layout(gpu=b, gpus_per_node=4, nodes=2, tp=8, quant="nvfp4")
+    assert (nvlink_domain(trays), nvlink_domain(hosts)) == (72, 4)
+    assert comm_terms(r1, trays) == comm_terms(r1, board)
+    assert internode_collectives(r1, trays) == 0 and internode_collectives(r1, hosts) == 2 * r1.layers
+    assert comm_terms(r1, hosts)[0] > comm_terms(r1, trays)[0]  # the NIC's share, priced at NVLink time
+    knobs = resolve_knobs(DEFAULT_KNOBS, "sglang", "blackwell", "mla-moe")
+    assert step_cost(r1, trays, knobs, engine="sglang") == step_cost(r1, board, knobs, engine="sglang")
+    racks = Layout(gpu=gb, gpus_per_node=4, nodes=36, tp=144, quant="nvfp4")
+    assert internode_collectives(r1, racks) == 2 * r1.layers

@@ -31,7 +31,7 @@ from servebench.sim.memory import Layout
 from servebench.sim.steptime import StepCost
 
 __all__ = ["Profile", "profile_from_dict", "profile_with_engine", "step_cost", "comm_terms", "compute_peak",
-           "IB_BYTES_PER_S", "internode_collectives"]
+           "IB_BYTES_PER_S", "internode_collectives", "nvlink_domain"]
 
 _COST_FIELDS = frozenset(f.name for f in fields(StepCost))
 _INT_COST_FIELDS = frozenset({"n_experts", "experts_per_token", "layers", "collectives", "internode_collectives"})
@@ -95,7 +95,7 @@ def comm_terms(model: ModelSpec, layout: Layout) -> tuple[float, int, float]:
     (BF16) of each token's top-k hidden vectors per MoE layer, and the experts see every DP rank's
     tokens. The same terms for plan, the emulator and the validation."""
     tp, dp, ep = layout.tp, layout.dp, layout.ep
-    g = min(layout.gpus_per_node, tp * dp) if tp * dp > 1 else 1
+    g = min(nvlink_domain(layout), tp * dp) if tp * dp > 1 else 1
     comm_bytes, collectives, moe_mult = 0.0, 0, 1.0
     if tp > 1:
         m = _tp_all_reduces(model) * model.hidden * 2.0  # bytes all-reduced per token per step
@@ -125,8 +125,15 @@ def _tp_all_reduces(model: ModelSpec) -> int:
     return 2 * model.layers
 
 
+def nvlink_domain(layout: Layout) -> int:
+    """GPUs one scale-up fabric joins: the node's, or a rack-scale system's across its hosts (GB200 NVL72:
+    72 GPUs on trays of four, `GPUSpec.nvlink_domain`)."""
+    return max(layout.gpus_per_node, layout.gpu.nvlink_domain)
+
+
 def _tp_spans_nodes(layout: Layout) -> bool:
-    return layout.tp > layout.gpus_per_node
+    """Whether the TP group's all-reduces cross the network: it is wider than the NVLink fabric."""
+    return layout.tp > nvlink_domain(layout)
 
 
 def step_cost(model: ModelSpec, layout: Layout, knobs: StepKnobs, *, engine: str = "vllm") -> StepCost:
