@@ -150,6 +150,10 @@ def test_plan_command_rates_burst_and_prefix(tmp_path) -> None:
                               num_requests=10), con) == 0
     text = con.export_text()
     assert "prefix caching is off for vllm-0.7" in text and "prefix hits" in text and "64+1024/256" in text
+    # `--rate`, as `servebench run` spells it, is the same flag
+    res = CliRunner().invoke(plan_command, ["--model", "Llama-3.1-8B", "--gpus", "1", "--rate", "inf",
+                                            "--num-requests", "8", "--json", "-"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["whatif"]["points"][0]["request_rate"] == "inf"
     for bad in ("0", "1,x", "-2"):
         res = CliRunner().invoke(plan_command, ["--model", "Llama-3.1-8B", "--request-rate", bad])
         assert res.exit_code == 2 and "--request-rate" in res.output

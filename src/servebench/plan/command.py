@@ -229,7 +229,7 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 @click.option("--input-len", default=1024, show_default=True, type=click.IntRange(1), help="What-if prompt tokens.")
 @click.option("--output-len", default=256, show_default=True, type=click.IntRange(1), help="What-if output tokens.")
 @click.option("--concurrency", callback=_int_list, help="What-if: closed-loop concurrencies, e.g. 1,8,32,128.")
-@click.option("--request-rate", callback=_rate_list,
+@click.option("--request-rate", "--rate", "request_rate", callback=_rate_list,
               help="What-if: open-loop Poisson rates in requests/s, e.g. 1,4,16; inf sends every request at once "
                    "(offline max throughput).")
 @click.option("--prefix-len", default=0, show_default=True, type=click.IntRange(0),
