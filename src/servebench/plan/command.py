@@ -11,6 +11,7 @@ import dataclasses
 import json
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -183,28 +184,27 @@ def _emit(args: PlanArgs, doc: dict[str, Any]) -> None:
         (Path(args.out) / "plan.json").write_text(text, encoding="utf-8")
 
 
-def _rate_list(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[float, ...]:
+def _number_list(value: str | None, kind: type, example: str, valid: Callable[[float], bool],
+                 rule: str) -> tuple[Any, ...]:
+    """A comma-separated flag value as numbers of `kind`, each `valid` (else `rule` says what is)."""
     if not value:
         return ()
     try:
-        out = tuple(float(x) for x in value.split(",") if x.strip())
+        out = tuple(kind(x) for x in value.split(",") if x.strip())
     except ValueError:
-        raise click.BadParameter("a comma-separated list of requests per second, e.g. 1,2.5,8,inf") from None
-    if any(not x > 0 for x in out):
-        raise click.BadParameter("rates must be > 0 (inf: every request at once)")
+        raise click.BadParameter(f"a comma-separated list of {example}") from None
+    if not all(valid(x) for x in out):
+        raise click.BadParameter(rule)
     return out
+
+
+def _rate_list(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[float, ...]:
+    return _number_list(value, float, "requests per second, e.g. 1,2.5,8,inf", lambda x: x > 0,
+                        "rates must be > 0 (inf: every request at once)")
 
 
 def _int_list(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...]:
-    if not value:
-        return ()
-    try:
-        out = tuple(int(x) for x in value.split(",") if x.strip())
-    except ValueError:
-        raise click.BadParameter("a comma-separated list of integers, e.g. 1,5,15,100") from None
-    if any(x < 1 for x in out):
-        raise click.BadParameter("values must be >= 1")
-    return out
+    return _number_list(value, int, "integers, e.g. 1,5,15,100", lambda x: x >= 1, "values must be >= 1")
 
 
 @click.command("plan")
