@@ -24,6 +24,7 @@ from servebench.sim.config import EngineConfig
 from servebench.sim.knobs import StepKnobs
 from servebench.sim.request import SimRequest
 from servebench.sim.simulate import SimRun, simulate, step_gaps, weighted_median
+from servebench.workload.schedule import open_loop_offsets_ns
 
 __all__ = ["WhatIfPoint", "engine_config", "simulate_point", "whatif", "whatif_table", "knobs_yaml",
            "point_dict", "poisson_arrivals", "shared_prefix_hashes", "SEED"]
@@ -66,16 +67,14 @@ class WhatIfPoint:
 
 
 def poisson_arrivals(rate: float, n: int, seed: int = SEED) -> list[float]:
-    """Send times of `n` requests at `rate` per second, as vllm bench serve sends them (the first at 0,
-    then exponential gaps of mean 1 / rate); all at 0 for an infinite rate."""
-    if n < 1:
-        return []
-    if math.isinf(rate):
-        return [0.0] * n
-    if not rate > 0:
-        raise ConfigError(f"request rate must be > 0 (or inf), got {rate}")
-    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=n - 1)
-    return [0.0, *np.cumsum(gaps).tolist()]
+    """Send times (s) of `n` requests at `rate` per second: the schedule `servebench run --rate` computes
+    (`workload.schedule.open_loop_offsets_ns`, burstiness 1), its gaps as drawn, as vllm bench serve
+    sends them (the first at 0, then exponential gaps of mean 1 / rate); all at 0 for an infinite rate."""
+    try:
+        offsets = open_loop_offsets_ns(n, rate, seed=seed, exact_mean=False)
+    except ValueError as exc:
+        raise ConfigError(f"{exc} (or inf), got {rate}") from None
+    return [ns / 1e9 for ns in offsets]
 
 
 def shared_prefix_hashes(i: int, prefix_len: int, prompt_len: int, block_size: int) -> list[int]:
@@ -164,9 +163,8 @@ def whatif(dep: Deployment, knobs: StepKnobs | None = None, *, input_len: int, o
     cfg = engine_config(dep, knobs)
     total = prefix_len + input_len + output_len
     if total > cfg.max_model_len:
-        raise ConfigError(f"prefix_len + input_len + output_len = {total} exceeds max_model_len "
-                          f"{cfg.max_model_len}" if prefix_len else
-                          f"input_len + output_len = {total} exceeds max_model_len {cfg.max_model_len}")
+        lens = "prefix_len + input_len + output_len" if prefix_len else "input_len + output_len"
+        raise ConfigError(f"{lens} = {total} exceeds max_model_len {cfg.max_model_len}")
     replicas = dep.dp
     loads: list[tuple[int | None, float | None]] = [(c, None) for c in concurrencies]
     loads += [(None, r) for r in request_rates]

@@ -115,8 +115,9 @@ def comm_terms(model: ModelSpec, layout: Layout) -> tuple[float, int, float]:
 
 def internode_collectives(model: ModelSpec, layout: Layout) -> int:
     """Of `comm_terms`' collective calls per step, those that span nodes: every TP all-reduce when the
-    TP group is wider than a node. (DP attention's all-to-all across nodes keeps the intra-node
-    latency: DeepEP's kernels are not NCCL's all-reduce, and no figure here prices them.)"""
+    TP group is wider than its NVLink fabric (`nvlink_domain`: a node, or a rack-scale system). (DP
+    attention's all-to-all across nodes keeps the intra-node latency: DeepEP's kernels are not NCCL's
+    all-reduce, and no figure here prices them.)"""
     return _tp_all_reduces(model) if _tp_spans_nodes(layout) else 0
 
 
