@@ -48,7 +48,8 @@ def test_concurrency_64_matches_truth(scripted_server, tmp_path: Path) -> None:
 
 def test_concurrency_512_matches_truth(scripted_server, tmp_path: Path) -> None:
     """512 streams: the figures are judged against the truth, and the client verdict must agree with
-    them (issue 14): not "saturated" while TTFT and ITL are within 5 ms of the truth."""
+    them (issue 14): not "saturated" while TTFT and ITL are within 5 ms of the truth and every token
+    gap but 1% within 3 ms."""
     # Truth is when the server really wrote each chunk: a Python server pacing 512 streams on
     # two cores is itself some ms late at its P99, and that is not the client's error.
     srv = scripted_server("--ttft-ms", str(TRUE_TTFT_MS), "--itl-ms", str(TRUE_ITL_MS))
@@ -60,8 +61,10 @@ def test_concurrency_512_matches_truth(scripted_server, tmp_path: Path) -> None:
     client = s["client"]
     errors = {"ttft_median": abs(e["ttft_median"] - e["true_ttft_median"]),
               "itl_p99": abs(e["itl_p99"] - e["true_itl_p99"]), "gap_error_p99": e["gap_error_p99"]}
-    if errors["ttft_median"] <= 5.0 and errors["itl_p99"] <= 5.0:
-        # the figures are right: the client did not limit them, and must not say it did
+    if errors["ttft_median"] <= 5.0 and errors["itl_p99"] <= 5.0 and errors["gap_error_p99"] <= 3.0:
+        # the figures are right, token gap by token gap: the client did not limit them, and must not say it
+        # did. (ITL's P99 alone can agree while 1-5% of gaps were read together: seen with busy processes
+        # beside the client, gap error P99 13-22 ms against an ITL P99 within 1.4 ms.)
         assert not client["saturated"], (client, errors)
     elif client["saturated"]:
         # Only the figures that show the host could not keep up may excuse the run: sends that lagged

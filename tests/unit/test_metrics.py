@@ -119,10 +119,13 @@ def test_client_verdict() -> None:
     assert "ceiling" in assess_client({"client": {**lagging["client"], "cpu_s": 9.5}}, open_loop=False)[1][0]
     # kernel stamps: a stall shorter than the gap between tokens delays reading only; a longer one makes
     # one read return several tokens under one stamp (seen: 28 ms p99 against 0.3 ms tokens, TPOT 0.04 ms)
-    assert assess_client({**lagging, "latency_ms": {"itl": {"median": 20.0}}}, open_loop=False)[0] is False
-    saturated, reasons, _ = assess_client({**lagging, "latency_ms": {"itl": {"median": 0.3}}}, open_loop=False)
-    assert saturated and reasons == [reasons[0]] and "median ITL 0.30 ms" in reasons[0]
-    calm_fast = {**calm, "latency_ms": {"itl": {"median": 0.3}}}  # under 5 ms of lag is never a reason
+    assert assess_client({**lagging, "latency_ms": {"tpot": {"median": 20.0}}}, open_loop=False)[0] is False
+    saturated, reasons, _ = assess_client({**lagging, "latency_ms": {"tpot": {"median": 0.3}}}, open_loop=False)
+    assert saturated and reasons == [reasons[0]] and "median TPOT 0.30 ms" in reasons[0]
+    # the gap is a stream's spacing (TPOT), not ITL: a server writing tokens in bursts has ITL's median at 0
+    bursts = {"itl": {"median": 0.0}, "tpot": {"median": 20.0}}
+    assert assess_client({**lagging, "latency_ms": bursts}, open_loop=False)[0] is False
+    calm_fast = {**calm, "latency_ms": {"tpot": {"median": 0.3}}}  # under 5 ms of lag is never a reason
     assert assess_client(calm_fast, open_loop=True)[0] is False
 
 

@@ -310,7 +310,7 @@ def assess_client(summary: Summary, *, open_loop: bool, rx_timestamps: str = "ke
     is not known, a one-second peak ≥ 95%), and, only where arrivals are stamped when the loop gets
     to read them (`rx_timestamps` "read": TLS, other systems, or asked for), event-loop lag p99 >
     5 ms, which then delays every stamp. With kernel receive stamps loop lag delays reading, not
-    timing, while it is shorter than the gap between tokens; a stall longer than the median ITL (and
+    timing, while it is shorter than the gap between tokens; a stall longer than the median TPOT (and
     > 5 ms) is a reason, because one read then returns several tokens and a read carries one stamp,
     that of its newest bytes (client/transport.py). Otherwise it stays in `client.loop_lag_ms_p99`.
     """
@@ -330,13 +330,15 @@ def assess_client(summary: Summary, *, open_loop: bool, rx_timestamps: str = "ke
     elif (peak := client.get("cpu_busy_peak") or 0.0) >= CPU_BUSY_PEAK:
         reasons.append(f"client CPU peaked at {peak * 100:.0f}% of a core")
     loop_lag = client.get("loop_lag_ms_p99") or 0.0
-    itl = ((summary.get("latency_ms") or {}).get("itl") or {}).get("median")
+    # the spacing of a stream's tokens: TPOT (from each request's first and last stamps), not ITL, whose
+    # median is 0 when a server writes tokens in bursts (seen: the scripted server pacing 512 streams)
+    gap = ((summary.get("latency_ms") or {}).get("tpot") or {}).get("median")
     if rx_timestamps != "kernel" and loop_lag > LOOP_LAG_P99_MS:
         reasons.append(f"arrivals stamped at read time and the event loop lags: loop lag p99 {loop_lag:.1f} ms "
                        f"> {LOOP_LAG_P99_MS:g} ms")
-    elif loop_lag > LOOP_LAG_P99_MS and itl is not None and loop_lag > itl:
+    elif loop_lag > LOOP_LAG_P99_MS and gap is not None and loop_lag > gap:
         reasons.append(f"the event loop stalls longer than the gap between tokens (loop lag p99 {loop_lag:.1f} ms "
-                       f"> median ITL {itl:.2f} ms): tokens that arrive during a stall are read together and "
+                       f"> median TPOT {gap:.2f} ms): tokens that arrive during a stall are read together and "
                        "share the newest one's receive stamp, which shortens ITL and TPOT")
     advice = ""
     if reasons:
