@@ -26,7 +26,7 @@ from pathlib import Path
 
 from servebench.deploy.calibration import Calibration, corpus_digest, dump_calibration, load_calibration
 from servebench.plan.corpus import corpus_files, load_corpus
-from servebench.plan.fitting import fit_table, knob_sources, loso, summarize
+from servebench.plan.fitting import fit_table, knob_sources, loso, published_bands, summarize
 from servebench.plan.validate import METRICS, Predictor, evaluate
 
 BOUNDS = {"tok_s": 0.20, "itl": 0.25, "ttft": 0.25}
@@ -124,12 +124,14 @@ def main(argv: list[str] | None = None) -> int:
         if ho.get("interval_90_over_folds"):
             lo, hi = ho["interval_90_over_folds"]
             print(f"{'':13} held out, 90% of medians over resampled folds: {lo:.1%}-{hi:.1%}")
+    for mode, stats in summary["held_out_by_mode"].items():  # type: ignore[attr-defined]
+        print(f"{'':13} held out, {mode} points: " + ", ".join(
+            f"{_NAMES[m]} {st['median_abs_error']:.1%} (n={st['n']})" for m, st in stats.items()
+            if st["median_abs_error"] is not None))
     print(f"({time.perf_counter() - t0:.1f} s) {'within the bounds' if ok else 'OUTSIDE the bounds'}")
     if args.refit or args.publish:
-        ho_sum = summary["held_out"]  # type: ignore[index]
-        band = {"output_tokens_per_s": ho_sum["tok_s"]["median_abs_error"], "itl_ms": ho_sum["itl"]["median_abs_error"],
-                "ttft_ms": ho_sum["ttft"]["median_abs_error"]}
-        cal = dataclasses.replace(cal, heldout_median_abs_error=band, heldout_source=(
+        band, by_mode = published_bands(summary)
+        cal = dataclasses.replace(cal, heldout_median_abs_error=band, heldout_by_mode=by_mode, heldout_source=(
             f"held-out median |error| by source against {summary['expressible']} published measurements "
             f"(leave-one-source-out, benchmarks/plan_validate.py): {band['output_tokens_per_s']:.0%} output tok/s, "
             f"{band['itl_ms']:.0%} ITL, {band['ttft_ms']:.0%} TTFT"))

@@ -329,6 +329,55 @@ def test_plan_json_holds_fit_recipe_and_whatif_with_a_band(tmp_path) -> None:
     assert code == 1 and nofit["fit"]["fits"] is False and nofit["fit"]["suggestions"]
 
 
+def test_whatif_band_follows_the_kind_of_load() -> None:
+    """Each what-if point carries the held-out error of the validation's points loaded the same way
+    (closed loop, Poisson rate, all at once; deploy/calibration.yaml), and the terminal says which."""
+    from servebench.deploy.calibration import load_calibration
+
+    by_mode = load_calibration().heldout_by_mode
+    assert set(by_mode) == {"closed", "rate", "offline"}
+    code, doc = _plan_json("--model", "Llama-3.1-8B", "--gpu", "h100", "--gpus", "1", "--concurrency", "4",
+                           "--request-rate", "2,inf", "--num-requests", "16")
+    assert code == 0
+    got = {p["concurrency"] or p["request_rate"]: {m: u["rel"] for m, u in p["uncertainty"].items()}
+           for p in doc["whatif"]["points"]}
+    assert got[4] == pytest.approx(by_mode["closed"])
+    assert got[2] == pytest.approx(by_mode["rate"])
+    assert got["inf"] == pytest.approx(by_mode["offline"])
+    assert got[4]["ttft_ms"] != got["inf"]["ttft_ms"]
+    assert doc["whatif"]["bands"]["closed"] == pytest.approx(by_mode["closed"])
+    res = CliRunner().invoke(plan_command, ["--model", "Llama-3.1-8B", "--gpu", "h100", "--gpus", "1",
+                                            "--concurrency", "4", "--num-requests", "16"])
+    closed = by_mode["closed"]
+    assert (f"closed loop: ±{closed['output_tokens_per_s']:.0%} output tok/s, ±{closed['itl_ms']:.0%} ITL, "
+            f"±{closed['ttft_ms']:.0%} TTFT") in res.output
+    assert "knobs fitted to published measurements" in res.output and "default efficiency" not in res.output
+
+
+def test_band_of_a_kind_of_load_with_too_few_points_is_the_overall_one() -> None:
+    from servebench.plan.command import Band
+    from servebench.plan.fitting import MODE_BAND_MIN_POINTS, published_bands
+
+    def stats(err: float, n: int) -> dict[str, object]:
+        return {"median_abs_error": err, "n": n}
+
+    summary = {"held_out": {m: stats(0.2, 100) for m in ("tok_s", "itl", "ttft")},
+               "held_out_by_mode": {"closed": {m: stats(0.1, MODE_BAND_MIN_POINTS) for m in ("tok_s", "itl", "ttft")},
+                                    "rate": {"tok_s": stats(0.4, 50), "itl": stats(0.5, MODE_BAND_MIN_POINTS - 1),
+                                             "ttft": stats(None, 0)}}}
+    overall, by_mode = published_bands(summary)
+    assert overall == {"output_tokens_per_s": 0.2, "itl_ms": 0.2, "ttft_ms": 0.2}
+    assert by_mode == {"closed": {"output_tokens_per_s": 0.1, "itl_ms": 0.1, "ttft_ms": 0.1},
+                       "rate": {"output_tokens_per_s": 0.4}}
+    band = Band(overall, "test", by_mode)
+    (rate,) = whatif(Deployment.build(model="Llama-3.1-8B", gpu="h100"), None, input_len=128, output_len=16,
+                     concurrencies=(), request_rates=(1.0,), num_requests=8)
+    assert band.for_point(rate) == {"output_tokens_per_s": 0.4, "itl_ms": 0.2, "ttft_ms": 0.2}
+    lines = band.lines([rate])
+    assert lines[0] == "uncertainty by kind of load (test):"
+    assert lines[1].startswith("  Poisson rate: ±40% output tok/s")
+
+
 def test_deployment_limits_follow_the_engine_version() -> None:
     """`vllm` is current vLLM: 1024 sequences on a GPU of >= 70 GiB other than an A100 (vLLM >= 0.9
     EngineArgs defaults by device), 256 on an A100; `vllm-0.7` (V0) 256 without chunked prefill."""

@@ -274,6 +274,14 @@ def test_calibration_round_trips(tmp_path) -> None:  # type: ignore[no-untyped-d
     f.write_text(dump_calibration(band))
     back = load_calibration(f)
     assert back.heldout_median_abs_error == band.heldout_median_abs_error and back.heldout_source == "held out"
+    assert back.heldout_by_mode == {}
+    modes = dataclasses.replace(band, heldout_by_mode={"closed": {"ttft_ms": 0.3}, "offline": {"itl_ms": 0.35}})
+    f.write_text(dump_calibration(modes))
+    assert load_calibration(f).heldout_by_mode == modes.heldout_by_mode
+    f.write_text(dump_calibration(modes).replace("heldout_median_abs_error_by_mode:",
+                                                 "heldout_median_abs_error_by_mode: 3\nx:"))
+    with pytest.raises(ConfigError, match="by_mode"):
+        load_calibration(f)
 
 
 def test_committed_calibration_publishes_its_held_out_error(validation: tuple[Predictor, Calibration]) -> None:
@@ -286,8 +294,17 @@ def test_committed_calibration_publishes_its_held_out_error(validation: tuple[Pr
     assert pub["output_tokens_per_s"] == pytest.approx(got["tok_s"], abs=1e-3)
     assert pub["itl_ms"] == pytest.approx(got["itl"], abs=1e-3)
     assert pub["ttft_ms"] == pytest.approx(got["ttft"], abs=1e-3)
-    band, source = _band(None)
-    assert band == pytest.approx(pub, abs=1e-3) and "held-out" in source
+    band = _band(None)
+    assert band.overall == pytest.approx(pub, abs=1e-3) and "held-out" in band.source
+    pred, _ = validation
+    by_key = {p.key: p for p in pred.points}
+    results = [pred.result(by_key[k], cal.held_out[s.source]) for k, s in sorted(pred.settings.items())]
+    names = {"tok_s": "output_tokens_per_s", "itl": "itl_ms", "ttft": "ttft_ms"}
+    for mode, published in cal.heldout_by_mode.items():
+        for m, name in names.items():
+            med, n = median_abs_error([r for r in results if r.point.mode == mode], m)
+            assert n >= 20 and published[name] == pytest.approx(med, abs=1e-3), (mode, m)
+    assert band.by_mode == cal.heldout_by_mode and set(band.by_mode) == {"closed", "rate", "offline"}
 
 
 # --- regression: the committed calibration on the committed corpus ----------------------------------

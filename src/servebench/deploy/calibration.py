@@ -32,6 +32,9 @@ class Calibration:
     # plan's what-if shows it as its uncertainty band
     heldout_median_abs_error: dict[str, float] = field(default_factory=dict)
     heldout_source: str = ""
+    # the same by workload mode (closed, rate, offline: how the corpus point loaded the server), where a
+    # mode has enough points (plan/fitting.py `published_bands`): the band of a what-if point of that mode
+    heldout_by_mode: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def _table(raw: Any, where: str) -> dict[str, float]:
@@ -67,11 +70,16 @@ def load_calibration(path: str | Path | None = None) -> Calibration:
     if not isinstance(held, Mapping):
         raise ConfigError("calibration: held_out must map source ids to knob tables")
     band = data.get("heldout_median_abs_error") or {}
+    by_mode = data.get("heldout_median_abs_error_by_mode") or {}
+    if not isinstance(by_mode, Mapping):
+        raise ConfigError("calibration: heldout_median_abs_error_by_mode must map modes to {metric: fraction}")
     return Calibration(knobs=_table(data.get("knobs") or {}, "knobs"),
                        held_out={str(k): _table(v, f"held_out.{k}") for k, v in held.items()},
                        corpus_digest=str(data.get("corpus_digest", "")), notes=str(data.get("notes", "")),
                        heldout_median_abs_error=_table(band, "heldout_median_abs_error") if band else {},
-                       heldout_source=str(data.get("heldout_source", "")))
+                       heldout_source=str(data.get("heldout_source", "")),
+                       heldout_by_mode={str(k): _table(v, f"heldout_median_abs_error_by_mode.{k}")
+                                        for k, v in by_mode.items()})
 
 
 def dump_calibration(cal: Calibration) -> str:
@@ -89,6 +97,8 @@ def dump_calibration(cal: Calibration) -> str:
     if cal.heldout_median_abs_error:
         body["heldout_median_abs_error"] = r(cal.heldout_median_abs_error)
         body["heldout_source"] = cal.heldout_source
+    if cal.heldout_by_mode:
+        body["heldout_median_abs_error_by_mode"] = {k: r(v) for k, v in sorted(cal.heldout_by_mode.items())}
     body["knobs"] = r(cal.knobs)
     body["held_out"] = {k: r(v) for k, v in sorted(cal.held_out.items())}
     return head + yaml.safe_dump(body, sort_keys=False, width=100)

@@ -11,7 +11,7 @@ import dataclasses
 import json
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,34 @@ _FALLBACK_BAND_SOURCE = ("held-out median |error| of the uncalibrated what-if ag
                          "(issue 13: 88% output tok/s, 51% ITL, 94% TTFT); no validation figures are installed")
 
 
-def _band(calibrated: list[tuple[MeasuredPoint, WhatIfPoint]] | None) -> tuple[dict[str, float], str]:
+@dataclasses.dataclass(frozen=True, slots=True)
+class Band:
+    """The relative +- band per metric (output_tokens_per_s, itl_ms, ttft_ms) of what-if points, and
+    where it comes from: over all validation points, and by workload mode where the validation had
+    enough points of that mode (`plan.fitting.published_bands`)."""
+
+    overall: dict[str, float]
+    source: str
+    by_mode: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+
+    def for_point(self, p: WhatIfPoint) -> dict[str, float]:
+        return {**self.overall, **self.by_mode.get(p.mode, {})}
+
+    def lines(self, points: Sequence[WhatIfPoint]) -> list[str]:
+        """The terminal's account of the band: where it comes from, then one line per kind of load
+        among `points` (a kind the validation had too few points of carries the band over all)."""
+        out = [f"uncertainty{' by kind of load' if self.by_mode else ''} ({self.source}):"]
+        for mode in dict.fromkeys(p.mode for p in points):
+            b = {**self.overall, **self.by_mode.get(mode, {})}
+            parts = [f"±{b[k]:.0%} {name}" for k, name in (("output_tokens_per_s", "output tok/s"),
+                                                           ("itl_ms", "ITL"), ("ttft_ms", "TTFT")) if k in b]
+            kind = {"closed": "closed loop", "offline": "all at once", "rate": "Poisson rate"}[mode]
+            own = mode in self.by_mode or not self.by_mode
+            out.append(f"  {kind}: {', '.join(parts)}" + ("" if own else f" (too few {kind} points: over all)"))
+        return out
+
+
+def _band(calibrated: list[tuple[MeasuredPoint, WhatIfPoint]] | None) -> Band:
     """Relative +- band per metric for what-if points, and where it comes from."""
     if calibrated:
         errs: dict[str, list[float]] = {"output_tokens_per_s": [], "itl_ms": [], "ttft_ms": []}
@@ -50,16 +77,19 @@ def _band(calibrated: list[tuple[MeasuredPoint, WhatIfPoint]] | None) -> tuple[d
             if m.ttft_ms:
                 errs["ttft_ms"].append(abs(sim.ttft_ms_p50 / m.ttft_ms - 1))
         band = {k: max(0.05, statistics.median(v)) for k, v in errs.items() if v}
-        return band, ("median |error| of the calibrated model on the calibration points (at least 5%); "
-                      "extrapolation beyond them is wider")
+        return Band(band, "median |error| of the calibrated model on the calibration points (at least 5%); "
+                          "extrapolation beyond them is wider")
     from servebench.deploy.deployment import load_knob_table_meta
 
     meta = load_knob_table_meta()
     held = meta.get("heldout_median_abs_error")
     if isinstance(held, dict) and held:
-        return {str(k): float(v) for k, v in held.items()}, str(meta.get("heldout_source",
-                                                                        "held-out median |error| by source"))
-    return dict(_FALLBACK_BAND), _FALLBACK_BAND_SOURCE
+        modes = meta.get("heldout_median_abs_error_by_mode")
+        by_mode = ({str(m): {str(k): float(v) for k, v in b.items()} for m, b in modes.items() if isinstance(b, dict)}
+                   if isinstance(modes, dict) else {})
+        return Band({str(k): float(v) for k, v in held.items()},
+                    str(meta.get("heldout_source", "held-out median |error| by source")), by_mode)
+    return Band(dict(_FALLBACK_BAND), _FALLBACK_BAND_SOURCE)
 
 
 def _fit_json(res: FitResult, seq_lens: list[int]) -> dict[str, Any]:
@@ -159,14 +189,20 @@ def plan_main(args: PlanArgs, console: Console | None = None) -> int:
     if concs or args.request_rate:
         pts = whatif(dep, knobs, input_len=args.input_len, output_len=args.output_len, concurrencies=concs,
                      request_rates=args.request_rate, num_requests=args.num_requests, prefix_len=args.prefix_len)
-        band, source = _band(fitted)
+        band = _band(fitted)
         doc["whatif"] = {"closed_loop": bool(concs), "open_loop": bool(args.request_rate),
                          "arrivals": (f"Poisson, seed {SEED} (vllm bench serve's default)" if args.request_rate
                                       else None),
-                         "band_source": source, "points": [point_dict(p, band) for p in pts]}
+                         "band_source": band.source, "bands": {"all": band.overall, **band.by_mode},
+                         "points": [point_dict(p, band.for_point(p)) for p in pts]}
         if not quiet:
-            con.print(whatif_table(pts, f"what-if on a virtual clock ({'calibrated' if args.calibrate else 'default'} "
-                                        "efficiency; a model, not a measurement)"))
+            from servebench.deploy.deployment import load_knob_table
+
+            knobs_from = ("calibrated on your points" if args.calibrate else
+                          "knobs fitted to published measurements" if load_knob_table() else "default knobs")
+            con.print(whatif_table(pts, f"what-if on a virtual clock ({knobs_from}; a model, not a measurement)"))
+            for line in band.lines(pts):
+                con.print(line, markup=False, highlight=False)
     _emit(args, doc)
     return 0
 

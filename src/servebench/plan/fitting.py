@@ -11,6 +11,7 @@ import math
 import random
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -270,4 +271,32 @@ def summarize(train: Sequence[PointResult], held_out: Sequence[PointResult], tot
                      for m in METRICS}
     for m in METRICS:
         out["held_out"][m]["interval_90_over_folds"] = fold_interval(held_out, m)  # type: ignore[index]
+    by_mode: dict[str, dict[str, dict[str, float | int | None]]] = {}
+    for mode in sorted({r.point.mode for r in held_out}):
+        rs = [r for r in held_out if r.point.mode == mode]
+        by_mode[mode] = {m: {"median_abs_error": median_abs_error(rs, m)[0], "n": median_abs_error(rs, m)[1]}
+                         for m in METRICS}
+    out["held_out_by_mode"] = by_mode
     return out
+
+
+# A mode's own held-out median is published (plan's band for a what-if point of that mode) only over at
+# least this many points; below it the band is the median over all modes.
+MODE_BAND_MIN_POINTS = 20
+_BAND_NAMES = {"tok_s": "output_tokens_per_s", "itl": "itl_ms", "ttft": "ttft_ms"}
+
+
+def published_bands(summary: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """plan's uncertainty bands from a `summarize` result: the held-out median |error| of each metric
+    (output_tokens_per_s, itl_ms, ttft_ms) over all points, and by workload mode (closed, rate, offline)
+    where that mode has `MODE_BAND_MIN_POINTS` points or more."""
+    ho = summary["held_out"]
+    overall = {_BAND_NAMES[m]: float(ho[m]["median_abs_error"]) for m in METRICS
+               if ho[m]["median_abs_error"] is not None}
+    by_mode: dict[str, dict[str, float]] = {}
+    for mode, stats in (summary.get("held_out_by_mode") or {}).items():
+        band = {_BAND_NAMES[m]: float(st["median_abs_error"]) for m, st in stats.items()
+                if st["median_abs_error"] is not None and int(st["n"]) >= MODE_BAND_MIN_POINTS}
+        if band:
+            by_mode[mode] = band
+    return overall, by_mode

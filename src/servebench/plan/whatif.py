@@ -59,6 +59,14 @@ class WhatIfPoint:
     num_requests: int = 0
 
     @property
+    def mode(self) -> str:
+        """The corpus's name for this kind of load (plan/corpus.py): "closed" (a concurrency),
+        "offline" (every request at once) or "rate" (Poisson arrivals)."""
+        if self.request_rate is None:
+            return "closed"
+        return "offline" if math.isinf(self.request_rate) else "rate"
+
+    @property
     def load(self) -> str:
         """The load in words: "c=8", "4 req/s", "all at once"."""
         if self.request_rate is None:
