@@ -449,3 +449,73 @@ def test_inferencex_lengths_span_the_top_fifth_of_the_nominal_length() -> None:
     assert x.min() == int(0.8 * 1024) and x.max() == 1024
     assert x.mean() == pytest.approx(0.9 * 1024, rel=0.01)
     assert lengths.max_len("range-0.8", 1024, 0) == 1024
+
+
+def _measured_by(dep: Deployment, knobs: object, concurrencies: tuple[int, ...]) -> list[MeasuredPoint]:
+    """Points a deployment with other knobs than plan's 'measured' (the simulator's own answer, off by
+    15% either way)."""
+    from servebench.plan.whatif import engine_config, simulate_point
+
+    cfg = engine_config(dep, knobs)  # type: ignore[arg-type]
+    out = []
+    for i, c in enumerate(concurrencies):
+        p = simulate_point(cfg, concurrency=c, input_len=256, output_len=64, num_requests=4 * c + 4)
+        # measurement noise, so that no one knob set fits every point exactly: +-15%, alternating
+        f = 1.15 if i % 2 else 0.85
+        out.append(MeasuredPoint(c, 256, 64, f * p.output_tokens_per_s, p.itl_ms_p50 / f))
+    return out
+
+
+def test_leave_one_out_refits_without_each_point_and_needs_three() -> None:
+    from servebench.plan.calibrate import leave_one_out
+
+    dep = Deployment.build(model="Llama-3.1-8B", gpu="a100")
+    truth = dataclasses.replace(dep.knobs(), mem_efficiency=0.5 * dep.knobs().mem_efficiency,
+                                step_overhead_s=4 * dep.knobs().step_overhead_s)
+    points = _measured_by(dep, truth, (1, 4, 16))
+    assert leave_one_out(dep, points[:2], max_evals=40) == []
+    loo = leave_one_out(dep, points, max_evals=60)
+    assert [left.concurrency for left, _ in loo] == [1, 4, 16]
+    full, _ = calibrate(dep, points, max_evals=60)
+    for left, knobs in loo:
+        rest = [p for p in points if p is not left]
+        assert knobs == calibrate(dep, rest, max_evals=60)[0]  # the same fit, one point fewer
+    assert any(k != full for _, k in loo)
+    # a point set whose only other points are latency bounds leaves that fit out
+    bound = MeasuredPoint(8, 256, 64, None, ttft_ms_at_least=1.0)
+    assert [left.concurrency for left, _ in leave_one_out(dep, [points[0], bound, bound], max_evals=20)] == [8, 8]
+
+
+def test_calibrated_whatif_band_covers_the_leave_one_out_spread(tmp_path) -> None:
+    """After --calibrate with three or more points, each what-if point says how far it moves when one
+    calibration point is left out, and its band is at least that move."""
+    dep = Deployment.build(model="Llama-3.1-8B", gpu="a100")
+    truth = dataclasses.replace(dep.knobs(), mem_efficiency=0.5 * dep.knobs().mem_efficiency,
+                                step_overhead_s=4 * dep.knobs().step_overhead_s)
+    pts = _measured_by(dep, truth, (1, 4, 16))
+    f = tmp_path / "points.yaml"
+    f.write_text(yaml.safe_dump({"points": [
+        {"concurrency": p.concurrency, "input_len": p.input_len, "output_len": p.output_len,
+         "output_tokens_per_s": p.output_tokens_per_s, "itl_ms": p.itl_ms} for p in pts]}))
+    flags = ["--model", "Llama-3.1-8B", "--gpu", "a100", "--gpus", "1", "--calibrate", str(f),
+             "--input-len", "256", "--output-len", "64", "--concurrency", "1,64", "--num-requests", "64"]
+    code, doc = _plan_json(*flags)
+    assert code == 0
+    assert "left out" in doc["whatif"]["band_source"]
+    for p in doc["whatif"]["points"]:
+        loo = p["leave_one_out"]
+        assert set(loo) == {"output_tokens_per_s", "itl_ms", "ttft_ms"}
+        tps = loo["output_tokens_per_s"]
+        assert tps["low"] <= p["output_tokens_per_s"] <= tps["high"]
+        assert tps["lowest_without"] in ("c=1", "c=4", "c=16")
+        for m in ("output_tokens_per_s", "itl_ms"):
+            assert p["uncertainty"][m]["rel"] >= loo[m]["max_rel"] - 1e-12
+    c64 = doc["whatif"]["points"][1]["leave_one_out"]["output_tokens_per_s"]
+    assert c64["high"] > c64["low"]  # an extrapolation to c=64 moves with the points it rests on
+    res = CliRunner().invoke(plan_command, flags)
+    assert res.exit_code == 0 and "is left out of the fit" in res.output and "c=64: ±" in res.output
+    # two points: no leave-one-out (one point alone says nothing the prior does not)
+    f.write_text(yaml.safe_dump({"points": [{"concurrency": p.concurrency, "input_len": 256, "output_len": 64,
+                                             "output_tokens_per_s": p.output_tokens_per_s} for p in pts[:2]]}))
+    code, doc = _plan_json(*flags)
+    assert code == 0 and "leave_one_out" not in doc["whatif"]["points"][0]

@@ -22,7 +22,7 @@ from servebench.errors import ConfigError
 from servebench.plan.whatif import engine_config, simulate_point
 from servebench.sim.knobs import StepKnobs
 
-__all__ = ["MeasuredPoint", "calibrate", "load_measurements"]
+__all__ = ["MeasuredPoint", "calibrate", "leave_one_out", "load_measurements", "LEAVE_ONE_OUT_MIN_POINTS"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +117,28 @@ def calibrate(dep: Deployment, points: Sequence[MeasuredPoint], *, start: StepKn
             ttft += f", TTFT {sim.ttft_ms_p50:.0f} ms vs at least {p.ttft_ms_at_least:.0f}"
         lines.append(f"  c={p.concurrency}: {tput}{itl}{ttft}")
     return best, "\n".join(lines)
+
+
+# With fewer points, leaving one out leaves a fit that only the prior holds: its spread says nothing.
+LEAVE_ONE_OUT_MIN_POINTS = 3
+
+
+def leave_one_out(dep: Deployment, points: Sequence[MeasuredPoint], *, start: StepKnobs | None = None,
+                  max_evals: int = 250) -> list[tuple[MeasuredPoint, StepKnobs]]:
+    """The knobs `calibrate` fits with each measured point left out in turn (same start, same prior):
+    how far a prediction moves between them says how much it hangs on any one measurement, which the
+    fit's own error on the points it was given cannot show (an extrapolation to concurrency 100 from
+    points at 1-15 can hang on the highest one). Empty with fewer than `LEAVE_ONE_OUT_MIN_POINTS`."""
+    if len(points) < LEAVE_ONE_OUT_MIN_POINTS:
+        return []
+    out = []
+    for i, left in enumerate(points):
+        rest = [p for j, p in enumerate(points) if j != i]
+        if not any(p.output_tokens_per_s or p.itl_ms for p in rest):
+            continue  # latency bounds alone would leave the decode knobs to the prior
+        knobs, _ = calibrate(dep, rest, start=start, max_evals=max_evals)
+        out.append((left, knobs))
+    return out
 
 
 def _median(summary: dict[str, Any], metric: str) -> float | None:

@@ -19,11 +19,12 @@ import click
 from rich.console import Console
 
 from servebench.errors import handle_errors
-from servebench.plan.calibrate import MeasuredPoint, calibrate, load_measurements
+from servebench.plan.calibrate import MeasuredPoint, calibrate, leave_one_out, load_measurements
 from servebench.plan.fit import GIB, PlanArgs, engine_base, fit_table, to_deployment
 from servebench.plan.recipes import RecipeSpec, render_all
 from servebench.plan.whatif import SEED, WhatIfPoint, knobs_yaml, point_dict, simulate_point, whatif, whatif_table
 from servebench.sim.catalog import GPUS, MODELS
+from servebench.sim.knobs import StepKnobs
 from servebench.sim.memory import ENGINES, QUANTS, FitResult, weight_bytes_per_gpu
 
 __all__ = ["plan_main", "plan_command", "PLAN_SCHEMA"]
@@ -90,6 +91,41 @@ def _band(calibrated: list[tuple[MeasuredPoint, WhatIfPoint]] | None) -> Band:
         return Band({str(k): float(v) for k, v in held.items()},
                     str(meta.get("heldout_source", "held-out median |error| by source")), by_mode)
     return Band(dict(_FALLBACK_BAND), _FALLBACK_BAND_SOURCE)
+
+
+_METRIC_ATTRS = (("output_tokens_per_s", "output_tokens_per_s", "output tok/s"), ("itl_ms", "itl_ms_p50", "ITL"),
+                 ("ttft_ms", "ttft_ms_p50", "TTFT"))
+
+
+def _loo_spread(full: Sequence[WhatIfPoint], runs: Sequence[tuple[MeasuredPoint, Sequence[WhatIfPoint]]]
+                ) -> list[dict[str, dict[str, Any]]]:
+    """Per what-if point and metric: the lowest and highest prediction over the leave-one-out fits
+    (`calibrate.leave_one_out`), which point each left out, and the largest relative move from the
+    prediction on all points."""
+    out = []
+    for i, p in enumerate(full):
+        per: dict[str, dict[str, Any]] = {}
+        for name, attr, _ in _METRIC_ATTRS:
+            base = float(getattr(p, attr))
+            vals = [(float(getattr(pts[i], attr)), left) for left, pts in runs]
+            lo, hi = min(vals, key=lambda v: v[0]), max(vals, key=lambda v: v[0])
+            per[name] = {"low": min(lo[0], base), "high": max(hi[0], base),
+                         "lowest_without": f"c={lo[1].concurrency}", "highest_without": f"c={hi[1].concurrency}",
+                         "max_rel": max(abs(v / base - 1) for v, _ in vals) if base > 0 else 0.0}
+        out.append(per)
+    return out
+
+
+def _loo_line(p: WhatIfPoint, spread: dict[str, dict[str, Any]], band: dict[str, float]) -> str:
+    parts = []
+    for name, _, label in _METRIC_ATTRS:
+        s = spread[name]
+        unit = "" if name == "output_tokens_per_s" else " ms"
+        fmt = "{:,.0f}" if name != "itl_ms" else "{:,.1f}"
+        pm = f"±{band[name]:.0%} " if name in band else ""  # a metric none of the points measured has no band
+        parts.append(f"{pm}{label} {fmt.format(s['low'])}-{fmt.format(s['high'])}{unit} "
+                     f"(lowest without {s['lowest_without']})")
+    return f"  {p.load}: " + ", ".join(parts)
 
 
 def _fit_json(res: FitResult, seq_lens: list[int]) -> dict[str, Any]:
@@ -170,11 +206,12 @@ def plan_main(args: PlanArgs, console: Console | None = None) -> int:
     elif not quiet:
         con.print(f"[bold]launch ({spec.engine})[/]  (--out DIR writes compose, Kubernetes and benchmark files)")
         con.print(files[f"launch-{spec.engine}.sh"], markup=False, highlight=False)
-    knobs = dep.knobs()
+    knobs = start = dep.knobs()
     fitted: list[tuple[MeasuredPoint, WhatIfPoint]] | None = None
+    measured: list[MeasuredPoint] = []
     if args.calibrate:
         measured = load_measurements(args.calibrate)
-        knobs, report = calibrate(dep, measured, start=knobs)
+        knobs, report = calibrate(dep, measured, start=start)
         cfg = dep.engine_config(knobs)
         fitted = [(m, simulate_point(cfg, concurrency=m.concurrency, input_len=m.input_len,
                                      output_len=m.output_len, num_requests=4 * m.concurrency + 4)) for m in measured]
@@ -187,21 +224,39 @@ def plan_main(args: PlanArgs, console: Console | None = None) -> int:
                     **dataclasses.asdict(knobs)}
     concs = args.concurrency or (args.predict_concurrency if args.calibrate and not args.request_rate else ())
     if concs or args.request_rate:
-        pts = whatif(dep, knobs, input_len=args.input_len, output_len=args.output_len, concurrencies=concs,
-                     request_rates=args.request_rate, num_requests=args.num_requests, prefix_len=args.prefix_len)
+        def run(k: StepKnobs) -> list[WhatIfPoint]:
+            return whatif(dep, k, input_len=args.input_len, output_len=args.output_len, concurrencies=concs,
+                          request_rates=args.request_rate, num_requests=args.num_requests, prefix_len=args.prefix_len)
+
+        pts = run(knobs)
         band = _band(fitted)
+        bands = [band.for_point(p) for p in pts]
+        runs = [(left, run(k)) for left, k in leave_one_out(dep, measured, start=start)]
+        spread = _loo_spread(pts, runs) if runs else None
+        if spread:  # the band is the larger of the fit's error and the move leaving one point out
+            bands = [{m: max(b[m], s[m]["max_rel"]) for m in b} for b, s in zip(bands, spread)]
+        rows = [point_dict(p, b) for p, b in zip(pts, bands)]
+        for row, moved in zip(rows, spread or ()):
+            row["leave_one_out"] = moved
         doc["whatif"] = {"closed_loop": bool(concs), "open_loop": bool(args.request_rate),
                          "arrivals": (f"Poisson, seed {SEED} (vllm bench serve's default)" if args.request_rate
                                       else None),
-                         "band_source": band.source, "bands": {"all": band.overall, **band.by_mode},
-                         "points": [point_dict(p, band.for_point(p)) for p in pts]}
+                         "band_source": band.source + (
+                             "; or, where larger, how far the prediction moves when one calibration point is left "
+                             "out of the fit (leave_one_out)" if spread else ""),
+                         "bands": {"all": band.overall, **band.by_mode}, "points": rows}
         if not quiet:
             from servebench.deploy.deployment import load_knob_table
 
             knobs_from = ("calibrated on your points" if args.calibrate else
                           "knobs fitted to published measurements" if load_knob_table() else "default knobs")
             con.print(whatif_table(pts, f"what-if on a virtual clock ({knobs_from}; a model, not a measurement)"))
-            for line in band.lines(pts):
+            lines = band.lines(pts)
+            if spread:
+                lines = [f"uncertainty: the larger of the fit's median error on your points and how far each "
+                         f"prediction moves when one of the {len(measured)} points is left out of the fit:",
+                         *(_loo_line(p, s, b) for p, s, b in zip(pts, spread, bands))]
+            for line in lines:
                 con.print(line, markup=False, highlight=False)
     _emit(args, doc)
     return 0
