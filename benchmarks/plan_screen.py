@@ -4,6 +4,8 @@ held-out medians could move (seconds, where a refit takes an hour). Run by hand:
     .venv/bin/python benchmarks/plan_screen.py                      # the standard screen (below)
     .venv/bin/python benchmarks/plan_screen.py admit.eng.=2 ttft.base=0.5,1.5
                       # each knob whose name starts with the prefix, times each factor, one row per factor
+    .venv/bin/python benchmarks/plan_screen.py ttft.eng.:=1 admit.eng.vllm-v1:=0.004,0.008
+                      # each such knob set to each value instead (`:=`)
 
 Each row multiplies the named knobs in every fold's table (`held_out:` of deploy/calibration.yaml),
 predicts every point with its own fold's table, and prints the held-out median |error| by metric and
@@ -31,31 +33,36 @@ STANDARD = ("ttft.base=0.5,0.75,1.25,2", "admit.eng.=0.5,2", "pfl.eng.=0.5,0.7,1
             "comm.prefill.gpu.=0.7,1.4")
 
 
-def _parse(spec: str) -> tuple[str, list[float]]:
-    prefix, _, factors = spec.partition("=")
+def _parse(spec: str) -> tuple[str, bool, list[float]]:
+    """PREFIX=FACTORS (scale) or PREFIX:=VALUES (set) -> (prefix, set?, numbers)."""
+    prefix, _, numbers = spec.partition("=")
+    setting = prefix.endswith(":")
+    prefix = prefix.removesuffix(":")
     try:
-        values = [float(f) for f in factors.split(",") if f.strip()]
+        values = [float(f) for f in numbers.split(",") if f.strip()]
     except ValueError:
         values = []
     if not prefix or not values or any(v <= 0 for v in values):
-        raise SystemExit(f"plan_screen: {spec!r} is not PREFIX=FACTOR[,FACTOR...] with factors > 0 "
-                         "(e.g. admit.eng.=0.5,2)")
-    return prefix, values
+        raise SystemExit(f"plan_screen: {spec!r} is not PREFIX=FACTOR[,FACTOR...] or PREFIX:=VALUE[,VALUE...] with "
+                         "numbers > 0 (e.g. admit.eng.=0.5,2 or ttft.eng.:=1)")
+    return prefix, setting, values
 
 
-def scaled(prefix: str, factor: float) -> Callable[[Mapping[str, float]], dict[str, float]]:
+def scaled(prefix: str, factor: float, *, setting: bool = False) -> Callable[[Mapping[str, float]], dict[str, float]]:
+    """Every knob whose name starts with `prefix`, times `factor` (or set to it)."""
     def apply(table: Mapping[str, float]) -> dict[str, float]:
         out = dict(table)
         for name in out:
             if name.startswith(prefix):
-                out[name] *= factor
+                out[name] = factor if setting else out[name] * factor
         return out
     return apply
 
 
 def main(argv: list[str] | None = None) -> int:
     specs = (argv if argv is not None else sys.argv[1:]) or list(STANDARD)
-    rows = [(f"{prefix} x{f:g}", scaled(prefix, f)) for prefix, fs in map(_parse, specs) for f in fs]
+    rows = [(f"{prefix} {'=' if setting else 'x'}{f:g}", scaled(prefix, f, setting=setting))
+            for prefix, setting, fs in map(_parse, specs) for f in fs]
     t0 = time.perf_counter()
     cal = load_calibration()
     points = load_corpus()
@@ -64,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     for p in points:
         if p.key in pred.settings:
             folds.setdefault(p.source.fold, []).append(p.key)
-    unknown = [prefix for prefix in (spec.partition("=")[0] for spec in specs)
+    unknown = [prefix for prefix in (spec.partition("=")[0].removesuffix(":") for spec in specs)
                if not any(n.startswith(prefix) for t in cal.held_out.values() for n in t)]
     if unknown:
         raise SystemExit(f"plan_screen: no knob in the held-out tables starts with {', '.join(unknown)}")
