@@ -59,6 +59,7 @@ def truth_vs_client(url: str, out: Path) -> dict[str, float]:
         "true_itl_median": float(np.median(gaps_t)), "itl_median": float(np.median(gaps_c)),
         "true_itl_p99": float(np.percentile(gaps_t, 99)), "itl_p99": float(np.percentile(gaps_c, 99)),
         "gap_error_median": float(np.median(gap_error)), "gap_error_p99": float(np.percentile(gap_error, 99)),
+        "gaps_off_3ms": float(np.mean(gap_error > 3.0)),  # share of gaps more than 3 ms off
         "arrival_delay_min": float(delay.min()), "arrival_delay_median": float(np.median(delay)),
         "arrival_delay_p99": float(np.percentile(delay, 99)), "arrival_delay_max": float(delay.max()),
     }

@@ -127,6 +127,23 @@ def test_client_verdict() -> None:
     assert assess_client({**lagging, "latency_ms": bursts}, open_loop=False)[0] is False
     calm_fast = {**calm, "latency_ms": {"tpot": {"median": 0.3}}}  # under 5 ms of lag is never a reason
     assert assess_client(calm_fast, open_loop=True)[0] is False
+    # with the records' share of gaps read together (client.tokens_read_together): stalls of half the gap
+    # or more are a reason only when more than READ_TOGETHER_SHARE of the gaps came in one read
+    from servebench.results.metrics import READ_TOGETHER_SHARE
+
+    def stalled(lag: float, together: float) -> dict:
+        return {"client": {**lagging["client"], "loop_lag_ms_p99": lag, "tokens_read_together": together},
+                "latency_ms": {"tpot": {"median": 20.0}}}
+
+    # seen at 512 streams: 23 ms p99 against 20 ms tokens with 0.01% of gaps merged (the rule before
+    # called it saturated); 19.8 ms with 2.8% merged and 9.3% read together (the rule before did not)
+    assert assess_client(stalled(23.0, 0.01), open_loop=False)[0] is False
+    saturated, reasons, _ = assess_client(stalled(19.8, 0.093), open_loop=False)
+    assert saturated and "9.3% of token gaps came in one read" in reasons[0]
+    assert assess_client(stalled(9.0, 0.5), open_loop=False)[0] is False  # under half the gap
+    assert assess_client(stalled(4.0, 0.5), open_loop=False)[0] is False  # under 5 ms
+    assert assess_client(stalled(30.0, READ_TOGETHER_SHARE), open_loop=False)[0] is False
+    assert assess_client(stalled(30.0, READ_TOGETHER_SHARE + 0.001), open_loop=False)[0] is True
 
 
 def test_summarize_writes_the_keys_the_schema_declares_and_merges_the_run_in_order() -> None:

@@ -28,7 +28,8 @@ from servebench.results.schema import Client, ClientMeasures, Distribution, Good
 
 __all__ = ["BUCKET_SHIFT", "COMPACT_ABOVE", "GapParts", "GapStats", "Mapper", "Windows", "add_counts",
            "bucket_counts", "gap_distribution", "linear_percentiles", "order_statistics", "pairwise_sum",
-           "plan_windows", "streamed_gap_distribution", "streamed_percentiles", "summarize_columns", "tpot_ms"]
+           "plan_windows", "streamed_gap_distribution", "streamed_percentiles", "summarize_columns",
+           "tokens_read_together", "tpot_ms"]
 
 #: `map`, or a thread pool's `map`: how the pieces of a large array are computed.
 Mapper: TypeAlias = Callable[[Callable[[Any], Any], Iterable[Any]], Iterable[Any]]
@@ -105,6 +106,17 @@ class Windows:
 
     def window_of(self, buckets: np.ndarray) -> np.ndarray:
         return self.lut[np.minimum(buckets, self.lut.size - 1)]
+
+
+def tokens_read_together(cols: RecordColumns) -> float | None:
+    """The share of per-token gaps that are exactly 0: two chunks of a stream that came in one socket
+    read carry one receive stamp (client/transport.py). Tokens merged by a client stall are among
+    them, and so are chunks a server wrote together. None for a run too large to hold its gaps
+    (`RecordColumns.held_itl`), or one without gaps."""
+    gaps = cols.held_itl
+    if gaps is None or not gaps.size:
+        return None
+    return float(np.count_nonzero(gaps == 0)) / gaps.size
 
 
 def plan_windows(sample_counts: np.ndarray, fractions: np.ndarray, margin: float = 8.0) -> Windows:

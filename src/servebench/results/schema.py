@@ -252,7 +252,8 @@ class Client(TypedDict, closed=True):
     `failure` says why the client stopped sending early on an error of its own (null: it did not),
     `concurrency_held` the closed loop's mean in flight between the first wave and the last send as
     a share of --concurrency (null: open loop, or no refill to judge). Absent in summaries written
-    before them: `read_pauses`, `read_pause_ms`, `preconnect_shortfall`, `failure`, `concurrency_held`."""
+    before them: `read_pauses`, `read_pause_ms`, `preconnect_shortfall`, `failure`, `concurrency_held`,
+    `tokens_read_together` (null: a run too large to hold its gaps)."""
 
     cpu_s: NotRequired[float]
     cpu_us_per_token: NotRequired[float | None]
@@ -268,6 +269,9 @@ class Client(TypedDict, closed=True):
     preconnect_shortfall: NotRequired[int]
     failure: NotRequired[str | None]
     concurrency_held: NotRequired[float | None]
+    # the share of token gaps whose two tokens came in one socket read (the same receive stamp, gap 0):
+    # a client stall's merged tokens are among them, and so are tokens a server wrote together
+    tokens_read_together: NotRequired[float | None]
     workers: NotRequired[Workers]  # --workers N > 1 only; cpu_s above then sums every process
 
 

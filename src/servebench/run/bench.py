@@ -27,7 +27,7 @@ from servebench.client.shard import Shard
 from servebench.client.spec import Prepared, ShardSpec
 from servebench.report.console import LiveProgress, print_spread, print_summary
 from servebench.results import precision
-from servebench.results.colsummary import summarize_columns
+from servebench.results.colsummary import summarize_columns, tokens_read_together
 from servebench.results.columnar import load_columns
 from servebench.results.metrics import assess_client
 from servebench.results.repeats import spread
@@ -341,6 +341,7 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
 
     if not open_loop:  # the closed loop's share of --concurrency held while refilling (results.validation)
         summary["client"]["concurrency_held"] = concurrency_held_columns(cols, spec.concurrency)
+    summary["client"]["tokens_read_together"] = tokens_read_together(cols)
     saturated, reasons, advice = assess_client(summary, open_loop=cfg.load_mode in ("rate", "ramp"),
                                                rx_timestamps=result.rx_timestamps)
     summary["client"].update({"saturated": saturated, "reasons": reasons, "advice": advice})
