@@ -139,7 +139,7 @@ def test_client_verdict() -> None:
     # called it saturated); 19.8 ms with 2.8% merged and 9.3% read together (the rule before did not)
     assert assess_client(stalled(23.0, 0.01), open_loop=False)[0] is False
     saturated, reasons, _ = assess_client(stalled(19.8, 0.093), open_loop=False)
-    assert saturated and "9.3% of token gaps came in one read" in reasons[0]
+    assert saturated and "9.3% of token gaps were read together" in reasons[0]
     assert assess_client(stalled(9.0, 0.5), open_loop=False)[0] is False  # under half the gap
     assert assess_client(stalled(4.0, 0.5), open_loop=False)[0] is False  # under 5 ms
     assert assess_client(stalled(30.0, READ_TOGETHER_SHARE), open_loop=False)[0] is False

@@ -350,10 +350,10 @@ def assess_client(summary: Summary, *, open_loop: bool, rx_timestamps: str = "ke
         # a p99 stall of half the gap has a tail beyond it (seen: 19.8 ms p99 against a 20 ms TPOT with 2.8%
         # of gaps merged), and the records say whether tokens were in fact read together
         if loop_lag > LOOP_LAG_P99_MS and gap is not None and loop_lag > gap / 2 and together > READ_TOGETHER_SHARE:
-            reasons.append(f"the event loop stalls as long as the gap between tokens (loop lag p99 {loop_lag:.1f} ms, "
-                           f"median TPOT {gap:.2f} ms) and {together:.1%} of token gaps came in one read "
-                           f"(> {READ_TOGETHER_SHARE:.0%}): tokens that arrive during a stall share the newest one's "
-                           "receive stamp, which shortens ITL and TPOT")
+            reasons.append(f"the event loop stalls as long as the gap between tokens (loop lag p99 {loop_lag:.1f} "
+                           f"ms, median TPOT {gap:.2f} ms) and {together:.1%} of token gaps were read together, two "
+                           f"tokens in one read (> {READ_TOGETHER_SHARE:.0%}): tokens that arrive during a stall share "
+                           "the newest one's receive stamp, which shortens ITL and TPOT")
     elif loop_lag > LOOP_LAG_P99_MS and gap is not None and loop_lag > gap:  # gaps not held (a huge run)
         reasons.append(f"the event loop stalls longer than the gap between tokens (loop lag p99 {loop_lag:.1f} ms "
                        f"> median TPOT {gap:.2f} ms): tokens that arrive during a stall are read together and "
