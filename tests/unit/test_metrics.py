@@ -135,15 +135,16 @@ def test_client_verdict() -> None:
         return {"client": {**lagging["client"], "loop_lag_ms_p99": lag, "tokens_read_together": together},
                 "latency_ms": {"tpot": {"median": 20.0}}}
 
-    # seen at 512 streams: 23 ms p99 against 20 ms tokens with 0.01% of gaps merged (the rule before
-    # called it saturated); 19.8 ms with 2.8% merged and 9.3% read together (the rule before did not)
-    assert assess_client(stalled(23.0, 0.01), open_loop=False)[0] is False
+    # a stall longer than the gap is a reason whatever the share (seen in CI: 21.9 ms against 20 ms tokens,
+    # 4.6% read together, 2% of gaps off); half the gap is one where the records show tokens read together
+    # (seen: 19.8 ms with 2.8% merged and 9.3% read together, which the lag alone did not flag)
+    assert assess_client(stalled(21.9, 0.046), open_loop=False)[0] is True
     saturated, reasons, _ = assess_client(stalled(19.8, 0.093), open_loop=False)
     assert saturated and "9.3% of token gaps were read together" in reasons[0]
     assert assess_client(stalled(9.0, 0.5), open_loop=False)[0] is False  # under half the gap
     assert assess_client(stalled(4.0, 0.5), open_loop=False)[0] is False  # under 5 ms
-    assert assess_client(stalled(30.0, READ_TOGETHER_SHARE), open_loop=False)[0] is False
-    assert assess_client(stalled(30.0, READ_TOGETHER_SHARE + 0.001), open_loop=False)[0] is True
+    assert assess_client(stalled(15.0, READ_TOGETHER_SHARE), open_loop=False)[0] is False
+    assert assess_client(stalled(15.0, READ_TOGETHER_SHARE + 0.001), open_loop=False)[0] is True
 
 
 def test_summarize_writes_the_keys_the_schema_declares_and_merges_the_run_in_order() -> None:
