@@ -281,6 +281,11 @@ def test_block_accounting_invariant_under_random_load(seed: int, extra: int) -> 
         assert used == _used_blocks_from_requests(eng)
         assert eng.pool.free >= 0 and used <= cfg.kv_blocks
         assert st.running <= cfg.max_num_seqs
+        for r in live:  # the cached blocks of a chain are a prefix of it (what the bisection relies on)
+            names = r.prefix_hashes or ()
+            cached = [h in eng.pool.table for h in names]
+            assert cached == sorted(cached, reverse=True), (r.id, cached)
+            assert eng.pool.cached_prefix(names, len(names)) == sum(cached)
     assert not live and eng.stats.running == 0 and eng.stats.kv_usage == 0.0
 
 

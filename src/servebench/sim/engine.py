@@ -359,7 +359,7 @@ class Engine:
         hashes: Sequence[int] = (req.prefix_hashes or ()) if self._prefix else ()
         hits = hit_in_lru = 0
         if hashes:
-            hits, hit_in_lru = self.pool.match(hashes, min(len(hashes), (req.target - 1) // bs))
+            hits = self.pool.cached_prefix(hashes, (req.target - 1) // bs)
         computed = hits * bs
         remaining = req.target - computed
         if remaining <= budget:
@@ -369,8 +369,13 @@ class Engine:
         else:
             return 0
         need = -(-(computed + chunk) // bs) + self._extra - hits
-        if need > self.pool.available() - hit_in_lru:
+        available = self.pool.available()
+        if need > available:  # cannot start whichever of its hits are evictable (the usual case when full)
             return 0
+        if hits:
+            hit_in_lru = self.pool.evictable(hashes[:hits])
+            if need > available - hit_in_lru:
+                return 0
         # commit
         if self._prefix:
             self._prefix_queries += req.target

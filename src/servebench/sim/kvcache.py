@@ -49,11 +49,32 @@ class BlockPool:
 
     def match(self, hashes: Sequence[int], limit: int) -> tuple[int, int]:
         """Longest cached prefix of `hashes` (at most `limit` blocks): (hits, hits that are evictable)."""
+        hits = self.cached_prefix(hashes, limit)
+        return hits, self.evictable(hashes[:hits])
+
+    def cached_prefix(self, hashes: Sequence[int], limit: int) -> int:
+        """How many leading blocks of the hash chain `hashes` (at most `limit`) are cached, by bisection.
+
+        The cached blocks of a chain are always a prefix of it: a request holds a chain's first blocks
+        whenever it holds a later one (it matched or computed them in order), releases its blocks tail
+        first into the LRU (`release`), and eviction takes the LRU's oldest; so a block leaves the cache
+        no later than the blocks before it, and is named (`name`) no earlier than them."""
         table = self.table
-        hits = 0
-        while hits < limit and hashes[hits] in table:
-            hits += 1
-        return hits, sum(1 for h in hashes[:hits] if table[h] == 0)
+        lo, hi = 0, min(limit, len(hashes))  # hashes[:lo] cached; hashes[hi] (if any) not, or past limit
+        if hi and hashes[hi - 1] in table:
+            return hi
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if hashes[mid] in table:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def evictable(self, hashes: Sequence[int]) -> int:
+        """Of these cached blocks, how many no request holds (an allocation could evict them)."""
+        table = self.table
+        return sum(1 for h in hashes if table[h] == 0)
 
     def acquire(self, hashes: Sequence[int]) -> None:
         """Reference cached blocks (from `match`)."""
