@@ -122,6 +122,39 @@ def test_preemption_when_kv_runs_out_and_no_request_lost() -> None:
     assert run.stats.kv_usage == 0.0  # every block returned
 
 
+def test_an_engine_that_does_not_mix_runs_prompts_and_decodes_one_after_the_other() -> None:
+    """vLLM V0 without chunked prefill (and TGI) give a prompt batch a step of its own: a step that
+    admits a prompt while others decode lasts a prompt-only step plus a decode-only step; a step with
+    only one kind is unchanged. Throughput falls by the decodes the prompt steps held up."""
+    from servebench.sim.steptime import StepShape, step_time_s
+
+    durations = {}
+    for mixed in (True, False):
+        eng = Engine(config(max_num_batched_tokens=8192, chunked_prefill=False, mixed_steps=mixed))
+        first = SimRequest(0, 100, 50)
+        eng.add(first)
+        now = 0.0
+        for _ in range(5):  # its prefill, then decodes
+            res = eng.step(now)
+            assert res is not None
+            now += res.duration_s
+        lone_decode = res.duration_s
+        eng.add(SimRequest(1, 2000, 50))
+        res = eng.step(now)
+        assert res is not None and res.decode_seqs == 1 and res.prefill_tokens == 2000
+        durations[mixed] = res.duration_s
+        assert lone_decode == pytest.approx(step_time_s(COST, StepShape(decode_seqs=1, decode_ctx_tokens=103)))
+    prompt_only = step_time_s(COST, StepShape(prefill_seqs=1, prefill_tokens=2000, prefill_ctx_pairs=2000 * 1000))
+    decode_only = step_time_s(COST, StepShape(decode_seqs=1, decode_ctx_tokens=104))
+    assert durations[False] == pytest.approx(prompt_only + decode_only)
+    assert durations[True] < durations[False]
+    runs = {m: closed(config(chunked_prefill=False, max_num_batched_tokens=8192, mixed_steps=m), 8,
+                      prompt=1024, out=32) for m in (True, False)}
+    for run, reqs in runs.values():
+        check_complete(run, reqs)
+    assert out_tps(*runs[False]) < out_tps(*runs[True])
+
+
 def test_request_that_cannot_fit_is_rejected() -> None:
     eng = Engine(config(kv_blocks=4))
     with pytest.raises(ValueError):

@@ -441,6 +441,27 @@ def test_prompt_steps_launch_cost_is_per_family_times_class() -> None:
     assert _with_unseen_families(t)["pfl.arch.mla-moe-early"] == 5.0
 
 
+def test_prompt_steps_of_their_own_where_the_engine_does_not_mix() -> None:
+    """vLLM V0 without chunked prefill and TGI run prompts in steps of their own; V0 with it, V1, SGLang
+    and TensorRT-LLM mix; the validation and plan's deployment state it alike."""
+    from servebench.deploy.deployment import Deployment
+    from servebench.sim.knobs import mixes_steps
+
+    assert not mixes_steps("vllm-v0", False) and not mixes_steps("tgi", False) and not mixes_steps("tgi", True)
+    assert mixes_steps("vllm-v0", True) and mixes_steps("vllm-v1", True) and mixes_steps("sglang", True)
+    assert mixes_steps("trtllm", True)
+
+    def mixed(**kw: object) -> bool:
+        p = _point(**kw)
+        return Predictor([p]).settings[p.key].base.mixed_steps
+
+    assert mixed() and not mixed(engine_version="0.6.3") and not mixed(engine="tgi", engine_version="2.3.0")
+    assert mixed(engine_version="0.6.3", engine_args={"max_model_len": 65536})  # V0 chunks over 32K
+    dep = Deployment.build(model="DeepSeek-V3-AWQ", gpu="h100", gpus=8, engine="vllm-0.7", max_model_len=8000)
+    assert not dep.limits.chunked_prefill and not dep.engine_config().mixed_steps
+    assert Deployment.build(model="Llama-3.1-8B", gpu="h100", gpus=1).engine_config().mixed_steps
+
+
 def test_stated_max_model_len_sets_vllm_v0_chunked_prefill() -> None:
     """vLLM 0.6 with --max-model-len over 32K switches chunked prefill on with its 512-token budget;
     a point that states --enable-chunked-prefill=False runs whole prompts under a max_model_len budget."""

@@ -42,6 +42,7 @@ from servebench.sim.knobs import (
     engine_defaults,
     engine_family,
     gpu_generation,
+    mixes_steps,
     prefill_cap,
     resolve_knobs,
     sglang_max_running,
@@ -237,7 +238,9 @@ class Deployment:
                                 max_num_seqs=lim.max_num_seqs, max_num_batched_tokens=lim.max_num_batched_tokens,
                                 max_prefill_tokens=lim.max_prefill_tokens,
                                 max_model_len=self.max_model_len, enable_prefix_caching=self.prefix_caching,
-                                chunked_prefill=lim.chunked_prefill, seq_overhead_blocks=-(-overhead // block),
+                                chunked_prefill=lim.chunked_prefill,
+                                mixed_steps=mixes_steps(self.family, lim.chunked_prefill),
+                                seq_overhead_blocks=-(-overhead // block),
                                 first_token_s=k.first_token_s, frontend_s=k.frontend_s * self.dp)
         except ValueError as e:
             raise ConfigError(f"{self.describe()}: {e}") from None

@@ -49,6 +49,7 @@ from servebench.sim.knobs import (
     engine_family,
     gpu_generation,
     knob_names_for,
+    mixes_steps,
     prefill_cap,
     resolve_knobs,
     sglang_max_running,
@@ -235,7 +236,8 @@ def setting_for(p: CorpusPoint) -> Setting:
                               max_prefill_tokens=prefill_cap(family, batched, dp, moe=model.is_moe, version=version),
                               block_size=16, max_num_seqs=max_seqs, max_num_batched_tokens=max_tokens,
                               max_model_len=max_len, enable_prefix_caching=False,
-                              chunked_prefill=chunked, seq_overhead_blocks=-(-res.seq_overhead_tokens // 16))
+                              chunked_prefill=chunked, mixed_steps=mixes_steps(family, chunked),
+                              seq_overhead_blocks=-(-res.seq_overhead_tokens // 16))
     reserve = _reserved_tokens(family, inp, out)
     if reserve:  # admission reserves KV for the request's future tokens: no preemption, fewer sequences
         cap = max(1, engine_cfg.kv_tokens // (reserve + res.seq_overhead_tokens))

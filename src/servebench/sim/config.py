@@ -28,6 +28,9 @@ class EngineConfig:
     max_model_len: int = 8192
     enable_prefix_caching: bool = True
     chunked_prefill: bool = True
+    # whether one step may carry prompt tokens and decodes together (`sim.knobs.mixes_steps`): vLLM V0
+    # without chunked prefill and TGI run a prompt batch as a step of its own, the decodes waiting
+    mixed_steps: bool = True
     # blocks every running sequence holds besides its context's (vLLM's sliding-window pages:
     # sim.memory.kv_seq_overhead_tokens / block_size)
     seq_overhead_blocks: int = 0

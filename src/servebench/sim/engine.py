@@ -18,7 +18,10 @@ virtual clock through `sim.simulate`. It models what vLLM's V1 scheduler does, a
   tokens kept); it is re-prefilled later (prompt + generated tokens) and continues. No request is lost;
 - the step that completes a prefill emits the sequence's next token (its first, for a new request);
   every later step emits one token per decoding sequence;
-- a step's duration comes from `steptime.step_time_s` (roofline + overheads).
+- a step's duration comes from `steptime.step_time_s` (roofline + overheads). An engine that does not
+  mix prompts and decodes (`mixed_steps=False`: vLLM V0 without chunked prefill, TGI) runs a prompt
+  step and then the decodes' step; the sim keeps them one step of the two's summed duration, whose
+  end brings both the first tokens and the decodes' tokens.
 
 API::
 
@@ -249,7 +252,15 @@ class Engine:
             shape.prefill_tokens += chunk
             shape.prefill_ctx_pairs += chunk * (req.computed + chunk / 2)
             shape.prefill_ctx_reads += req.computed
-        duration = step_time_s(cfg.cost, shape)
+        if cfg.mixed_steps or not (n_dec and chunks):
+            duration = step_time_s(cfg.cost, shape)
+        else:  # a prompt step, then the decodes' own step: their token comes after both
+            duration = (step_time_s(cfg.cost, StepShape(prefill_seqs=shape.prefill_seqs,
+                                                        prefill_tokens=shape.prefill_tokens,
+                                                        prefill_ctx_pairs=shape.prefill_ctx_pairs,
+                                                        prefill_ctx_reads=shape.prefill_ctx_reads))
+                        + step_time_s(cfg.cost, StepShape(decode_seqs=n_dec,
+                                                          decode_ctx_tokens=shape.decode_ctx_tokens)))
         # 5. apply: decode tokens, finished decodes, prefill progress.
         tokens = list(self._decoding.values()) if with_tokens else None
         self._gen_tokens += n_dec

@@ -275,6 +275,18 @@ def prefill_cap(family: str, chunked_prefill_size: int, dp: int, *, moe: bool, v
     return 0
 
 
+def mixes_steps(family: str, chunked_prefill: bool) -> bool:
+    """Whether the engine runs prompt tokens and decodes in one step (`EngineConfig.mixed_steps`). vLLM
+    V1 and SGLang always do, as does vLLM V0 with chunked prefill (its `_schedule_chunked_prefill`
+    takes the decodes first, then prompt chunks, into one batch). vLLM V0 without it does not: "Don't
+    schedule decodes if prefills are scheduled" (`Scheduler._schedule_default`, vllm/core/scheduler.py,
+    0.5-0.7), so a step that admits prompts carries no decode. Nor does TGI 2: its router runs a new
+    batch's prefill as a forward pass of its own, then decodes the merged batch."""
+    if family == "tgi":
+        return False
+    return not (family == "vllm-v0" and not chunked_prefill)
+
+
 def sglang_max_running(kv_tokens: int, context_len: int) -> int:
     """SGLang's default max running requests when --max-running-requests is unset: the request pool is
     sized min(max(kv_tokens / context_len x 512, 2048), 4096) (sglang model_runner, max_num_reqs)."""
