@@ -99,7 +99,7 @@ def test_block_pool_drop_cached_frees_unreferenced_blocks_only() -> None:
     for h in (11, 12, 13):
         pool.name(h)
     pool.release([11, 12], private=0)  # 11, 12 cached and evictable; 13 still held
-    assert pool.match([11, 12], 2) == (2, 2)
+    assert (pool.cached_prefix([11, 12], 2), pool.evictable([11, 12])) == (2, 2)
     assert pool.drop_cached() == 2
-    assert pool.match([11, 12], 2) == (0, 0)
+    assert pool.cached_prefix([11, 12], 2) == 0
     assert pool.free == 9 and pool.used == 1 and 13 in pool.table

@@ -12,7 +12,7 @@ from servebench.sim.config import EngineConfig
 from servebench.sim.engine import Engine
 from servebench.sim.request import SimRequest, block_hashes
 from servebench.sim.simulate import SimRun, simulate
-from servebench.sim.steptime import StepCost
+from servebench.sim.steptime import StepCost, StepShape, step_time_s
 
 # A small dense model: 3 ms fixed + 50 us per sequence + a roofline that matters for prefill.
 COST = StepCost(dense_weight_bytes=2e9, kv_bytes_per_token=2e5, flops_per_token=4e9, hbm_bytes_per_s=3e12,
@@ -126,8 +126,6 @@ def test_an_engine_that_does_not_mix_runs_prompts_and_decodes_one_after_the_othe
     """vLLM V0 without chunked prefill (and TGI) give a prompt batch a step of its own: a step that
     admits a prompt while others decode lasts a prompt-only step plus a decode-only step; a step with
     only one kind is unchanged. Throughput falls by the decodes the prompt steps held up."""
-    from servebench.sim.steptime import StepShape, step_time_s
-
     durations = {}
     for mixed in (True, False):
         eng = Engine(config(max_num_batched_tokens=8192, chunked_prefill=False, mixed_steps=mixed))

@@ -50,7 +50,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from servebench.sim.config import EngineConfig
 from servebench.sim.kvcache import BlockPool
@@ -255,12 +255,9 @@ class Engine:
         if cfg.mixed_steps or not (n_dec and chunks):
             duration = step_time_s(cfg.cost, shape)
         else:  # a prompt step, then the decodes' own step: their token comes after both
-            duration = (step_time_s(cfg.cost, StepShape(prefill_seqs=shape.prefill_seqs,
-                                                        prefill_tokens=shape.prefill_tokens,
-                                                        prefill_ctx_pairs=shape.prefill_ctx_pairs,
-                                                        prefill_ctx_reads=shape.prefill_ctx_reads))
-                        + step_time_s(cfg.cost, StepShape(decode_seqs=n_dec,
-                                                          decode_ctx_tokens=shape.decode_ctx_tokens)))
+            prompts = replace(shape, decode_seqs=0, decode_ctx_tokens=0)
+            decodes = StepShape(decode_seqs=n_dec, decode_ctx_tokens=shape.decode_ctx_tokens)
+            duration = step_time_s(cfg.cost, prompts) + step_time_s(cfg.cost, decodes)
         # 5. apply: decode tokens, finished decodes, prefill progress.
         tokens = list(self._decoding.values()) if with_tokens else None
         self._gen_tokens += n_dec

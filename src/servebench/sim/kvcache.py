@@ -47,11 +47,6 @@ class BlockPool:
             h, _ = lru.popitem(last=False)
             del table[h]
 
-    def match(self, hashes: Sequence[int], limit: int) -> tuple[int, int]:
-        """Longest cached prefix of `hashes` (at most `limit` blocks): (hits, hits that are evictable)."""
-        hits = self.cached_prefix(hashes, limit)
-        return hits, self.evictable(hashes[:hits])
-
     def cached_prefix(self, hashes: Sequence[int], limit: int) -> int:
         """How many leading blocks of the hash chain `hashes` (at most `limit`) are cached, by bisection.
 
@@ -77,7 +72,7 @@ class BlockPool:
         return sum(1 for h in hashes if table[h] == 0)
 
     def acquire(self, hashes: Sequence[int]) -> None:
-        """Reference cached blocks (from `match`)."""
+        """Reference cached blocks (from `cached_prefix`)."""
         table, lru = self.table, self.lru
         for h in hashes:
             rc = table[h]
