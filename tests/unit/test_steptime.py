@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from servebench.deploy.loader import load_profile
-from servebench.sim.steptime import StepCost, StepShape, distinct_experts, step_time_s
+from servebench.sim.steptime import StepCost, StepShape, decode_terms, distinct_experts, step_time_s
 
 DENSE = StepCost(dense_weight_bytes=16e9, kv_bytes_per_token=131072, flops_per_token=16e9, hbm_bytes_per_s=3.35e12,
                  flops_per_s=989.5e12, mem_efficiency=1.0, compute_efficiency=1.0)
@@ -161,3 +163,36 @@ def test_a_rack_scale_nvlink_fabric_keeps_tp_across_its_trays_off_the_network() 
     assert step_cost(r1, trays, knobs, engine="sglang") == step_cost(r1, board, knobs, engine="sglang")
     racks = Layout(gpu=gb, gpus_per_node=4, nodes=36, tp=144, quant="nvfp4")
     assert internode_collectives(r1, racks) == 2 * r1.layers
+
+
+def _random_cost(rng: random.Random) -> StepCost:
+    moe = rng.random() < 0.5
+    comm = rng.random() < 0.6
+    return StepCost(
+        dense_weight_bytes=rng.uniform(1e8, 8e10), kv_bytes_per_token=rng.choice([0.0, rng.uniform(1e3, 4e5)]),
+        flops_per_token=rng.uniform(1e9, 1e11), hbm_bytes_per_s=rng.uniform(1e12, 8e12),
+        flops_per_s=rng.uniform(1e14, 5e15), attn_flops_per_token_ctx=rng.uniform(0, 3e6),
+        routed_expert_bytes=rng.uniform(1e6, 4e8) if moe else 0.0, n_experts=rng.choice([8, 128, 256]) if moe else 0,
+        experts_per_token=rng.choice([2, 4, 8]) if moe else 0, layers=rng.randint(1, 126),
+        mem_efficiency=rng.uniform(0.05, 0.95), compute_efficiency=rng.uniform(0.02, 0.95),
+        step_overhead_s=rng.uniform(0, 5e-3), layer_overhead_s=rng.uniform(0, 1e-4),
+        seq_overhead_s=rng.uniform(0, 1e-4),
+        token_overhead_s=rng.uniform(0, 1e-6), prefill_layer_overhead_s=rng.uniform(0, 1e-3),
+        comm_bytes_per_token=rng.uniform(1e4, 5e6) if comm else 0.0,
+        comm_bytes_per_s=rng.uniform(1e10, 9e11) if comm else 0.0,
+        comm_prefill_bytes_per_s=rng.choice([0.0, rng.uniform(1e10, 9e11)]), collectives=rng.randint(0, 250),
+        collective_s=rng.uniform(0, 2e-5), internode_collectives=rng.choice([0, 10]),
+        internode_collective_s=rng.choice([0.0, 1e-4]), moe_token_multiplier=rng.choice([1.0, 8.0]),
+        decode_tokens_per_seq=rng.choice([1.0, 2.4]), prefill_work=rng.choice([1.0, 0.0]))
+
+
+def test_decode_terms_price_a_decode_step_exactly_as_step_time() -> None:
+    """`Engine.decode_run` prices its steps from `DecodeTerms`: the same float, not an approximation, so
+    the fast path and the step-by-step path of the simulation agree to the last bit."""
+    rng = random.Random(7)
+    for _ in range(400):
+        cost = _random_cost(rng)
+        n = rng.randint(1, 2048)
+        terms = decode_terms(cost, n)
+        for ctx in (n, n * rng.randint(1, 40_000), rng.randint(n, 10**9)):
+            assert terms.time_s(ctx) == step_time_s(cost, StepShape(decode_seqs=n, decode_ctx_tokens=ctx))

@@ -55,7 +55,7 @@ from dataclasses import dataclass, replace
 from servebench.sim.config import EngineConfig
 from servebench.sim.kvcache import BlockPool
 from servebench.sim.request import DECODE, DONE, PREFILL, SAMPLED, WAITING, SimRequest, block_hashes
-from servebench.sim.steptime import StepShape, step_time_s
+from servebench.sim.steptime import DecodeTerms, StepShape, decode_terms, step_time_s
 
 __all__ = ["StepResult", "EngineStats", "Engine"]
 
@@ -120,6 +120,7 @@ class Engine:
         self._prefix_hits = 0
         self._preemptions = 0
         self._finished = 0
+        self._decode_terms: dict[int, DecodeTerms] = {}  # by batch size (`decode_run`)
 
     # ----------------------------------------------------------------- public
     def add(self, req: SimRequest) -> None:
@@ -317,8 +318,14 @@ class Engine:
         phase = self._phase
         avail = self.pool.available()
         n = len(self._decoding)
-        cost = self.config.cost
-        shape = StepShape(decode_seqs=n)
+        # the batch is fixed for the run, so each step's time is `step_time_s` with only the context
+        # changing: its other terms are priced once (`DecodeTerms`, the same result bit for bit)
+        terms = self._decode_terms.get(n)
+        if terms is None:
+            terms = self._decode_terms[n] = decode_terms(self.config.cost, n)
+        w, kv, mem_bw = terms.weight_bytes, terms.kv_bytes_per_token, terms.mem_bytes_per_s
+        tf, af, flops = terms.token_flops, terms.attn_flops_per_token_ctx, terms.flops_per_s
+        a0, a1, a2, a3, a4, a5, a6 = terms.after
         base_ctx = self._sum_pos0
         durations: list[float] = []
         need_total = 0
@@ -331,8 +338,10 @@ class Engine:
             if need_total + need > avail:
                 break
             need_total += need
-            shape.decode_ctx_tokens = base_ctx + n * s
-            d = step_time_s(cost, shape)
+            ctx = base_ctx + n * s
+            mem_s = (w + kv * ctx) / mem_bw
+            compute_s = (tf + af * ctx) / flops
+            d = (mem_s if mem_s > compute_s else compute_s) + a0 + a1 + a2 + a3 + a4 + a5 + a6
             durations.append(d)
             t += d
         k = len(durations)

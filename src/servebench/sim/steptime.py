@@ -66,7 +66,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["StepCost", "StepShape", "step_time_s", "distinct_experts"]
+__all__ = ["StepCost", "StepShape", "step_time_s", "distinct_experts", "DecodeTerms", "decode_terms"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,3 +154,51 @@ def step_time_s(cost: StepCost, shape: StepShape) -> float:
         + cost.token_overhead_s * tokens
         + (cost.layers * cost.prefill_layer_overhead_s if shape.prefill_tokens and pw else 0.0)
     )
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeTerms:
+    """The parts of `step_time_s` for a decode-only step of a fixed batch that do not depend on its
+    context, so that a run of such steps (`Engine.decode_run`, whose context grows by the batch size
+    each step) prices each step with a few float operations instead of a call:
+    ``time_s(ctx) == step_time_s(cost, StepShape(decode_seqs=n, decode_ctx_tokens=ctx))``, bit for bit
+    (the same operations in the same order; tests/unit/test_steptime.py checks it)."""
+
+    weight_bytes: float
+    kv_bytes_per_token: float
+    mem_bytes_per_s: float
+    token_flops: float
+    attn_flops_per_token_ctx: float
+    flops_per_s: float
+    after: tuple[float, ...]  # comm, collectives, step, layers, sequences, tokens: added in this order
+
+    def time_s(self, ctx: int) -> float:
+        mem_s = (self.weight_bytes + self.kv_bytes_per_token * ctx) / self.mem_bytes_per_s
+        compute_s = (self.token_flops + self.attn_flops_per_token_ctx * ctx) / self.flops_per_s
+        t = mem_s if mem_s > compute_s else compute_s
+        for x in self.after:
+            t += x
+        return t
+
+
+def decode_terms(cost: StepCost, seqs: int) -> DecodeTerms:
+    """`DecodeTerms` of a decode-only step of `seqs` sequences (> 0)."""
+    tokens = seqs * cost.decode_tokens_per_seq + 0 * cost.prefill_work
+    weight_bytes = cost.dense_weight_bytes
+    if cost.n_experts > 0:
+        weight_bytes += cost.routed_expert_bytes * distinct_experts(cost, round(tokens * cost.moe_token_multiplier))
+    comm_s = 0.0
+    if cost.comm_bytes_per_s > 0:
+        dec = seqs * cost.decode_tokens_per_seq
+        prefill_bw = cost.comm_prefill_bytes_per_s or cost.comm_bytes_per_s
+        comm_s = cost.comm_bytes_per_token * (dec / cost.comm_bytes_per_s + (tokens - dec) / prefill_bw)
+    after = (comm_s,
+             (cost.collectives - cost.internode_collectives) * cost.collective_s,
+             cost.internode_collectives * (cost.internode_collective_s or cost.collective_s),
+             cost.step_overhead_s,
+             cost.layers * cost.layer_overhead_s,
+             cost.seq_overhead_s * seqs,
+             cost.token_overhead_s * tokens)
+    return DecodeTerms(weight_bytes, cost.kv_bytes_per_token, cost.hbm_bytes_per_s * cost.mem_efficiency,
+                       cost.flops_per_token * tokens, cost.attn_flops_per_token_ctx,
+                       cost.flops_per_s * cost.compute_efficiency, after)
