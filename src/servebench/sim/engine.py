@@ -319,7 +319,8 @@ class Engine:
         avail = self.pool.available()
         n = len(self._decoding)
         # the batch is fixed for the run, so each step's time is `step_time_s` with only the context
-        # changing: its other terms are priced once (`DecodeTerms`, the same result bit for bit)
+        # changing: its other terms are priced once (`DecodeTerms`, the same result bit for bit), and
+        # `DecodeTerms.time_s` is written out in the loop below, the simulation's hottest
         terms = self._decode_terms.get(n)
         if terms is None:
             terms = self._decode_terms[n] = decode_terms(self.config.cost, n)
