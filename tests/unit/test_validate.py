@@ -323,14 +323,16 @@ def test_committed_calibration_matches_the_corpus(validation: tuple[Predictor, C
     assert set(cal.held_out) == {s.source for s in validation[0].settings.values()}
 
 
-# Held-out figures of the committed calibration (benchmarks/plan_validate.py, 594 points from 34
-# documents in 22 folds -- a fold is a document or a `group:` of one publisher's documents run with one
-# harness --, 539 expressible): output tok/s 18.4%, ITL 23.4%, TTFT 32.7% (source-balanced loss weights,
-# one warm iteration from the tables before, 2026-11-27: 18.7% / 24.2% / 32.1% on those, and 18.6% /
-# 23.6% / 33.0% after the same iteration without the weights). A refit or a change to the model must not
-# make them worse than these ceilings (TTFT the figure + ~0.5 point; output tok/s and ITL at their
-# bounds, which they meet).
-NO_REGRESSION = {"tok_s": 0.20, "itl": 0.25, "ttft": 0.333}
+# Held-out figures of the committed calibration (benchmarks/plan_validate.py, 643 points from 35
+# documents in 23 folds -- a fold is a document or a `group:` of one publisher's documents run with one
+# harness --, 588 expressible): output tok/s 19.6%, ITL 27.4%, TTFT 37.8% (one warm iteration of every
+# table, 2026-11-27). They were 18.4% / 23.4% / 32.7% on the 594 points before simon-mo/R1-Benchmark's 49
+# DeepSeek-R1 rate points joined the corpus, which the model predicts worst of all (held out 42.7% /
+# 38.5% / 67.1%; the other sources' medians moved by less than 3 points but in four small ones): the
+# ceilings rose with the data, not with a change to the model. A refit or a change to the model must not
+# make them worse than these ceilings (ITL and TTFT the figure + ~0.5 point; output tok/s at its bound,
+# which it meets).
+NO_REGRESSION = {"tok_s": 0.20, "itl": 0.279, "ttft": 0.383}
 
 
 def _held_out(validation: tuple[Predictor, Calibration]) -> dict[str, float]:
@@ -357,8 +359,8 @@ def test_held_out_error_does_not_regress(validation: tuple[Predictor, Calibratio
         assert got[m] <= NO_REGRESSION[m], f"{m}: held-out median |error| {got[m]:.1%} > {NO_REGRESSION[m]:.0%}"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13 bounds not met (held-out 18.4% / 23.4% / 32.7% on 539 of 594 "
-                                        "points: TTFT over); see docs/plan.md")
+@pytest.mark.xfail(strict=True, reason="issue 13 bounds not met (held-out 19.6% / 27.4% / 37.8% on 588 of 643 "
+                                        "points: ITL and TTFT over); see docs/plan.md")
 def test_held_out_error_within_the_issue_bounds(validation: tuple[Predictor, Calibration]) -> None:
     got = _held_out(validation)
     for m in METRICS:
