@@ -183,6 +183,7 @@ class DecodeTerms:
 
 def decode_terms(cost: StepCost, seqs: int) -> DecodeTerms:
     """`DecodeTerms` of a decode-only step of `seqs` sequences (> 0)."""
+    # each term as `step_time_s` computes it for that shape (no prompt tokens), so the floats are the same
     tokens = seqs * cost.decode_tokens_per_seq + 0 * cost.prefill_work
     weight_bytes = cost.dense_weight_bytes
     if cost.n_experts > 0:
