@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import statistics
 from itertools import pairwise
@@ -320,6 +321,37 @@ def test_block_accounting_invariant_under_random_load(seed: int, extra: int) -> 
     assert not live and eng.stats.running == 0 and eng.stats.kv_usage == 0.0
 
 
+@pytest.mark.parametrize("cost", [
+    COST,
+    dataclasses.replace(COST, routed_expert_bytes=3e7, n_experts=128, experts_per_token=8, layers=48,
+                        layer_overhead_s=2e-5, comm_bytes_per_token=5e5, comm_bytes_per_s=2e11, collectives=96,
+                        collective_s=5e-6, internode_collectives=4, internode_collective_s=3e-5),
+    dataclasses.replace(COST, decode_tokens_per_seq=2.4, token_overhead_s=1e-7, mem_efficiency=0.6,
+                        compute_efficiency=0.05, comm_bytes_per_token=1e5, comm_bytes_per_s=1e11),
+])
+def test_decode_run_prices_each_step_as_step_does(cost: StepCost) -> None:
+    """`decode_run` writes the step cost out for a fixed batch (`steptime.DecodeTerms`): each step's
+    duration is the very float `step` gives the same decode-only step, not an approximation."""
+    engines = [Engine(config(cost=cost)) for _ in range(2)]
+    for eng in engines:
+        for i in range(5):
+            eng.add(SimRequest(i, 40 + 30 * i, 400))
+    now = 0.0
+    for _ in range(12):  # the prompts, then decode-only steps
+        results = [eng.step(now) for eng in engines]
+        assert results[0] is not None and results[1] is not None
+        assert results[0].duration_s == results[1].duration_s
+        now += results[0].duration_s
+    fast = engines[0].decode_run(now, float("inf"), 50)
+    assert len(fast) == 50
+    slow = []
+    for _ in fast:
+        res = engines[1].step(now)
+        assert res is not None and res.prefill_tokens == 0 and res.decode_seqs == 5
+        slow.append(res.duration_s)
+    assert fast == slow
+
+
 @pytest.mark.parametrize("extra", [0, 2])
 @pytest.mark.parametrize("concurrency", [None, 1, 7, 40])
 def test_decode_fast_path_is_exact(concurrency: int | None, extra: int) -> None:
@@ -374,7 +406,6 @@ def test_a_burst_shares_the_front_end_and_reaches_the_engine_together() -> None:
     which they share (processor sharing): none reaches the engine before 1,000 x 1 ms, so no first
     token comes before 1 s and the run is longer by the whole 1 s (the engine waits meanwhile); TTFT
     counts from the send, and the steps cost what they cost without a front end."""
-    import dataclasses
 
     free = config(max_num_seqs=256, max_num_batched_tokens=8192)
     fe = dataclasses.replace(free, frontend_s=1e-3)
@@ -394,7 +425,6 @@ def test_closed_loop_requests_pass_the_front_end() -> None:
     """Closed loop with a front end: the first wave of four shares it and reaches the engine after four
     service times, a successor reaches it a service time after its send (the front end being idle),
     and the decode fast path gives the same steps."""
-    import dataclasses
 
     cfg = dataclasses.replace(config(max_num_seqs=8, kv_blocks=200), frontend_s=2e-3)
     runs = []
