@@ -325,14 +325,15 @@ def test_committed_calibration_matches_the_corpus(validation: tuple[Predictor, C
 
 # Held-out figures of the committed calibration (benchmarks/plan_validate.py, 643 points from 35
 # documents in 23 folds -- a fold is a document or a `group:` of one publisher's documents run with one
-# harness --, 588 expressible): output tok/s 19.6%, ITL 27.4%, TTFT 37.8% (one warm iteration of every
-# table, 2026-11-27). They were 18.4% / 23.4% / 32.7% on the 594 points before simon-mo/R1-Benchmark's 49
-# DeepSeek-R1 rate points joined the corpus, which the model predicts worst of all (held out 42.7% /
-# 38.5% / 67.1%; the other sources' medians moved by less than 3 points but in four small ones): the
-# ceilings rose with the data, not with a change to the model. A refit or a change to the model must not
+# harness --, 588 expressible): output tok/s 19.6%, ITL 26.1%, TTFT 40.4% (one warm iteration of every
+# table, 2026-11-27, after vLLM 0.8's batch budget on H100/H200 was corrected to the engine's 8,192:
+# 19.6% / 27.4% / 37.8% before it). They were 18.4% / 23.4% / 32.7% on the 594 points before
+# simon-mo/R1-Benchmark's 49 DeepSeek-R1 rate points joined the corpus, which the model predicts worst of
+# all. The ceilings rose with the data and with a correction of fact (kept whatever the figures, by a
+# rule written before its refit), not with a fitted change. A refit or a change to the model must not
 # make them worse than these ceilings (ITL and TTFT the figure + ~0.5 point; output tok/s at its bound,
 # which it meets).
-NO_REGRESSION = {"tok_s": 0.20, "itl": 0.279, "ttft": 0.383}
+NO_REGRESSION = {"tok_s": 0.20, "itl": 0.266, "ttft": 0.409}
 
 
 def _held_out(validation: tuple[Predictor, Calibration]) -> dict[str, float]:
@@ -359,7 +360,7 @@ def test_held_out_error_does_not_regress(validation: tuple[Predictor, Calibratio
         assert got[m] <= NO_REGRESSION[m], f"{m}: held-out median |error| {got[m]:.1%} > {NO_REGRESSION[m]:.0%}"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13 bounds not met (held-out 19.6% / 27.4% / 37.8% on 588 of 643 "
+@pytest.mark.xfail(strict=True, reason="issue 13 bounds not met (held-out 19.6% / 26.1% / 40.4% on 588 of 643 "
                                         "points: ITL and TTFT over); see docs/plan.md")
 def test_held_out_error_within_the_issue_bounds(validation: tuple[Predictor, Calibration]) -> None:
     got = _held_out(validation)
@@ -644,8 +645,9 @@ def test_fp4_formats_cost_the_same_in_plan_and_validation(model: str, quant: str
 
 def test_vllm_v1_batch_budget_by_device_and_harness() -> None:
     """vLLM V1's EngineArgs defaults: behind the OpenAI server 2048 batched tokens and 256 sequences,
-    8192 for the LLM class; from 0.9 a >= 70 GiB GPU other than an A100 gets 1024 sequences and
-    8192 / 16384. An A100 keeps the small budget whatever the version."""
+    8192 for the LLM class, but 8192 / 16384 on an H100 or H200 already in 0.8 (vllm PR #12369); from
+    0.9 a >= 70 GiB GPU other than an A100 gets 1024 sequences and 8192 / 16384. An A100 keeps the
+    small budget whatever the version."""
     from servebench.sim.knobs import engine_defaults
 
     def d(version: str, gpu: str, gib: float, offline: bool) -> tuple[int, int]:
@@ -657,7 +659,28 @@ def test_vllm_v1_batch_budget_by_device_and_harness() -> None:
     assert d("0.10.2", "h100", 79.6, True) == (1024, 16384)
     assert d("0.10.2", "a100", 80.0, False) == (256, 2048)
     assert d("0.10.2", "a100", 80.0, True) == (256, 8192)
-    assert d("0.8.5", "h100", 79.6, False) == (256, 2048)
+    assert d("0.8.4", "h200", 140.4, False) == (256, 8192)
+    assert d("0.8.5", "h100", 79.6, False) == (256, 8192)
+    assert d("0.8.5", "h100", 79.6, True) == (256, 16384)
+    assert d("0.8.5", "mi300x", 192.0, False) == (256, 2048)  # 0.8 chose by device name, not memory
+    assert d("0.8.5", "a100", 80.0, False) == (256, 2048)
+
+
+def test_vllm_v0_chunked_budget_for_long_contexts_by_release() -> None:
+    """vLLM V0 switches chunked prefill on for contexts over 32K, with 512 batched tokens before 0.6.5
+    and 2048 from 0.6.5 (vllm PR #10544); up to 32K it stays off and the budget covers a whole prompt."""
+    from servebench.sim.knobs import engine_defaults
+
+    def d(version: str, max_len: int) -> tuple[bool, int]:
+        e = engine_defaults("vllm-v0", max_model_len=max_len, version=version, gpu="h100", gpu_memory_gib=79.6)
+        return e.chunked_prefill, e.max_num_batched_tokens
+
+    assert d("0.6.3.post2.dev308", 91680) == (True, 512)
+    assert d("0.6.4.post1", 131072) == (True, 512)
+    assert d("0.6.5", 131072) == (True, 2048)
+    assert d("0.7.3", 131072) == (True, 2048)
+    assert d("", 131072) == (True, 512)
+    assert d("0.7.3", 16384) == (False, 16384)
 
 
 def test_a_stated_max_model_len_is_the_engines_even_below_the_default() -> None:

@@ -53,6 +53,7 @@ from servebench.sim.knobs import (
     prefill_cap,
     resolve_knobs,
     sglang_max_running,
+    v0_chunked_budget,
 )
 from servebench.sim.profile import compute_peak, step_cost
 from servebench.sim.request import SimRequest
@@ -200,7 +201,10 @@ def setting_for(p: CorpusPoint) -> Setting:
     chunked = bool(args.get("chunked_prefill", dflt.chunked_prefill))
     batched = dflt.max_num_batched_tokens
     if chunked != dflt.chunked_prefill:  # switched by a flag: the engine's budget for that mode
-        batched = max(batched, max_len, 2048) if not chunked else (512 if family == "vllm-v0" else 8192)
+        if not chunked:
+            batched = max(batched, max_len, 2048)
+        else:
+            batched = v0_chunked_budget(version) if family == "vllm-v0" else 8192
     batched = int(args.get("max_num_batched_tokens", batched))
     max_seqs = int(args.get("max_num_seqs", dflt.max_num_seqs))
     workers = disagg[1] if disagg else dp  # engines the concurrency spreads over

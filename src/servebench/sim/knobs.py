@@ -66,7 +66,7 @@ from dataclasses import dataclass
 
 __all__ = ["StepKnobs", "EngineDefaults", "DEFAULT_KNOBS", "ENGINE_VERSIONS", "engine_family", "gpu_generation",
            "arch_class", "resolve_knobs", "engine_defaults", "sglang_max_running", "sglang_dp_prefill_chunk",
-           "prefill_cap", "knob_names_for", "FAMILIES", "GENERATIONS", "ARCH_CLASSES"]
+           "prefill_cap", "v0_chunked_budget", "knob_names_for", "FAMILIES", "GENERATIONS", "ARCH_CLASSES"]
 
 FAMILIES = ("vllm-v0", "vllm-v1", "sglang", "trtllm", "tgi")
 GENERATIONS = ("ampere", "hopper", "blackwell", "cdna3")
@@ -253,6 +253,26 @@ def _version(v: str) -> tuple[int, int] | None:
         return None
 
 
+def v0_chunked_budget(version: str) -> int:
+    """vLLM V0's batch budget with chunked prefill on and no `--max-num-batched-tokens`: 512 before
+    0.6.5, 2048 from it (vllm PR #10544); 512 for a version not given."""
+    return 2048 if _release(version) >= (0, 6, 5) else 512
+
+
+def _release(v: str) -> tuple[int, int, int]:
+    """(major, minor, patch) of a version string ("0.6.3.post2.dev308" -> (0, 6, 3)); (0, 0, 0) when
+    it does not parse (an unknown version is taken as the oldest)."""
+    nums: list[int] = []
+    for p in v.strip().lstrip("v").split(".")[:3]:
+        digits = "".join(c for c in p if c.isdigit())
+        if not digits or not p[0].isdigit():
+            break
+        nums.append(int(digits))
+    if len(nums) < 2:
+        return (0, 0, 0)
+    return (nums[0], nums[1], nums[2] if len(nums) > 2 else 0)
+
+
 def sglang_dp_prefill_chunk(chunked_prefill_size: int, dp: int, version: str = "") -> int:
     """Prompt tokens a step of one SGLang DP-attention rank may carry: `--chunked-prefill-size` is the
     machine's budget, and ServerArgs divides it among the ranks "to avoid MoE kernel issues" (every
@@ -298,13 +318,18 @@ def engine_defaults(family: str, *, max_model_len: int, version: str = "", gpu: 
     """Default limits by engine family and version, as each engine's documentation states them.
 
     - vLLM V0 (0.5-0.7): max_num_seqs 256; chunked prefill switched on automatically for contexts over
-      32K with a 512-token budget (vLLM 0.6 EngineArgs), else off with the budget raised to
-      max(max_model_len, 2048) (the 'max_num_batched_tokens must be >= max_model_len' rule).
+      32K with a 512-token budget (vLLM 0.6 EngineArgs), 2048 from 0.6.5 ("Update default
+      max_num_batch_tokens for chunked prefill to 2048", vllm PR #10544, merged 2024-11), else off
+      with the budget raised to max(max_model_len, 2048) (the 'max_num_batched_tokens must be >=
+      max_model_len' rule). A version not given keeps 512.
     - vLLM V1 (>= 0.8): chunked prefill always on, max_num_seqs 256, max_num_batched_tokens 2048 for the
-      OpenAI server and 8192 for the offline LLM class (EngineArgs usage-context defaults). From 0.9
-      (defaults by device, vllm PR #17885), a GPU of >= 70 GiB that is not an A100 (H100, H200, MI300X)
-      gets max_num_seqs 1024 and 8192 batched tokens for the server, 16384 for the LLM class; an A100
-      keeps 256 and 2048 / 8192. Applied when the version is given.
+      OpenAI server and 8192 for the offline LLM class (EngineArgs usage-context defaults), except on a
+      device whose name holds "h100" or "h200": 8192 for the server and 16384 for the LLM class there
+      ("the 2K token budget for API server is too small for H100 and H200", vllm PR #12369, merged
+      2025-01-24, before V1 became the default in 0.8.0). From 0.9 (defaults by device, vllm PR #17885),
+      a GPU of >= 70 GiB that is not an A100 (H100, H200, MI300X) gets max_num_seqs 1024 and 8192
+      batched tokens for the server, 16384 for the LLM class; an A100 keeps 256 and 2048 / 8192.
+      Applied when the version is given.
     - SGLang: chunked_prefill_size 8192, max_running_requests from the KV pool (`sglang_max_running`
       once the pool is known; 1024 here as a placeholder),
       mem_fraction_static ~0.88 on 80-192 GB GPUs (server_args.py).
@@ -314,7 +339,7 @@ def engine_defaults(family: str, *, max_model_len: int, version: str = "", gpu: 
     """
     if family == "vllm-v0":
         if max_model_len > 32768:
-            return EngineDefaults(256, 512, True, "vllm", 0.9)
+            return EngineDefaults(256, v0_chunked_budget(version), True, "vllm", 0.9)
         return EngineDefaults(256, max(max_model_len, 2048), False, "vllm", 0.9)
     if family.startswith("sglang"):
         return EngineDefaults(1024, 8192, True, "sglang", 0.88)
@@ -325,4 +350,6 @@ def engine_defaults(family: str, *, max_model_len: int, version: str = "", gpu: 
     ver = _version(version)
     if ver is not None and ver >= (0, 9) and gpu_memory_gib >= 70 and not gpu.lower().startswith("a100"):
         return EngineDefaults(1024, 16384 if offline else 8192, True, "vllm", 0.9)
+    if ver is not None and gpu.lower().startswith(("h100", "h200")):
+        return EngineDefaults(256, 16384 if offline else 8192, True, "vllm", 0.9)
     return EngineDefaults(256, 8192 if offline else 2048, True, "vllm", 0.9)
