@@ -109,11 +109,15 @@ def test_read_coalescing_pauses_for_sub_millisecond_streams_and_keeps_arrivals_t
                                                                                     tmp_path: Path) -> None:
     """Streams faster than a chunk a millisecond make the loop pause between polls (so reads carry
     several chunks); arrivals stay the kernel's stamps: never before the write, at most a pause or
-    two after it. Streams paced like decoding (test above, 20 ms) make it pause (next to) never."""
+    two after it. Streams paced like decoding (test above, 20 ms) make it pause (next to) never.
+
+    The run lasts ~2 s: 32 streams write ~64 tokens a millisecond, so in the 0.4 s this run once took
+    a single 4-5 ms stall of the host (another process on two cores) delayed over 1% of the tokens
+    and set the P99 by itself (12 runs on 2026-11-27: P99 0.13-3.66 ms, tracking the run's loop lag)."""
     srv = scripted_server("--ttft-ms", "5", "--itl-ms", "0.5")
-    s = _run(srv.url, tmp_path, "--api", "completions", "--concurrency", "32", "--num-requests", "300",
+    s = _run(srv.url, tmp_path, "--api", "completions", "--concurrency", "32", "--num-requests", "1500",
              "--input-len", "16", "--output-len", "64")
-    assert s["tokens"]["output_total"] == 300 * 64
+    assert s["tokens"]["output_total"] == 1500 * 64
     assert load_run(tmp_path).manifest["clock"]["read_coalescing"] is True
     assert s["client"]["read_pauses"] > 0 and s["client"]["read_pause_ms"] > 0, s["client"]
     e = truth_vs_client(srv.url, tmp_path)  # (and every token was seen after its write)

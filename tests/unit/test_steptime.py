@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -183,7 +184,8 @@ def _random_cost(rng: random.Random) -> StepCost:
         comm_prefill_bytes_per_s=rng.choice([0.0, rng.uniform(1e10, 9e11)]), collectives=rng.randint(0, 250),
         collective_s=rng.uniform(0, 2e-5), internode_collectives=rng.choice([0, 10]),
         internode_collective_s=rng.choice([0.0, 1e-4]), moe_token_multiplier=rng.choice([1.0, 8.0]),
-        decode_tokens_per_seq=rng.choice([1.0, 2.4]), prefill_work=rng.choice([1.0, 0.0]))
+        decode_tokens_per_seq=rng.choice([1.0, 2.4]), prefill_work=rng.choice([1.0, 0.0]),
+        graph_max_seqs=rng.choice([0, 160, 512]))
 
 
 def test_decode_terms_price_a_decode_step_exactly_as_step_time() -> None:
@@ -196,3 +198,34 @@ def test_decode_terms_price_a_decode_step_exactly_as_step_time() -> None:
         terms = decode_terms(cost, n)
         for ctx in (n, n * rng.randint(1, 40_000), rng.randint(n, 10**9)):
             assert terms.time_s(ctx) == step_time_s(cost, StepShape(decode_seqs=n, decode_ctx_tokens=ctx))
+
+
+def test_a_decode_batch_beyond_the_captured_graphs_pays_the_eager_launch_cost() -> None:
+    """SGLang before 0.5.3 replays CUDA graphs for decode batches of up to 160 sequences: the 161st runs
+    the step eager, at the per-layer launch cost a prompt step pays; 0 means every batch is captured."""
+    cost = StepCost(dense_weight_bytes=1e10, kv_bytes_per_token=1e5, flops_per_token=1e10, hbm_bytes_per_s=4e12,
+                    flops_per_s=1e15, layers=61, layer_overhead_s=2e-5, prefill_layer_overhead_s=1.8e-3,
+                    graph_max_seqs=160)
+    uncapped = dataclasses.replace(cost, graph_max_seqs=0)
+    for n in (1, 160):
+        shape = StepShape(decode_seqs=n, decode_ctx_tokens=1000 * n)
+        assert step_time_s(cost, shape) == step_time_s(uncapped, shape)
+    shape = StepShape(decode_seqs=161, decode_ctx_tokens=161_000)
+    assert step_time_s(cost, shape) - step_time_s(uncapped, shape) == pytest.approx(61 * 1.8e-3, rel=1e-9)
+    # a step with prompt tokens pays it once, whatever its decode batch
+    mixed = StepShape(decode_seqs=161, decode_ctx_tokens=161_000, prefill_seqs=1, prefill_tokens=512,
+                      prefill_ctx_pairs=512 * 256)
+    assert step_time_s(cost, mixed) == step_time_s(uncapped, mixed)
+
+
+def test_graph_limits_by_engine_and_release() -> None:
+    from servebench.sim.knobs import graph_max_seqs
+
+    assert graph_max_seqs("sglang", version="0.4.5", gpu_memory_gib=140.4, tp=8) == 160
+    assert graph_max_seqs("sglang", version="0.5.2", gpu_memory_gib=79.6, tp=1) == 160
+    assert graph_max_seqs("sglang", version="0.5.3", gpu_memory_gib=79.6, tp=1) == 256
+    assert graph_max_seqs("sglang", version="0.5.6.post1", gpu_memory_gib=178.4, tp=8) == 512
+    assert graph_max_seqs("sglang", version="0.5.7", gpu_memory_gib=140.4, tp=8) == 512
+    assert graph_max_seqs("sglang", gpu_memory_gib=79.6, tp=2) == 256  # no version: the current tiers
+    assert graph_max_seqs("vllm-v1", version="0.8.4") == 512
+    assert graph_max_seqs("vllm-v0", version="0.6.3") == 0 and graph_max_seqs("trtllm") == 0

@@ -42,6 +42,7 @@ from servebench.sim.knobs import (
     engine_defaults,
     engine_family,
     gpu_generation,
+    graph_max_seqs,
     mixes_steps,
     prefill_cap,
     resolve_knobs,
@@ -237,7 +238,9 @@ class Deployment:
         block = ENGINES[self.engine].block_tokens
         block = 16 if block == 1 else block  # SGLang pages by token; the simulator pages by 16
         k = knobs or self.knobs()
-        cost = step_cost(self.model, self.layout, k, engine=self.engine)
+        graphs = graph_max_seqs(self.family, version=ENGINE_VERSIONS.get(self.engine, ""),
+                                gpu_memory_gib=self.gpu.memory_bytes / 2**30, tp=self.layout.tp)
+        cost = dataclasses.replace(step_cost(self.model, self.layout, k, engine=self.engine), graph_max_seqs=graphs)
         overhead = kv_seq_overhead_tokens(self.model, engine=self.engine)
         try:
             return EngineConfig(cost=cost, kv_blocks=max(1, self.kv_tokens_per_replica() // block), block_size=block,

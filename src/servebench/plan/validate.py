@@ -48,6 +48,7 @@ from servebench.sim.knobs import (
     engine_defaults,
     engine_family,
     gpu_generation,
+    graph_max_seqs,
     knob_names_for,
     mixes_steps,
     prefill_cap,
@@ -159,10 +160,11 @@ def setting_for(p: CorpusPoint) -> Setting:
         raise ConfigError(f"speculative decoding other than MTP is not modelled ({p.speculative.split()[0]})")
     graphs = p.engine_args.get("cuda_graph_max_bs")
     if graphs is not None and not (p.mode == "closed" and p.concurrency and p.concurrency <= int(graphs)):
-        # the step costs are those of CUDA-graph replays; a batch above the captured sizes runs eager
-        # (a launch per kernel), which the model has no term for
-        raise ConfigError(f"CUDA graphs cover batches up to {graphs} only; larger ones run eager, "
-                          "which is not modelled")
+        # a batch above the captured sizes runs eager (StepCost.graph_max_seqs prices it at the engine's
+        # default limit, sim.knobs.graph_max_seqs); a stated limit is not taken yet: these points stay
+        # out until a refit takes them in
+        raise ConfigError(f"CUDA graphs cover batches up to {graphs} only (stated); larger ones run eager, "
+                          "and a stated limit is not modelled yet")
     version = p.engine_version
     if p.engine == "vllm" and not version and p.source.date < "2025-03":
         version = "0.6"  # unstated: the release current at the source's date (V1 became default in 0.8, 2025-03)
@@ -234,6 +236,10 @@ def setting_for(p: CorpusPoint) -> Setting:
     # fields are placeholders that `_engine_for` replaces with each fitted table's
     step = step_cost(model, layout, resolve_knobs(DEFAULT_KNOBS, family, gpu_generation(gpu.name), "dense"),
                      engine=dflt.memory_engine)
+    # decode batches beyond the engine's captured CUDA graphs run eager (a source that states its
+    # --cuda-graph-max-bs was refused above)
+    step = dataclasses.replace(step, graph_max_seqs=graph_max_seqs(
+        family, version=version, gpu_memory_gib=gpu.memory_bytes / 2**30, tp=max(p.tp or 1, tp)))
     # SGLang DP attention: each rank's prompt chunk is its share of the stated (or default) chunked
     # prefill size (a PD point has dp 1 here)
     engine_cfg = EngineConfig(cost=step, kv_blocks=res.kv_tokens // 16,

@@ -66,7 +66,8 @@ from dataclasses import dataclass
 
 __all__ = ["StepKnobs", "EngineDefaults", "DEFAULT_KNOBS", "ENGINE_VERSIONS", "engine_family", "gpu_generation",
            "arch_class", "resolve_knobs", "engine_defaults", "sglang_max_running", "sglang_dp_prefill_chunk",
-           "prefill_cap", "v0_chunked_budget", "knob_names_for", "FAMILIES", "GENERATIONS", "ARCH_CLASSES"]
+           "prefill_cap", "v0_chunked_budget", "graph_max_seqs", "knob_names_for", "FAMILIES", "GENERATIONS",
+           "ARCH_CLASSES"]
 
 FAMILIES = ("vllm-v0", "vllm-v1", "sglang", "trtllm", "tgi")
 GENERATIONS = ("ampere", "hopper", "blackwell", "cdna3")
@@ -293,6 +294,35 @@ def prefill_cap(family: str, chunked_prefill_size: int, dp: int, *, moe: bool, v
     if family == "sglang" and dp > 1 and moe:
         return sglang_dp_prefill_chunk(chunked_prefill_size, dp, version)
     return 0
+
+
+def graph_max_seqs(family: str, *, version: str = "", gpu_memory_gib: float = 0.0, tp: int = 1) -> int:
+    """The largest decode batch the engine replays from a captured CUDA graph by default
+    (`StepCost.graph_max_seqs`; 0: no limit modelled). A larger batch runs eager.
+
+    - SGLang before 0.5.3: `cuda_graph_max_bs` 160 on GPUs of >= 25 GB (ServerArgs; sglang PR #2360 kept
+      80 and 8 for smaller ones). From 0.5.3 (PR #10372, merged 2025-09, "relax max_cuda_graph_bs") by
+      GPU memory: under 35 GB 24 / 80 (tp < 4 / >= 4), under 60 GB 32 / 160, under 160 GB (H100,
+      A100-80, H200) 256 / 512, above (B200, MI300X) 512. A version not given is the current one.
+    - vLLM V1: 512, its compilation config's largest capture size (from 0.10 min(2 x max_num_seqs, 512),
+      vllm PR #20628, the same 512 at the default 256 or 1024 sequences).
+    - vLLM V0 (from 0.6 it captures up to max_num_seqs), TensorRT-LLM and TGI: no limit modelled.
+    """
+    if family == "vllm-v1":
+        return 512
+    if not family.startswith("sglang"):
+        return 0
+    if version and _release(version) < (0, 5, 3):
+        if gpu_memory_gib and gpu_memory_gib < 25:
+            return 8 if tp < 4 else 80
+        return 160
+    if gpu_memory_gib and gpu_memory_gib < 35:
+        return 24 if tp < 4 else 80
+    if gpu_memory_gib and gpu_memory_gib < 60:
+        return 32 if tp < 4 else 160
+    if not gpu_memory_gib or gpu_memory_gib < 160:
+        return 256 if tp < 4 else 512
+    return 512
 
 
 def mixes_steps(family: str, chunked_prefill: bool) -> bool:

@@ -14,7 +14,10 @@ deployment (all ranks run in lock step)::
            + layers * prefill_layer_overhead_s        # only a step that computes prompt tokens
 
 `prefill_layer_overhead_s` is what a step with prompt tokens pays per layer on top of a decode step's
-`layer_overhead_s`: decode batches replay captured CUDA graphs, prompt batches mostly do not. SGLang
+`layer_overhead_s`: decode batches replay captured CUDA graphs, prompt batches mostly do not. A
+decode-only step of more sequences than the largest captured batch (`graph_max_seqs`: SGLang's
+`--cuda-graph-max-bs`, 160 by default before 0.5.3; vLLM V1's largest capture size, 512) runs eager
+too and pays the same per-layer cost. SGLang
 captures decode batch sizes (`--cuda-graph-max-bs`) and runs extend batches eagerly; vLLM V1 replays
 piecewise graphs (attention eager) only for steps up to its largest capture size, 512 tokens by
 default; TensorRT-LLM's default graphs cover generation-only batches, and its piecewise graphs exist
@@ -100,6 +103,7 @@ class StepCost:
     moe_token_multiplier: float = 1.0  # EP across DP-attention ranks: expert-side tokens per local token
     decode_tokens_per_seq: float = 1.0  # speculative decoding: tokens verified per decoding sequence
     prefill_work: float = 1.0  # share of the prompt's compute done here (0: a PD decode worker)
+    graph_max_seqs: int = 0  # largest decode batch a captured CUDA graph replays (0: every batch)
 
 
 @dataclass(slots=True)
@@ -152,7 +156,8 @@ def step_time_s(cost: StepCost, shape: StepShape) -> float:
         + cost.layers * cost.layer_overhead_s
         + cost.seq_overhead_s * seqs
         + cost.token_overhead_s * tokens
-        + (cost.layers * cost.prefill_layer_overhead_s if shape.prefill_tokens and pw else 0.0)
+        + (cost.layers * cost.prefill_layer_overhead_s
+           if (shape.prefill_tokens and pw) or 0 < cost.graph_max_seqs < shape.decode_seqs else 0.0)
     )
 
 
@@ -170,7 +175,7 @@ class DecodeTerms:
     token_flops: float
     attn_flops_per_token_ctx: float
     flops_per_s: float
-    after: tuple[float, ...]  # comm, collectives, step, layers, sequences, tokens: added in this order
+    after: tuple[float, ...]  # comm, collectives, step, layers, sequences, tokens, eager: in this order
 
     def time_s(self, ctx: int) -> float:
         mem_s = (self.weight_bytes + self.kv_bytes_per_token * ctx) / self.mem_bytes_per_s
@@ -199,7 +204,8 @@ def decode_terms(cost: StepCost, seqs: int) -> DecodeTerms:
              cost.step_overhead_s,
              cost.layers * cost.layer_overhead_s,
              cost.seq_overhead_s * seqs,
-             cost.token_overhead_s * tokens)
+             cost.token_overhead_s * tokens,
+             cost.layers * cost.prefill_layer_overhead_s if 0 < cost.graph_max_seqs < seqs else 0.0)
     return DecodeTerms(weight_bytes, cost.kv_bytes_per_token, cost.hbm_bytes_per_s * cost.mem_efficiency,
                        cost.flops_per_token * tokens, cost.attn_flops_per_token_ctx,
                        cost.flops_per_s * cost.compute_efficiency, after)
