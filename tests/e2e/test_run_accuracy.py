@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from servebench.client.transport import KERNEL_RX_TIMESTAMPS
-from servebench.results.metrics import itl_gaps_ms, summarize
+from servebench.results.metrics import LOOP_LAG_P99_MS, itl_gaps_ms, summarize
 from servebench.results.store import load_run
 from tests.support.procs import servebench
 from tests.support.truth import truth_twin, truth_vs_client
@@ -111,17 +111,21 @@ def test_read_coalescing_pauses_for_sub_millisecond_streams_and_keeps_arrivals_t
     several chunks); arrivals stay the kernel's stamps: never before the write, at most a pause or
     two after it. Streams paced like decoding (test above, 20 ms) make it pause (next to) never.
 
-    The run lasts ~2 s: 32 streams write ~64 tokens a millisecond, so in the 0.4 s this run once took
-    a single 4-5 ms stall of the host (another process on two cores) delayed over 1% of the tokens
-    and set the P99 by itself (12 runs on 2026-11-27: P99 0.13-3.66 ms, tracking the run's loop lag)."""
+    A stall of the host (another process on two cores) holds every read for its length, and with 32
+    streams writing ~64 tokens a millisecond, one stall of a few ms delays over 1% of a 0.4 s run's
+    tokens: the P99 is judged against the stall the client's verdict tolerates (`LOOP_LAG_P99_MS`,
+    5 ms; beyond it the run must be flagged), not a tighter one of its own. Seen 2026-11-27, 12 runs:
+    P99 0.13-3.66 ms, each within ~1 ms of the run's loop-lag P99 (0.49-4.60 ms). Longer runs are no
+    cure: at 1,500 requests the client reached its CPU ceiling and flagged itself in 3 runs of 4."""
     srv = scripted_server("--ttft-ms", "5", "--itl-ms", "0.5")
-    s = _run(srv.url, tmp_path, "--api", "completions", "--concurrency", "32", "--num-requests", "1500",
+    s = _run(srv.url, tmp_path, "--api", "completions", "--concurrency", "32", "--num-requests", "300",
              "--input-len", "16", "--output-len", "64")
-    assert s["tokens"]["output_total"] == 1500 * 64
+    assert s["tokens"]["output_total"] == 300 * 64
     assert load_run(tmp_path).manifest["clock"]["read_coalescing"] is True
     assert s["client"]["read_pauses"] > 0 and s["client"]["read_pause_ms"] > 0, s["client"]
     e = truth_vs_client(srv.url, tmp_path)  # (and every token was seen after its write)
-    accurate = e["arrival_delay_median"] <= 0.5 and e["arrival_delay_p99"] <= 3.0 and e["gap_error_p99"] <= 3.0
+    accurate = (e["arrival_delay_median"] <= 0.5 and e["arrival_delay_p99"] <= LOOP_LAG_P99_MS
+                and e["gap_error_p99"] <= 3.0)
     if not accurate:
         assert s["client"]["saturated"], f"inaccurate and not flagged as client-limited: {e} {s['client']}"
         pytest.skip(f"client saturated on this host: accuracy not judged: {e}")
