@@ -326,8 +326,9 @@ def test_committed_calibration_matches_the_corpus(validation: tuple[Predictor, C
 # Held-out figures of the committed calibration (benchmarks/plan_validate.py, 643 points from 35
 # documents in 23 folds -- a fold is a document or a `group:` of one publisher's documents run with one
 # harness --, 588 expressible): output tok/s 19.9%, ITL 26.1%, TTFT 36.8% (one warm iteration of every
-# table, 2026-11-27, after decode batches beyond the engines' captured CUDA graphs were priced eager, kept by
-# a rule written before its refit; 19.6% / 26.1% / 40.4% before it, and 19.6% / 27.4% / 37.8% before
+# table, 2026-11-27, with decode batches beyond the engines' captured CUDA graphs priced eager, kept by a
+# rule written before its refit; 19.6% / 26.1% / 40.4% one iteration before, where the same iteration
+# without the change gives 19.6% / 26.0% / 36.8%: the TTFT gain is the iteration's), and 19.6% / 27.4% / 37.8% before
 # vLLM 0.8's batch budget on H100/H200 was corrected to the engine's 8,192). They were 18.4% / 23.4% /
 # 32.7% on the 594 points before simon-mo/R1-Benchmark's 49 DeepSeek-R1 rate points joined the corpus,
 # which the model predicts worst of all: the ceilings rose with the data and with a correction of fact,
