@@ -39,6 +39,7 @@ from servebench.sim.knobs import (
     ENGINE_VERSIONS,
     StepKnobs,
     arch_class,
+    chunked_budget_switched_on,
     engine_defaults,
     engine_family,
     gpu_generation,
@@ -47,7 +48,6 @@ from servebench.sim.knobs import (
     prefill_cap,
     resolve_knobs,
     sglang_max_running,
-    v0_chunked_budget,
 )
 from servebench.sim.memory import ENGINES, FitResult, Layout, fit, kv_seq_overhead_tokens
 from servebench.sim.profile import Profile, profile_from_dict, profile_with_engine, step_cost
@@ -190,12 +190,8 @@ class Deployment:
                                   f"{self.max_model_len:,} without chunked prefill: {self.engine} would refuse "
                                   "to start (a whole prompt must fit one step); raise it or drop it")
         elif chunked:
-            if d.chunked_prefill:
-                batched = d.max_num_batched_tokens
-            elif self.family == "vllm-v0":  # switched on by the user: V0's own chunked budget
-                batched = v0_chunked_budget(ENGINE_VERSIONS.get(self.engine, ""))
-            else:
-                batched = 8192
+            batched = (d.max_num_batched_tokens if d.chunked_prefill
+                       else chunked_budget_switched_on(self.family, ENGINE_VERSIONS.get(self.engine, "")))
         else:
             batched = max(self.max_model_len, 2048)
         util = self.gpu_memory_utilization or d.gpu_memory_utilization

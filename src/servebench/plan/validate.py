@@ -45,6 +45,7 @@ from servebench.sim.knobs import (
     DEFAULT_KNOBS,
     StepKnobs,
     arch_class,
+    chunked_budget_switched_on,
     engine_defaults,
     engine_family,
     gpu_generation,
@@ -54,7 +55,6 @@ from servebench.sim.knobs import (
     prefill_cap,
     resolve_knobs,
     sglang_max_running,
-    v0_chunked_budget,
 )
 from servebench.sim.profile import compute_peak, step_cost
 from servebench.sim.request import SimRequest
@@ -206,7 +206,7 @@ def setting_for(p: CorpusPoint) -> Setting:
         if not chunked:
             batched = max(batched, max_len, 2048)
         else:
-            batched = v0_chunked_budget(version) if family == "vllm-v0" else 8192
+            batched = chunked_budget_switched_on(family, version)
     batched = int(args.get("max_num_batched_tokens", batched))
     max_seqs = int(args.get("max_num_seqs", dflt.max_num_seqs))
     workers = disagg[1] if disagg else dp  # engines the concurrency spreads over

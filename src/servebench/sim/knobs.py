@@ -66,7 +66,7 @@ from dataclasses import dataclass
 
 __all__ = ["StepKnobs", "EngineDefaults", "DEFAULT_KNOBS", "ENGINE_VERSIONS", "engine_family", "gpu_generation",
            "arch_class", "resolve_knobs", "engine_defaults", "sglang_max_running", "sglang_dp_prefill_chunk",
-           "prefill_cap", "v0_chunked_budget", "graph_max_seqs", "knob_names_for", "FAMILIES", "GENERATIONS",
+           "prefill_cap", "chunked_budget_switched_on", "graph_max_seqs", "knob_names_for", "FAMILIES", "GENERATIONS",
            "ARCH_CLASSES"]
 
 FAMILIES = ("vllm-v0", "vllm-v1", "sglang", "trtllm", "tgi")
@@ -257,21 +257,14 @@ def _version(v: str) -> tuple[int, int] | None:
 def v0_chunked_budget(version: str) -> int:
     """vLLM V0's batch budget with chunked prefill on and no `--max-num-batched-tokens`: 512 before
     0.6.5, 2048 from it (vllm PR #10544); 512 for a version not given."""
-    return 2048 if _release(version) >= (0, 6, 5) else 512
+    v = _patch_version(version)
+    return 2048 if v is not None and v >= (0, 6, 5) else 512
 
 
-def _release(v: str) -> tuple[int, int, int]:
-    """(major, minor, patch) of a version string ("0.6.3.post2.dev308" -> (0, 6, 3)); (0, 0, 0) when
-    it does not parse (an unknown version is taken as the oldest)."""
-    nums: list[int] = []
-    for p in v.strip().lstrip("v").split(".")[:3]:
-        digits = "".join(c for c in p if c.isdigit())
-        if not digits or not p[0].isdigit():
-            break
-        nums.append(int(digits))
-    if len(nums) < 2:
-        return (0, 0, 0)
-    return (nums[0], nums[1], nums[2] if len(nums) > 2 else 0)
+def chunked_budget_switched_on(family: str, version: str) -> int:
+    """The batch budget of an engine whose chunked prefill a flag switched on (its default is off): vLLM
+    V0's own (`v0_chunked_budget`), else 8192."""
+    return v0_chunked_budget(version) if family == "vllm-v0" else 8192
 
 
 def sglang_dp_prefill_chunk(chunked_prefill_size: int, dp: int, version: str = "") -> int:
@@ -303,7 +296,7 @@ def graph_max_seqs(family: str, *, version: str = "", gpu_memory_gib: float = 0.
     - SGLang before 0.5.3: `cuda_graph_max_bs` 160 on GPUs of >= 25 GB (ServerArgs; sglang PR #2360 kept
       80 and 8 for smaller ones). From 0.5.3 (PR #10372, merged 2025-09, "relax max_cuda_graph_bs") by
       GPU memory: under 35 GB 24 / 80 (tp < 4 / >= 4), under 60 GB 32 / 160, under 160 GB (H100,
-      A100-80, H200) 256 / 512, above (B200, MI300X) 512. A version not given is the current one.
+      A100-80, H200) 256 / 512, above (B200, MI300X) 512. A version not given (or not read) is the current one.
     - vLLM V1: 512, its compilation config's largest capture size (from 0.10 min(2 x max_num_seqs, 512),
       vllm PR #20628, the same 512 at the default 256 or 1024 sequences).
     - vLLM V0 (from 0.6 it captures up to max_num_seqs), TensorRT-LLM and TGI: no limit modelled.
@@ -312,7 +305,8 @@ def graph_max_seqs(family: str, *, version: str = "", gpu_memory_gib: float = 0.
         return 512
     if not family.startswith("sglang"):
         return 0
-    if version and _release(version) < (0, 5, 3):
+    release = _patch_version(version)
+    if release is not None and release < (0, 5, 3):
         if gpu_memory_gib and gpu_memory_gib < 25:
             return 8 if tp < 4 else 80
         return 160
