@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -47,20 +49,22 @@ def test_concurrency_64_matches_truth(scripted_server, tmp_path: Path) -> None:
     assert run.manifest["clock"]["rx_timestamps"] == "kernel"
 
 
-def test_concurrency_512_matches_truth(scripted_server, tmp_path: Path) -> None:
-    """512 streams: the figures are judged against the truth, and the client verdict must agree with
-    them (issue 14): not "saturated" while TTFT and ITL are within 5 ms of the truth and every token
-    gap but 1% within 3 ms."""
-    # Truth is when the server really wrote each chunk: a Python server pacing 512 streams on
-    # two cores is itself some ms late at its P99, and that is not the client's error.
-    srv = scripted_server("--ttft-ms", str(TRUE_TTFT_MS), "--itl-ms", str(TRUE_ITL_MS))
-    s = _run(srv.url, tmp_path, "--api", "completions", "--concurrency", "512", "--num-requests", "1024",
-             "--input-len", "128", "--output-len", "128")
+# 512 streams of 40 ms tokens: 12,800 tokens/s, which the client and the Python server beside it carry on two
+# cores with room (2026-11-27, 8 runs: loop lag p99 4.0-11.5 ms, no gap read together, gap error P99 <= 0.064
+# ms). At 20 ms tokens both sat at their line on this host: in 27 runs 0-8% of gaps were more than 3 ms off
+# and the verdict was judged on a coin flip (CI on 87d97aa failed on one; docs/metrics.md, "Client self-check").
+PACED_ITL_MS = 40.0
+
+
+def _judge_512(srv_url: str, tmp_path: Path, s: dict) -> bool:
+    """The c=512 figures against the truth, and the client verdict against them: not "saturated" while
+    TTFT and ITL are within 5 ms of the truth and every token gap but 1% within 3 ms, "saturated" for a
+    stated reason otherwise (skips where neither can be judged). True where the figures were right."""
     assert s["requests"]["completed"] == 1024
-    e = truth_vs_client(srv.url, tmp_path)
+    e = truth_vs_client(srv_url, tmp_path)
     assert s["latency_ms"]["itl"]["p99"] == pytest.approx(e["itl_p99"], abs=0.01)
     client = s["client"]
-    records, _ = truth_twin(srv.url, tmp_path)  # the share of gaps read together is the records' zero gaps
+    records, _ = truth_twin(srv_url, tmp_path)  # the share of gaps read together is the records' zero gaps
     gaps = np.concatenate([itl_gaps_ms(r) for r in records])
     assert client["tokens_read_together"] == pytest.approx(float(np.mean(gaps == 0)), abs=1e-12)
     errors = {"ttft_median": abs(e["ttft_median"] - e["true_ttft_median"]),
@@ -79,17 +83,48 @@ def test_concurrency_512_matches_truth(scripted_server, tmp_path: Path) -> None:
         # did. (ITL's P99 alone can agree while 1-5% of gaps were read together: seen with busy processes
         # beside the client, gap error P99 13-22 ms against an ITL P99 within 1.4 ms.)
         assert not client["saturated"], (client, errors)
-    elif client["saturated"]:
-        # Only the figures that show the host could not keep up may excuse the run: sends that lagged
-        # (slots not refilled, the closed loop's concurrency_held), a client CPU at its ceiling, or
-        # stalls longer than the gap between tokens (tokens read together under one stamp).
-        assert any("sends lag" in r or "CPU" in r or "read together" in r for r in client["reasons"]), client
-        pytest.skip(f"the host could not keep up ({'; '.join(client['reasons'])}): accuracy not judged: {errors}")
-    # A client that falls more than one ITL behind reads two chunks of a stream at once and can only
-    # give both the newer one's kernel stamp; that may happen only when the client is the bottleneck.
-    assert right, (errors, e)
+        return True
+    # A client that falls more than one token gap behind reads two chunks of a stream at once and can only
+    # give both the newer one's kernel stamp; that may happen only when the client says it was the bottleneck,
+    # and only the figures that show the host could not keep up may excuse the run: sends that lagged (slots
+    # not refilled, the closed loop's concurrency_held), a client CPU at its ceiling, or stalls longer than
+    # the gap between tokens (tokens read together under one stamp).
+    assert client["saturated"], (f"the figures are wrong and the client did not say it limited them: {errors}, "
+                                 f"{e['gaps_off_3ms']:.2%} of gaps more than 3 ms off, {client}")
+    assert any("sends lag" in r or "CPU" in r or "read together" in r for r in client["reasons"]), client
+    return False
+
+
+def test_concurrency_512_matches_truth(scripted_server, tmp_path: Path) -> None:
+    """512 streams at a pace the host carries: the figures are right and the client verdict clear (issue 14)."""
+    # Truth is when the server really wrote each chunk: a Python server pacing 512 streams on
+    # two cores is itself some ms late at its P99, and that is not the client's error.
+    srv = scripted_server("--ttft-ms", str(TRUE_TTFT_MS), "--itl-ms", str(PACED_ITL_MS))
+    s = _run(srv.url, tmp_path, "--api", "completions", "--concurrency", "512", "--num-requests", "1024",
+             "--input-len", "128", "--output-len", "128")
+    if not _judge_512(srv.url, tmp_path, s):
+        pytest.skip(f"the host could not keep up ({'; '.join(s['client']['reasons'])}): accuracy not judged")
+    client = s["client"]
     assert client["concurrency_held"] is not None and client["concurrency_held"] >= 0.9, client
     assert [c["status"] for c in s["validation"] if c["name"] == "e2e_consistency"] == ["pass"], s["validation"]
+
+
+def test_concurrency_512_beside_a_busy_process_is_called_saturated_when_it_merges_tokens(
+        scripted_server, tmp_path: Path) -> None:
+    """512 streams of 20 ms tokens with a process spinning beside the client and the server on two cores:
+    the client is descheduled for longer than a token gap, reads tokens together, and must say so (2026-11-27,
+    6 runs: 2.4-18.5% of gaps more than 3 ms off, loop lag p99 27-42 ms, 33-50% of gaps read together,
+    every run flagged). A host with cores to spare may keep the figures right: then the verdict must be clear."""
+    srv = scripted_server("--ttft-ms", str(TRUE_TTFT_MS), "--itl-ms", str(TRUE_ITL_MS))
+    spin = subprocess.Popen([sys.executable, "-c", "import time\nend = time.monotonic() + 60\n"
+                             "while time.monotonic() < end:\n    pass"])
+    try:
+        s = _run(srv.url, tmp_path, "--api", "completions", "--concurrency", "512", "--num-requests", "1024",
+                 "--input-len", "128", "--output-len", "128")
+    finally:
+        spin.kill()
+        spin.wait()
+    _judge_512(srv.url, tmp_path, s)
 
 
 def test_concurrency_512_sends_that_lag_are_called_saturated(scripted_server, tmp_path: Path) -> None:
