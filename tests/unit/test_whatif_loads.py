@@ -76,6 +76,27 @@ def test_data_parallel_replicas_split_the_rate() -> None:
     assert p1.ttft_ms_p50 < p2.ttft_ms_p50 < 1.2 * p1.ttft_ms_p50
 
 
+def test_a_closed_loop_of_fewer_users_than_replicas_keeps_only_theirs_busy() -> None:
+    """One user on 2 DP replicas is one replica's single user: the same throughput, ITL and TTFT (the API
+    server admits one request at a time, not both replicas' share), not twice the throughput. Two users
+    are one each; three are 2 + 1, counted as 1.5 replicas of two users (`dp_share`)."""
+    one = _dep()
+    two = Deployment.build(model="Llama-3.1-8B", gpu="h100", gpus=2, tp=1, dp=2)
+    kw = {"input_len": 1024, "output_len": 128, "num_requests": 24}
+    alone_1, pair_1 = whatif(one, concurrencies=(1, 2), **kw)  # type: ignore[arg-type]
+    alone_2, each_2, three = whatif(two, concurrencies=(1, 2, 3), **kw)  # type: ignore[arg-type]
+    assert alone_2.concurrency == 1 and alone_2.num_requests == 24
+    assert alone_2.output_tokens_per_s == pytest.approx(alone_1.output_tokens_per_s, rel=1e-9)
+    assert alone_2.ttft_ms_p50 == pytest.approx(alone_1.ttft_ms_p50, rel=1e-9)
+    assert alone_2.itl_ms_p50 == pytest.approx(alone_1.itl_ms_p50, rel=1e-9)
+    assert each_2.output_tokens_per_s == pytest.approx(2 * alone_1.output_tokens_per_s, rel=0.01)
+    assert three.output_tokens_per_s == pytest.approx(1.5 * pair_1.output_tokens_per_s, rel=0.02)
+    from servebench.plan.whatif import dp_share
+
+    assert dp_share(1, 8) == (1, 1.0) and dp_share(8, 8) == (1, 8.0) and dp_share(16, 8) == (2, 8.0)
+    assert dp_share(100, 8) == (13, pytest.approx(100 / 13))
+
+
 def test_a_load_is_a_concurrency_or_a_rate() -> None:
     cfg = _dep().engine_config()
     for kw in ({}, {"concurrency": 2, "request_rate": 1.0}):

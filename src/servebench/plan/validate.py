@@ -37,7 +37,7 @@ import numpy as np
 from servebench.errors import ConfigError
 from servebench.plan import lengths
 from servebench.plan.corpus import CorpusPoint
-from servebench.plan.whatif import _median_itl_s
+from servebench.plan.whatif import _median_itl_s, dp_share
 from servebench.sim import catalog, memory
 from servebench.sim.config import EngineConfig
 from servebench.sim.disagg import simulate_disagg
@@ -80,7 +80,7 @@ class Setting:
     generation: str
     arch: str
     base: EngineConfig  # knob-free engine (KV capacity, limits, cost coefficients)
-    replicas: int
+    replicas: float  # replicas' worth of work: dp, or fewer for a closed loop of fewer users (`dp_share`)
     mode: str
     input_len: int  # mean prompt tokens
     output_len: int  # mean output tokens
@@ -158,13 +158,6 @@ def setting_for(p: CorpusPoint) -> Setting:
         # a draft model (EAGLE/EAGLE3 heads, trees of topk > 1) has its own acceptance and draft cost; run
         # as plain decoding it would be under-predicted by the speedup it measures
         raise ConfigError(f"speculative decoding other than MTP is not modelled ({p.speculative.split()[0]})")
-    graphs = p.engine_args.get("cuda_graph_max_bs")
-    if graphs is not None and not (p.mode == "closed" and p.concurrency and p.concurrency <= int(graphs)):
-        # a batch above the captured sizes runs eager (StepCost.graph_max_seqs prices it at the engine's
-        # default limit, sim.knobs.graph_max_seqs); a stated limit is not taken yet: these points stay
-        # out until a refit takes them in
-        raise ConfigError(f"CUDA graphs cover batches up to {graphs} only (stated); larger ones run eager, "
-                          "and a stated limit is not modelled yet")
     version = p.engine_version
     if p.engine == "vllm" and not version and p.source.date < "2025-03":
         version = "0.6"  # unstated: the release current at the source's date (V1 became default in 0.8, 2025-03)
@@ -236,9 +229,10 @@ def setting_for(p: CorpusPoint) -> Setting:
     # fields are placeholders that `_engine_for` replaces with each fitted table's
     step = step_cost(model, layout, resolve_knobs(DEFAULT_KNOBS, family, gpu_generation(gpu.name), "dense"),
                      engine=dflt.memory_engine)
-    # decode batches beyond the engine's captured CUDA graphs run eager (a source that states its
-    # --cuda-graph-max-bs was refused above)
-    step = dataclasses.replace(step, graph_max_seqs=graph_max_seqs(
+    # decode batches beyond the engine's captured CUDA graphs run eager: the limit the source states
+    # (SGLang --cuda-graph-max-bs), else the engine's default
+    graphs = p.engine_args.get("cuda_graph_max_bs")
+    step = dataclasses.replace(step, graph_max_seqs=int(graphs) if graphs is not None else graph_max_seqs(
         family, version=version, gpu_memory_gib=gpu.memory_bytes / 2**30, tp=max(p.tp or 1, tp)))
     # SGLang DP attention: each rank's prompt chunk is its share of the stated (or default) chunked
     # prefill size (a PD point has dp 1 here)
@@ -259,8 +253,8 @@ def setting_for(p: CorpusPoint) -> Setting:
     if draft:  # MTP verifies 1 + draft tokens per decoding sequence per step
         base = dataclasses.replace(engine_cfg, cost=dataclasses.replace(step, decode_tokens_per_seq=float(1 + draft)))
     n_total = _requests(p)
-    conc = math.ceil(p.concurrency / dp) if (p.mode == "closed" and p.concurrency) else None
-    per_rep = math.ceil(n_total / dp)
+    conc, busy = dp_share(p.concurrency, dp) if (p.mode == "closed" and p.concurrency) else (None, float(dp))
+    per_rep = math.ceil(n_total / busy)  # the requests a busy replica serves
     varied = in_dist != "fixed" or out_dist != "fixed"
     sim_n = _sim_requests(p.mode, per_rep, conc, base.max_num_seqs * (disagg[1] if disagg else 1),
                           varied=varied, all_for_ttft="ttft" in measured_for(p))
@@ -273,8 +267,8 @@ def setting_for(p: CorpusPoint) -> Setting:
              + f" {p.quant} {p.mode}" + (f" c={p.concurrency}" if p.concurrency else "")
              + (f" r={p.request_rate:g}" if p.request_rate else "") + f" {inp}/{out}")
     return Setting(key=p.key, source=p.source.fold, family=family, generation=gpu_generation(gpu.name),
-                   arch=arch_class(model.is_moe, model.attention, family, version), base=base, replicas=dp, mode=p.mode,
-                   input_len=inp, output_len=out, requests=sim_n, concurrency=conc, rate=rate,
+                   arch=arch_class(model.is_moe, model.attention, family, version), base=base, replicas=busy,
+                   mode=p.mode, input_len=inp, output_len=out, requests=sim_n, concurrency=conc, rate=rate,
                    draft_tokens=draft, comm_intra_bytes_per_s=link, label=label, in_dist=in_dist,
                    out_dist=out_dist, disagg=disagg, compute_factor=compute_peak(gpu, quant)[1],
                    served=p.served)
@@ -421,7 +415,7 @@ def predict(s: Setting, knobs: StepKnobs) -> Prediction:
 
 
 def _summary(arrival: Sequence[float], first: Sequence[float], end: Sequence[float], outs: Sequence[int],
-             duration_s: float, median_step_gap_s: float, replicas: int, accept: float) -> Prediction:
+             duration_s: float, median_step_gap_s: float, replicas: float, accept: float) -> Prediction:
     """The statistics benchmark_serving reports, from per-request times: output tokens/s over the run,
     TTFT from each request's send time (queueing included), TPOT = (last - first token) / (tokens - 1)
     over requests with more than one token, ITL per token gap (MTP emits `accept` tokens a step)."""

@@ -162,12 +162,22 @@ def _n_requests(concurrency: int | None, rate: float | None, num_requests: int |
     return max(200, min(20_000, math.ceil(60 * rate)))
 
 
+def dp_share(concurrency: int, dp: int) -> tuple[int, float]:
+    """A closed loop of `concurrency` users over `dp` replicas: the users the busiest replica holds
+    (ceil) and how many such replicas' worth of work the loop keeps busy (concurrency / that share).
+    One user keeps one replica busy, not dp of them; 100 users over 8 replicas are 4 x 13 + 4 x 12,
+    7.7 replicas of 13 (each user's pace is nearly the same at 12 or 13), not 8."""
+    per = math.ceil(concurrency / dp)
+    return per, concurrency / per
+
+
 def whatif(dep: Deployment, knobs: StepKnobs | None = None, *, input_len: int, output_len: int,
            concurrencies: Sequence[int] = (), request_rates: Sequence[float] = (), num_requests: int | None = None,
            prefix_len: int = 0) -> list[WhatIfPoint]:
     """The what-if at each closed-loop concurrency, then at each request rate (per second; inf: all at
     once). DP replicas are independent engines sharing the load evenly: each runs 1/dp of the users or
-    of the rate (their MoE synchronisation is not modelled)."""
+    of the rate (their MoE synchronisation is not modelled); a closed loop of fewer users than replicas
+    keeps only as many busy (`dp_share`), and the API server in front of them admits only their requests."""
     cfg = engine_config(dep, knobs)
     total = prefix_len + input_len + output_len
     if total > cfg.max_model_len:
@@ -179,14 +189,17 @@ def whatif(dep: Deployment, knobs: StepKnobs | None = None, *, input_len: int, o
     out: list[WhatIfPoint] = []
     for c, r in loads:
         n = _n_requests(c, r, num_requests)
-        p = simulate_point(cfg, concurrency=math.ceil(c / replicas) if c is not None else None,
-                           request_rate=r / replicas if r is not None else None, input_len=input_len,
-                           output_len=output_len, num_requests=math.ceil(n / replicas), prefix_len=prefix_len)
+        per, busy = dp_share(c, replicas) if c is not None else (None, float(replicas))
+        # the front end serves every replica's requests (engine_config: frontend_s x dp); only the busy ones'
+        one = cfg if busy == replicas else dataclasses.replace(cfg, frontend_s=cfg.frontend_s * busy / replicas)
+        p = simulate_point(one, concurrency=per, request_rate=r / replicas if r is not None else None,
+                           input_len=input_len, output_len=output_len, num_requests=math.ceil(n / busy),
+                           prefix_len=prefix_len)
         if replicas > 1:
-            p = dataclasses.replace(p, concurrency=c, request_rate=r, num_requests=p.num_requests * replicas,
-                                    output_tokens_per_s=p.output_tokens_per_s * replicas,
-                                    total_tokens_per_s=p.total_tokens_per_s * replicas,
-                                    requests_per_s=p.requests_per_s * replicas)
+            p = dataclasses.replace(p, concurrency=c, request_rate=r, num_requests=n,
+                                    output_tokens_per_s=p.output_tokens_per_s * busy,
+                                    total_tokens_per_s=p.total_tokens_per_s * busy,
+                                    requests_per_s=p.requests_per_s * busy)
         out.append(p)
     return out
 
