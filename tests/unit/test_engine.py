@@ -123,6 +123,31 @@ def test_preemption_when_kv_runs_out_and_no_request_lost() -> None:
     assert run.stats.kv_usage == 0.0  # every block returned
 
 
+def test_a_preempted_request_finds_its_own_prompt_blocks_again_with_prefix_caching_on() -> None:
+    """vLLM V1 frees a preempted request's blocks into the prefix cache and looks its prompt up again on
+    re-admission (`get_computed_blocks`); SGLang keeps a retracted prompt in its radix tree. A prompt
+    known by its length only gets block names no other prompt shares: with caching on, each preemption's
+    re-admission hits the blocks not evicted since, and nothing else ever does (two requests' names never
+    meet); with caching off, every preemption recomputes its whole prompt."""
+    runs = {}
+    for prefix in (False, True):
+        cfg = config(max_num_seqs=32, kv_blocks=120, enable_prefix_caching=prefix)  # 1,920 tokens
+        reqs = [SimRequest(i, 512, 200) for i in range(6)]
+        runs[prefix] = (simulate(cfg, reqs, concurrency=6), reqs)
+    (off, off_reqs), (on, on_reqs) = runs[False], runs[True]
+    assert off.stats.preemptions > 0 and on.stats.preemptions > 0
+    for run, reqs in ((off, off_reqs), (on, on_reqs)):
+        check_complete(run, reqs)
+        assert run.stats.generation_tokens == 6 * 200 and run.stats.kv_usage == 0.0
+    assert off.stats.prefix_hits == 0
+    # every hit is a re-admission's own prompt block (first admissions find nothing: names are unshared)
+    assert on.stats.prefix_hits > 0 and on.stats.prefix_hits % 16 == 0
+    assert all(r.cached_tokens == 0 for r in on_reqs)
+    assert on.stats.prefix_hits <= on.stats.preemptions * 512
+    # what it saves is prompt recomputation: the run is shorter
+    assert on.duration_s < off.duration_s
+
+
 def test_an_engine_that_does_not_mix_runs_prompts_and_decodes_one_after_the_other() -> None:
     """vLLM V0 without chunked prefill (and TGI) give a prompt batch a step of its own: a step that
     admits a prompt while others decode lasts a prompt-only step plus a decode-only step; a step with

@@ -116,8 +116,8 @@ def test_whatif_ttft_carries_the_first_token_latency_as_the_validation_does() ->
 
 
 @pytest.mark.xfail(strict=True, reason="regressed with the 580-point refit (171d9e8; 635, +2%, before) and "
-                                        "the 594- and 643-point ones: 688 predicted vs ~620 measured (+11%; 718 "
-                                        "before vLLM 0.7's prompt steps of their own) with c=8's TTFT "
+                                        "the 594- and 643-point ones: 684 predicted vs ~620 measured (+10%, 2026-11-28;"
+                                        " 718 before vLLM 0.7's prompt steps of their own) with c=8's TTFT "
                                         "read as the lower bound the seed states (765, +23%, read as exactly 1 s). "
                                         "The fit of c=1-15 is as good from any start, and the per-sequence overhead or "
                                         "first-token constant hardly move c=100: it is the model's MoE decode "

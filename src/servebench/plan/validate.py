@@ -225,6 +225,10 @@ def setting_for(p: CorpusPoint) -> Setting:
     if family == "sglang" and "max_num_seqs" not in args:  # SGLang sizes its request pool from the KV pool
         max_seqs = max(max_seqs, sglang_max_running(res.kv_tokens, model.context_len))
         max_tokens = max(batched, max_seqs)
+    # prefix caching as launched, else the engine's default (vLLM V1, SGLang's radix cache, TensorRT-LLM's
+    # KV block reuse: on). No two prompts of a corpus workload share a block, but a preempted request
+    # finds its own again (sim.engine)
+    prefix = bool(args.get("prefix_caching", family in ("vllm-v1", "trtllm") or family.startswith("sglang")))
     # the step cost plan and the emulator run (sim.profile.step_cost: weights, FLOPs, collectives); its knob
     # fields are placeholders that `_engine_for` replaces with each fitted table's
     step = step_cost(model, layout, resolve_knobs(DEFAULT_KNOBS, family, gpu_generation(gpu.name), "dense"),
@@ -239,7 +243,7 @@ def setting_for(p: CorpusPoint) -> Setting:
     engine_cfg = EngineConfig(cost=step, kv_blocks=res.kv_tokens // 16,
                               max_prefill_tokens=prefill_cap(family, batched, dp, moe=model.is_moe, version=version),
                               block_size=16, max_num_seqs=max_seqs, max_num_batched_tokens=max_tokens,
-                              max_model_len=max_len, enable_prefix_caching=False,
+                              max_model_len=max_len, enable_prefix_caching=prefix,
                               chunked_prefill=chunked, mixed_steps=mixes_steps(family, chunked),
                               seq_overhead_blocks=-(-res.seq_overhead_tokens // 16))
     reserve = _reserved_tokens(family, inp, out)

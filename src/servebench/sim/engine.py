@@ -15,7 +15,12 @@ virtual clock through `sim.simulate`. It models what vLLM's V1 scheduler does, a
   last user left stay cached and are evicted least-recently-freed first when blocks run out;
 - preemption by recompute: when a running sequence needs a block and none is free, the most recently
   admitted running sequence is preempted (its blocks freed, back to the front of the queue, its
-  tokens kept); it is re-prefilled later (prompt + generated tokens) and continues. No request is lost;
+  tokens kept); it is re-prefilled later (prompt + generated tokens) and continues. No request is lost.
+  With prefix caching on, its computed prompt blocks stay cached when freed, and its re-admission finds
+  those not evicted since, as vLLM V1's does (`_preempt_request` sets num_computed_tokens to 0 and
+  frees the blocks into the cache; re-admission calls `get_computed_blocks`) and SGLang's (a retracted
+  request's prompt stays in the radix tree). A prompt known by its length only gets block names of its
+  own for this, shared with no other request;
 - the step that completes a prefill emits the sequence's next token (its first, for a new request);
   every later step emits one token per decoding sequence;
 - a step's duration comes from `steptime.step_time_s` (roofline + overheads). An engine that does not
@@ -58,6 +63,10 @@ from servebench.sim.request import DECODE, DONE, PREFILL, SAMPLED, WAITING, SimR
 from servebench.sim.steptime import DecodeTerms, StepShape, decode_terms, step_time_s
 
 __all__ = ["StepResult", "EngineStats", "Engine"]
+
+# Block names for prompts known by their length only (`Engine.add`): consecutive integers from here, far
+# from where names made by `hash` fall but by a chance of a few million in 2**64
+_OWN_NAMES = -(2**62)
 
 
 @dataclass(slots=True)
@@ -120,6 +129,7 @@ class Engine:
         self._prefix_hits = 0
         self._preemptions = 0
         self._finished = 0
+        self._own = _OWN_NAMES  # the next block name of a prompt known by its length only (`add`)
         self._decode_terms: dict[int, DecodeTerms] = {}  # by batch size (`decode_run`)
 
     # ----------------------------------------------------------------- public
@@ -133,8 +143,13 @@ class Engine:
             raise ValueError(f"prompt_len + max_tokens = {total} > max_model_len {cfg.max_model_len}")
         if -(-total // self._bs) + self._extra > cfg.kv_blocks:
             raise ValueError(f"request needs {total} tokens of KV; the cache holds {cfg.kv_tokens}")
-        if req.prefix_hashes is None and req.prompt_token_ids is not None and self._prefix:
-            req.prefix_hashes = block_hashes(req.prompt_token_ids, self._bs)
+        if req.prefix_hashes is None and self._prefix:
+            if req.prompt_token_ids is not None:
+                req.prefix_hashes = block_hashes(req.prompt_token_ids, self._bs)
+            else:  # known by its length only: names no other prompt shares, found again after a preemption
+                n = req.prompt_len // self._bs
+                req.prefix_hashes = range(self._own, self._own + n)
+                self._own += n
         req.state = WAITING
         self._waiting.append(req)
 
@@ -273,8 +288,8 @@ class Engine:
         first: list[SimRequest] = []
         for req, chunk in chunks:
             req.computed += chunk
-            if self._prefix and req.prefix_hashes:
-                self._register_blocks(req)
+            if self._prefix and req.prefix_hashes and not isinstance(req.prefix_hashes, range):
+                self._register_blocks(req)  # (names of its own are entered when it is preempted)
             if req.computed < req.target:
                 continue
             # prefill complete: this step samples the next token
@@ -390,8 +405,8 @@ class Engine:
         available = self.pool.available()
         if need > available:  # cannot start whichever of its hits are evictable (the usual case when full)
             return 0
-        if hits:
-            hit_in_lru = self.pool.evictable(hashes[:hits])
+        if hits:  # names of its own (`add`) are held by no one while it waits: every hit is evictable
+            hit_in_lru = hits if isinstance(hashes, range) else self.pool.evictable(hashes[:hits])
             if need > available - hit_in_lru:
                 return 0
         # commit
@@ -458,6 +473,17 @@ class Engine:
         req.computed = 0
 
     def _preempt(self, req: SimRequest, last_step: int) -> None:
+        own = req.prefix_hashes
+        if self._prefix and isinstance(own, range):
+            # names of its own (`add`) matter only to its re-admission: its computed prompt blocks are
+            # named now, as they leave for the cache's LRU (the cache holds what naming them as they were
+            # computed would leave, at a fraction of the cost); one cached already stays private, as in
+            # `_register_blocks`
+            upto = min(len(own), (req.computed if req.state == PREFILL else req.prompt_len) // self._bs)
+            for h in own[len(req.hashed):upto]:
+                if not self.pool.name(h):
+                    break
+                req.hashed.append(h)
         self._release(req, last_step)
         self._running.remove(req)
         req.state = WAITING
