@@ -46,6 +46,7 @@ from servebench.sim.knobs import (
     graph_max_seqs,
     mixes_steps,
     prefill_cap,
+    prefix_caching_by_default,
     resolve_knobs,
     sglang_max_running,
 )
@@ -148,13 +149,15 @@ class Deployment:
 
     @property
     def prefix_caching(self) -> bool:
-        """Whether the engine reuses cached prompt blocks: as set, else the engine's default. vLLM 0.7 (V0)
-        has it off unless `--enable-prefix-caching` is given, and off for MLA models whatever is given
-        ("MLA is enabled; forcing chunked prefill and prefix caching to be disabled", vllm/config.py
-        0.7.x); vLLM V1 (>= 0.8), SGLang's radix cache and TensorRT-LLM's KV block reuse have it on."""
-        if self.engine == "vllm-0.7":
-            return bool(self.enable_prefix_caching) and self.model.attention != "mla"
-        return self.enable_prefix_caching is not False
+        """Whether the engine reuses cached prompt blocks: as set, else the engine's default
+        (`sim.knobs.prefix_caching_by_default`, the validation's too). vLLM 0.7 (V0) has it off for MLA
+        models whatever is given ("MLA is enabled; forcing chunked prefill and prefix caching to be
+        disabled", vllm/config.py 0.7.x)."""
+        if self.engine == "vllm-0.7" and self.model.attention == "mla":
+            return False
+        if self.enable_prefix_caching is None:
+            return prefix_caching_by_default(self.family)
+        return self.enable_prefix_caching
 
     @property
     def limits(self) -> EngineLimits:

@@ -53,6 +53,7 @@ from servebench.sim.knobs import (
     knob_names_for,
     mixes_steps,
     prefill_cap,
+    prefix_caching_by_default,
     resolve_knobs,
     sglang_max_running,
 )
@@ -228,7 +229,7 @@ def setting_for(p: CorpusPoint) -> Setting:
     # prefix caching as launched, else the engine's default (vLLM V1, SGLang's radix cache, TensorRT-LLM's
     # KV block reuse: on). No two prompts of a corpus workload share a block, but a preempted request
     # finds its own again (sim.engine)
-    prefix = bool(args.get("prefix_caching", family in ("vllm-v1", "trtllm") or family.startswith("sglang")))
+    prefix = bool(args.get("prefix_caching", prefix_caching_by_default(family)))
     # the step cost plan and the emulator run (sim.profile.step_cost: weights, FLOPs, collectives); its knob
     # fields are placeholders that `_engine_for` replaces with each fitted table's
     step = step_cost(model, layout, resolve_knobs(DEFAULT_KNOBS, family, gpu_generation(gpu.name), "dense"),

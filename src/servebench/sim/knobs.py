@@ -66,8 +66,8 @@ from dataclasses import dataclass
 
 __all__ = ["StepKnobs", "EngineDefaults", "DEFAULT_KNOBS", "ENGINE_VERSIONS", "engine_family", "gpu_generation",
            "arch_class", "resolve_knobs", "engine_defaults", "sglang_max_running", "sglang_dp_prefill_chunk",
-           "prefill_cap", "chunked_budget_switched_on", "graph_max_seqs", "knob_names_for", "FAMILIES", "GENERATIONS",
-           "ARCH_CLASSES"]
+           "prefill_cap", "chunked_budget_switched_on", "prefix_caching_by_default", "graph_max_seqs", "knob_names_for",
+           "FAMILIES", "GENERATIONS", "ARCH_CLASSES"]
 
 FAMILIES = ("vllm-v0", "vllm-v1", "sglang", "trtllm", "tgi")
 GENERATIONS = ("ampere", "hopper", "blackwell", "cdna3")
@@ -265,6 +265,13 @@ def chunked_budget_switched_on(family: str, version: str) -> int:
     """The batch budget of an engine whose chunked prefill a flag switched on (its default is off): vLLM
     V0's own (`v0_chunked_budget`), else 8192."""
     return v0_chunked_budget(version) if family == "vllm-v0" else 8192
+
+
+def prefix_caching_by_default(family: str) -> bool:
+    """Whether the engine reuses cached prompt blocks unless told not to: vLLM V1 (>= 0.8), SGLang's radix
+    cache and TensorRT-LLM's KV block reuse do; vLLM V0 only with `--enable-prefix-caching`; TGI not
+    before 3.0 (December 2024), after every TGI run in the corpus."""
+    return family in ("vllm-v1", "trtllm") or family.startswith("sglang")
 
 
 def sglang_dp_prefill_chunk(chunked_prefill_size: int, dp: int, version: str = "") -> int:
