@@ -116,8 +116,9 @@ def test_whatif_ttft_carries_the_first_token_latency_as_the_validation_does() ->
 
 
 @pytest.mark.xfail(strict=True, reason="regressed with the 580-point refit (171d9e8; 635, +2%, before) and "
-                                        "the 594- and 643-point ones: 684 predicted vs ~620 measured (+10%, 2026-11-28;"
-                                        " 718 before vLLM 0.7's prompt steps of their own) with c=8's TTFT "
+                                        "the 594- and 643-point ones: 749 predicted vs ~620 measured (+21%, 2026-11-28,"
+                                        " since W4A16 dense GEMMs and attention compute at the knob's efficiency; 684"
+                                        " before, 718 before vLLM 0.7's prompt steps of their own) with c=8's TTFT "
                                         "read as the lower bound the seed states (765, +23%, read as exactly 1 s). "
                                         "The fit of c=1-15 is as good from any start, and the per-sequence overhead or "
                                         "first-token constant hardly move c=100: it is the model's MoE decode "
@@ -142,9 +143,9 @@ def test_calibration_on_seed_low_concurrency_predicts_c100_within_10pct() -> Non
 
 def test_a_ttft_lower_bound_pulls_only_from_below() -> None:
     """`MeasuredPoint.ttft_ms_at_least`: a bound the model already meets leaves the knobs where they
-    start (it adds nothing to the loss); one above the model's TTFT slows the prompts until it is met
-    (compute efficiency falls), where an exact TTFT at the same value would be matched as well, not
-    exceeded. A point that measures nothing is refused."""
+    start (it adds nothing to the loss); one above the model's TTFT slows the model until it is met,
+    and not much past it (which knobs move is the fit's choice: with one point many can). A point that
+    measures nothing is refused."""
     dep, _m = _awq_deployment()
     start = dep.knobs()
     (c8,) = whatif(dep, start, input_len=1024, output_len=256, concurrencies=(8,))
@@ -154,8 +155,8 @@ def test_a_ttft_lower_bound_pulls_only_from_below() -> None:
     above = MeasuredPoint(8, 1024, 256, None, ttft_ms_at_least=2.0 * c8.ttft_ms_p50)
     cal, _ = calibrate(dep, [above], max_evals=60)
     (got,) = whatif(dep, cal, input_len=1024, output_len=256, concurrencies=(8,))
-    assert cal.compute_efficiency < start.compute_efficiency
-    assert got.ttft_ms_p50 >= 0.9 * 2.0 * c8.ttft_ms_p50
+    assert cal != start
+    assert 0.9 * 2.0 * c8.ttft_ms_p50 <= got.ttft_ms_p50 <= 1.25 * 2.0 * c8.ttft_ms_p50
     with pytest.raises(ConfigError, match="measures nothing"):
         calibrate(dep, [MeasuredPoint(8, 1024, 256, None)])
 

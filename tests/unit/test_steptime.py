@@ -173,6 +173,8 @@ def _random_cost(rng: random.Random) -> StepCost:
         dense_weight_bytes=rng.uniform(1e8, 8e10), kv_bytes_per_token=rng.choice([0.0, rng.uniform(1e3, 4e5)]),
         flops_per_token=rng.uniform(1e9, 1e11), hbm_bytes_per_s=rng.uniform(1e12, 8e12),
         flops_per_s=rng.uniform(1e14, 5e15), attn_flops_per_token_ctx=rng.uniform(0, 3e6),
+        attn_flops_per_s=rng.choice([0.0, rng.uniform(1e14, 5e15)]),
+        prefill_attn_flops_per_pair=rng.choice([0.0, rng.uniform(0, 3e6)]),
         routed_expert_bytes=rng.uniform(1e6, 4e8) if moe else 0.0, n_experts=rng.choice([8, 128, 256]) if moe else 0,
         experts_per_token=rng.choice([2, 4, 8]) if moe else 0, layers=rng.randint(1, 126),
         mem_efficiency=rng.uniform(0.05, 0.95), compute_efficiency=rng.uniform(0.02, 0.95),
@@ -229,3 +231,38 @@ def test_graph_limits_by_engine_and_release() -> None:
     assert graph_max_seqs("sglang", gpu_memory_gib=79.6, tp=2) == 256  # no version: the current tiers
     assert graph_max_seqs("vllm-v1", version="0.8.4") == 512
     assert graph_max_seqs("vllm-v0", version="0.6.3") == 0 and graph_max_seqs("trtllm") == 0
+
+
+def test_attention_runs_at_the_kv_dtype_and_mla_prompts_in_their_mha_form() -> None:
+    """Attention is priced apart from the linear layers: at the KV cache dtype's tensor-core peak (BF16
+    unless the KV cache is FP8 on an FP8-capable GPU), not the weight format's; and DeepSeek's MLA
+    computes a prompt in its multi-head form (QK over 128 + 64 dims, PV over 128: 640 FLOPs per head per
+    pair) where decode runs the absorbed form (QK over 512 + 64, PV over 512: 2,176)."""
+    from servebench.deploy.deployment import Deployment
+    from servebench.sim.catalog import get_gpu, get_model
+    from servebench.sim.knobs import DEFAULT_KNOBS, resolve_knobs
+    from servebench.sim.memory import Layout
+    from servebench.sim.profile import step_cost
+
+    h200 = get_gpu("h200")
+    k = resolve_knobs(dict(DEFAULT_KNOBS), "vllm-v1", "hopper", "mla-moe")
+    r1 = get_model("DeepSeek-R1")
+    bf16_kv = step_cost(r1, Layout(gpu=h200, tp=8, quant="fp8"), k)
+    fp8_kv = step_cost(r1, Layout(gpu=h200, tp=8, quant="fp8", kv_dtype="fp8"), k)
+    assert bf16_kv.flops_per_s == fp8_kv.flops_per_s == h200.fp8_flops
+    assert bf16_kv.attn_flops_per_s == h200.bf16_flops and fp8_kv.attn_flops_per_s == h200.fp8_flops
+    per_pair = r1.heads * r1.layers / 8
+    assert bf16_kv.attn_flops_per_token_ctx == 2176 * per_pair
+    assert bf16_kv.prefill_attn_flops_per_pair == 640 * per_pair
+    # a long prompt's compute: linear FLOPs at the FP8 peak plus its pairs' FLOPs at the BF16 peak
+    n = 32768
+    shape = StepShape(prefill_seqs=1, prefill_tokens=n, prefill_ctx_pairs=n * n / 2)
+    free = dataclasses.replace(bf16_kv, step_overhead_s=0.0, layer_overhead_s=0.0, seq_overhead_s=0.0,
+                               prefill_layer_overhead_s=0.0, comm_bytes_per_s=0.0, collectives=0)
+    linear, attn = free.flops_per_token * n / h200.fp8_flops, 640 * per_pair * n * n / 2 / h200.bf16_flops
+    want = (linear + attn) / k.compute_efficiency
+    assert step_time_s(free, shape) == pytest.approx(want, rel=1e-12)
+    # a GQA model's prompt pairs cost what its decode pairs do; an FP8 Llama attends at the BF16 peak
+    llama = Deployment.build(model="Llama-3.1-70B", gpu="h100", gpus=4, quant="fp8").engine_config(k).cost
+    assert llama.prefill_attn_flops_per_pair == llama.attn_flops_per_token_ctx
+    assert llama.attn_flops_per_s == get_gpu("h100").bf16_flops < llama.flops_per_s

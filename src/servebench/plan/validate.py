@@ -57,7 +57,7 @@ from servebench.sim.knobs import (
     resolve_knobs,
     sglang_max_running,
 )
-from servebench.sim.profile import compute_peak, step_cost
+from servebench.sim.profile import step_cost
 from servebench.sim.request import SimRequest
 from servebench.sim.simulate import simulate
 
@@ -94,7 +94,6 @@ class Setting:
     in_dist: str = "fixed"  # per-request length distribution with the stated mean (see `_lengths`)
     out_dist: str = "fixed"
     disagg: tuple[int, int] | None = None  # (prefill workers, decode workers), each one `base` engine
-    compute_factor: float = 1.0  # weight format's compute efficiency (sim.profile.compute_peak)
     served: bool = True  # over HTTP to the engine's API server (CorpusPoint.served): admissions cost
 
     @property
@@ -275,8 +274,7 @@ def setting_for(p: CorpusPoint) -> Setting:
                    arch=arch_class(model.is_moe, model.attention, family, version), base=base, replicas=busy,
                    mode=p.mode, input_len=inp, output_len=out, requests=sim_n, concurrency=conc, rate=rate,
                    draft_tokens=draft, comm_intra_bytes_per_s=link, label=label, in_dist=in_dist,
-                   out_dist=out_dist, disagg=disagg, compute_factor=compute_peak(gpu, quant)[1],
-                   served=p.served)
+                   out_dist=out_dist, disagg=disagg, served=p.served)
 
 
 def _reserved_tokens(family: str, inp: int, out: int) -> int:
@@ -351,7 +349,7 @@ def measured_for(p: CorpusPoint) -> dict[str, tuple[str, float]]:
 
 def _engine_for(s: Setting, k: StepKnobs) -> EngineConfig:
     cost = dataclasses.replace(
-        s.base.cost, mem_efficiency=k.mem_efficiency, compute_efficiency=k.compute_efficiency * s.compute_factor,
+        s.base.cost, mem_efficiency=k.mem_efficiency, compute_efficiency=k.compute_efficiency,
         step_overhead_s=k.step_overhead_s, layer_overhead_s=k.layer_overhead_s, seq_overhead_s=k.seq_overhead_s,
         prefill_layer_overhead_s=k.prefill_layer_overhead_s,
         comm_bytes_per_s=s.comm_intra_bytes_per_s * k.comm_efficiency, collective_s=k.collective_s,

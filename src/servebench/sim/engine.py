@@ -340,7 +340,8 @@ class Engine:
         if terms is None:
             terms = self._decode_terms[n] = decode_terms(self.config.cost, n)
         w, kv, mem_bw = terms.weight_bytes, terms.kv_bytes_per_token, terms.mem_bytes_per_s
-        tf, af, flops = terms.token_flops, terms.attn_flops_per_token_ctx, terms.flops_per_s
+        tf, af = terms.token_flops, terms.attn_flops_per_token_ctx
+        flops, aflops = terms.flops_per_s, terms.attn_flops_per_s
         a0, a1, a2, a3, a4, a5, a6, a7 = terms.after
         base_ctx = self._sum_pos0
         durations: list[float] = []
@@ -356,7 +357,7 @@ class Engine:
             need_total += need
             ctx = base_ctx + n * s
             mem_s = (w + kv * ctx) / mem_bw
-            compute_s = (tf + af * ctx) / flops
+            compute_s = tf / flops + af * ctx / aflops
             d = (mem_s if mem_s > compute_s else compute_s) + a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7
             durations.append(d)
             t += d

@@ -31,7 +31,7 @@ from servebench.sim.memory import Layout
 from servebench.sim.steptime import StepCost
 
 __all__ = ["Profile", "profile_from_dict", "profile_with_engine", "step_cost", "comm_terms", "compute_peak",
-           "IB_BYTES_PER_S", "internode_collectives", "nvlink_domain"]
+           "linear_flops_per_token", "IB_BYTES_PER_S", "internode_collectives", "nvlink_domain"]
 
 _COST_FIELDS = frozenset(f.name for f in fields(StepCost))
 _INT_COST_FIELDS = frozenset({"n_experts", "experts_per_token", "layers", "collectives", "internode_collectives"})
@@ -61,23 +61,40 @@ class Profile:
         return self.engine.max_model_len
 
 
-# Compute efficiency by weight format, relative to the knob (which is for BF16/FP8 GEMMs at their
-# own peak): W4A16 AWQ/GPTQ kernels dequantize in the inner loop and reach ~1/5 of it (Marlin's
-# published speedups are for small batches; at large batches they run below an FP16 GEMM). Not
-# applied to MXFP4 before Blackwell: GPUStack's 100 prompts of 32,000 tokens on one H100 (gpt-oss,
-# vLLM 0.10.2, Marlin MXFP4) took 201 s, which the validated model without the factor reproduces
-# (49 vs 50 output tok/s, median TTFT 101 vs 99 s); at 1/5 it would predict several times longer.
-_QUANT_COMPUTE_FACTOR = {"awq": 0.2, "int4": 0.2}
-
-
-def compute_peak(gpu: GPUSpec, quant: str) -> tuple[float, float]:
-    """(dense FLOP/s, efficiency factor) the linear layers of a `quant` model compute at on `gpu`:
-    BF16 or FP8 tensor cores; FP4 (mxfp4, nvfp4) on FP4 tensor cores where the GPU has them (Blackwell),
-    else dequantized to BF16; W4A16 (awq, int4) at the BF16 peak with `_QUANT_COMPUTE_FACTOR`."""
+def compute_peak(gpu: GPUSpec, quant: str) -> float:
+    """Dense FLOP/s the linear layers of a `quant` model compute at on `gpu`: BF16 or FP8 tensor cores;
+    FP4 (mxfp4, nvfp4) on FP4 tensor cores where the GPU has them (Blackwell), else dequantized to
+    BF16; W4A16 (awq, int4) at the BF16 peak. The knob's efficiency applies to every format alike;
+    only a W4A16 MoE's routed experts count more work (`linear_flops_per_token`)."""
     if quant in ("mxfp4", "nvfp4") and gpu.fp4_flops:
-        return gpu.fp4_flops, 1.0
-    peak = {"bf16": gpu.bf16_flops, "fp8": gpu.fp8_flops, "fp8-ffn": gpu.fp8_flops}.get(quant, gpu.int4_flops)
-    return peak, _QUANT_COMPUTE_FACTOR.get(quant, 1.0)
+        return gpu.fp4_flops
+    return {"bf16": gpu.bf16_flops, "fp8": gpu.fp8_flops, "fp8-ffn": gpu.fp8_flops}.get(quant, gpu.int4_flops)
+
+
+# W4A16 routed experts: the fused MoE kernels (Marlin MoE, vLLM's moe_wna16 Triton kernel) dequantize in
+# their inner loop for every token block, at a fifth of a BF16 GEMM's rate (a prior: no corpus point runs a
+# W4A16 MoE). Dense W4A16 GEMMs do not take it (`linear_flops_per_token`).
+_W4A16_MOE_EXPERT_RATE = 0.2
+
+
+def linear_flops_per_token(model: ModelSpec, quant: str) -> float:
+    """Work of one token's linear layers, whole model, in BF16-GEMM FLOPs at the knob's efficiency.
+
+    2 x active parameters, for every format: where compute binds (a prompt's tokens, large batches)
+    vLLM's AWQ method dequantizes the weight and runs an FP16 matmul from 256 tokens up
+    (`AWQLinearMethod.apply`, FP16_MATMUL_HEURISTIC_CONDITION), and on Ampere and later it loads AWQ and
+    GPTQ checkpoints on Marlin (awq_marlin / gptq_marlin), which multiplies on FP16 tensor cores after
+    dequantizing in registers; below that decode is bound by reading the 4-bit weights, which the weight
+    bytes price. The routed experts of a W4A16 MoE count 1 / `_W4A16_MOE_EXPERT_RATE` times theirs.
+    (Until 2026-11-28 every W4A16 FLOP, attention's included, ran at 0.2 of the efficiency: the
+    Qwen2.5-72B AWQ/GPTQ runs on two A100s were predicted 23-64% slow, the more the longer the prompt,
+    where the same table's BF16 runs on four were 0-18% off; no weight format touches attention, whose
+    FLOPs are BF16 activations on FlashAttention.)"""
+    flops = 2.0 * model.params_active
+    if quant in ("awq", "int4") and model.is_moe:
+        routed = model.experts_per_token * model.expert_params() * model.moe_layers
+        flops += 2.0 * routed * (1.0 / _W4A16_MOE_EXPERT_RATE - 1.0)
+    return flops
 
 
 # One 400 Gb/s ConnectX-7 NIC per GPU (DGX H100 reference architecture), counted both ways as the
@@ -147,29 +164,40 @@ def step_cost(model: ModelSpec, layout: Layout, knobs: StepKnobs, *, engine: str
     dense = float(sum(breakdown.values())) - routed
     tp, pp = layout.tp, layout.pp
     # Attention FLOPs per query token per context token. GQA: QK^T and PV, 2 x 2 x head_dim per head.
-    # MLA decode (absorbed): QK over kv_lora_rank + rope dims, PV over kv_lora_rank.
+    # MLA decode (absorbed): QK over kv_lora_rank + rope dims, PV over kv_lora_rank. MLA prompts: the
+    # engines up-project the latent to per-head K and V and run multi-head attention, QK over the nope +
+    # rope dims and PV over v_head_dim (DeepSeek-V2 report, section 2.1; vLLM's MLA backends'
+    # _forward_prefill, SGLang's MHA extend path, TensorRT-LLM's context phase): 640 against 2,176 a pair.
     if model.attention == "mla":
         per_head = 2 * (2 * model.kv_lora_rank + model.qk_rope_head_dim)
+        prompt_per_head = 2 * (model.qk_nope_head_dim + model.qk_rope_head_dim) + 2 * model.v_head_dim
     else:
-        per_head = 4 * model.head_dim
+        per_head = prompt_per_head = 4 * model.head_dim
     attn = per_head * model.heads * model.layers / (tp * pp)
+    prompt_attn = prompt_per_head * model.heads * model.layers / (tp * pp)
     gpu = layout.gpu
     quant = layout.quant
-    peak, quant_factor = compute_peak(gpu, quant)
+    peak = compute_peak(gpu, quant)
+    # Attention multiplies activations by the KV cache, not by weights: at the KV dtype's tensor-core peak
+    # whatever the weight format (BF16 FlashAttention/FlashInfer/FlashMLA by default; FP8 attention with
+    # an FP8 KV cache on GPUs with FP8 tensor cores). An FP8 or FP4 model's linear peak is not its.
+    attn_peak = gpu.fp8_flops if layout.kv_dtype == "fp8" and gpu.fp8_native else gpu.bf16_flops
     comm_bytes, collectives, moe_mult = comm_terms(model, layout)
     return StepCost(
         dense_weight_bytes=dense,
         kv_bytes_per_token=float(memory.kv_bytes_per_token_per_gpu(model, layout)),
-        flops_per_token=2.0 * model.params_active / (tp * pp),
+        flops_per_token=linear_flops_per_token(model, quant) / (tp * pp),
         hbm_bytes_per_s=gpu.hbm_bytes_per_s,
         flops_per_s=peak,
+        attn_flops_per_s=attn_peak,
         attn_flops_per_token_ctx=float(attn),
+        prefill_attn_flops_per_pair=float(prompt_attn),
         routed_expert_bytes=routed / model.n_routed_experts if model.is_moe else 0.0,
         n_experts=model.n_routed_experts,
         experts_per_token=model.experts_per_token,
         layers=model.layers,
         mem_efficiency=knobs.mem_efficiency,
-        compute_efficiency=knobs.compute_efficiency * quant_factor,
+        compute_efficiency=knobs.compute_efficiency,
         step_overhead_s=knobs.step_overhead_s,
         layer_overhead_s=knobs.layer_overhead_s,
         prefill_layer_overhead_s=knobs.prefill_layer_overhead_s,

@@ -7,8 +7,10 @@ deployment (all ranks run in lock step)::
     bytes  = dense_weight_bytes                               # attention, dense MLPs, shared experts
            + routed_expert_bytes * distinct_experts(tokens)   # MoE: only the experts the batch hits
            + kv_bytes_per_token * (decode_ctx_tokens + prefill_ctx_reads)
-    flops  = flops_per_token * tokens + attn_flops_per_token_ctx * (decode_ctx_tokens + prefill_ctx_pairs)
-    t      = max(bytes / (hbm_bytes_per_s * mem_efficiency), flops / (flops_per_s * compute_efficiency))
+    linear_flops = flops_per_token * tokens
+    attn_flops   = attn_flops_per_token_ctx * decode_ctx_tokens + prefill_attn_flops_per_pair * prefill_ctx_pairs
+    t      = max(bytes / (hbm_bytes_per_s * mem_efficiency),
+                 (linear_flops / flops_per_s + attn_flops / attn_flops_per_s) / compute_efficiency)
            + step_overhead_s + layers * layer_overhead_s + seq_overhead_s * sequences
            + token_overhead_s * tokens
            + layers * prefill_layer_overhead_s        # only a step that computes prompt tokens
@@ -81,7 +83,11 @@ class StepCost:
     flops_per_token: float  # 2 x active parameters on this GPU (linear layers)
     hbm_bytes_per_s: float
     flops_per_s: float  # dense peak at the compute dtype
+    attn_flops_per_s: float = 0.0  # attention's peak, at the KV cache's dtype (0: flops_per_s)
     attn_flops_per_token_ctx: float = 0.0  # per query token per context token (QK^T and PV)
+    # the same for a prompt token's context pairs (0: attn_flops_per_token_ctx); MLA computes prompts in
+    # its MHA form and decode in its absorbed form (sim.profile.step_cost)
+    prefill_attn_flops_per_pair: float = 0.0
     routed_expert_bytes: float = 0.0  # one routed expert, all MoE layers, on this GPU
     n_experts: int = 0
     experts_per_token: int = 0
@@ -137,10 +143,10 @@ def step_time_s(cost: StepCost, shape: StepShape) -> float:
         weight_bytes += cost.routed_expert_bytes * distinct_experts(cost, round(tokens * cost.moe_token_multiplier))
     kv_bytes = cost.kv_bytes_per_token * (shape.decode_ctx_tokens + shape.prefill_ctx_reads * pw)
     mem_s = (weight_bytes + kv_bytes) / (cost.hbm_bytes_per_s * cost.mem_efficiency)
-    flops = cost.flops_per_token * tokens + cost.attn_flops_per_token_ctx * (
-        shape.decode_ctx_tokens + shape.prefill_ctx_pairs * pw
-    )
-    compute_s = flops / (cost.flops_per_s * cost.compute_efficiency)
+    attn = (cost.attn_flops_per_token_ctx * shape.decode_ctx_tokens
+            + (cost.prefill_attn_flops_per_pair or cost.attn_flops_per_token_ctx) * shape.prefill_ctx_pairs * pw)
+    compute_s = (cost.flops_per_token * tokens / (cost.flops_per_s * cost.compute_efficiency)
+                 + attn / ((cost.attn_flops_per_s or cost.flops_per_s) * cost.compute_efficiency))
     seqs = shape.decode_seqs + shape.prefill_seqs
     comm_s = 0.0
     if cost.comm_bytes_per_s > 0:
@@ -175,11 +181,12 @@ class DecodeTerms:
     token_flops: float
     attn_flops_per_token_ctx: float
     flops_per_s: float
+    attn_flops_per_s: float
     after: tuple[float, ...]  # comm, collectives, step, layers, sequences, tokens, eager: in this order
 
     def time_s(self, ctx: int) -> float:
         mem_s = (self.weight_bytes + self.kv_bytes_per_token * ctx) / self.mem_bytes_per_s
-        compute_s = (self.token_flops + self.attn_flops_per_token_ctx * ctx) / self.flops_per_s
+        compute_s = self.token_flops / self.flops_per_s + self.attn_flops_per_token_ctx * ctx / self.attn_flops_per_s
         t = mem_s if mem_s > compute_s else compute_s
         for x in self.after:
             t += x
@@ -208,4 +215,5 @@ def decode_terms(cost: StepCost, seqs: int) -> DecodeTerms:
              cost.layers * cost.prefill_layer_overhead_s if 0 < cost.graph_max_seqs < seqs else 0.0)
     return DecodeTerms(weight_bytes, cost.kv_bytes_per_token, cost.hbm_bytes_per_s * cost.mem_efficiency,
                        cost.flops_per_token * tokens, cost.attn_flops_per_token_ctx,
-                       cost.flops_per_s * cost.compute_efficiency, after)
+                       cost.flops_per_s * cost.compute_efficiency,
+                       (cost.attn_flops_per_s or cost.flops_per_s) * cost.compute_efficiency, after)
