@@ -180,8 +180,8 @@ def step_cost(model: ModelSpec, layout: Layout, knobs: StepKnobs, *, engine: str
     peak = compute_peak(gpu, quant)
     # Attention multiplies activations by the KV cache, not by weights: at the KV dtype's tensor-core peak
     # whatever the weight format (BF16 FlashAttention/FlashInfer/FlashMLA by default; FP8 attention with
-    # an FP8 KV cache on GPUs with FP8 tensor cores). An FP8 or FP4 model's linear peak is not its.
-    attn_peak = gpu.fp8_flops if layout.kv_dtype == "fp8" and gpu.fp8_native else gpu.bf16_flops
+    # an FP8 KV cache, at the BF16 figure on a GPU without FP8 tensor cores, as the catalogue states it).
+    attn_peak = compute_peak(gpu, "fp8" if layout.kv_dtype == "fp8" else "bf16")
     comm_bytes, collectives, moe_mult = comm_terms(model, layout)
     return StepCost(
         dense_weight_bytes=dense,
