@@ -25,6 +25,9 @@ DEPLOYMENTS = {
     "llama-8b-1xh100": ["--model", "Llama-3.1-8B", "--gpu", "h100", "--gpus", "1"],
     "llama-70b-4xh100-tp4": ["--model", "Llama-3.1-70B", "--gpu", "h100", "--gpus", "4", "--tp", "4"],
     "deepseek-r1-fp8-8xh200": ["--model", "DeepSeek-R1", "--gpu", "h200", "--gpus", "8", "--quant", "fp8"],
+    # SGLang's own defaults (its request pool sized from the KV pool, chunked prefill size) on both clocks
+    "deepseek-r1-fp8-8xh200-sglang": ["--model", "DeepSeek-R1", "--gpu", "h200", "--gpus", "8", "--quant", "fp8",
+                                      "--engine", "sglang"],
 }
 
 
