@@ -147,8 +147,11 @@ class ModelSpec:
     def active_params_per_token(self) -> int:
         """Parameters touched per token: everything except the routed experts not chosen."""
         b = self.weight_params_breakdown()
-        routed_active = self.experts_per_token * self.expert_params() * self.moe_layers
-        return sum(b.values()) - b["routed_experts"] + routed_active
+        return sum(b.values()) - b["routed_experts"] + self.routed_active_params()
+
+    def routed_active_params(self) -> int:
+        """Routed-expert parameters one token touches: its top-k experts in every MoE layer."""
+        return self.experts_per_token * self.expert_params() * self.moe_layers
 
     def _mtp_params(self) -> int:
         """DeepSeek-V3 MTP module: one MoE decoder layer + eh_proj (2h x h) + its own embedding and head

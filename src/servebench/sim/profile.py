@@ -92,7 +92,7 @@ def linear_flops_per_token(model: ModelSpec, quant: str) -> float:
     FLOPs are BF16 activations on FlashAttention.)"""
     flops = 2.0 * model.params_active
     if quant in ("awq", "int4") and model.is_moe:
-        routed = model.experts_per_token * model.expert_params() * model.moe_layers
+        routed = model.routed_active_params()
         flops += 2.0 * routed * (1.0 / _W4A16_MOE_EXPERT_RATE - 1.0)
     return flops
 
