@@ -167,3 +167,26 @@ def test_documents_of_one_publisher_and_harness_are_held_out_together() -> None:
     del doc["source"]["group"]
     src = parse_source(doc)[0]
     assert src.fold == src.id
+
+
+def test_closed_loop_streams_cannot_outrun_their_stated_inter_token_gap() -> None:
+    """A consistency check of every closed-loop point without speculative decoding: c streams, each
+    receiving at most `stream_interval` tokens a gap (one a TPOT), cannot carry more output tokens/s
+    than c x interval / ITL. A mean ITL measured per chunk of a server that streams every k-th token
+    and recorded without `engine_args.stream_interval` fails it by about k (InferenceX's SGLang FP4
+    runs: --stream-interval 10, 9.4x); so would an ITL given in the wrong unit. The slack (25%) is for
+    medians: with varied output lengths the median request's TPOT can lie under the gap that carries
+    the tokens (dstack's 3P1D gpt-oss run at c=32 generated 62-815 tokens: 1.18)."""
+    checked = 0
+    for p in load_corpus():
+        m = p.measured
+        if p.mode != "closed" or not p.concurrency or p.speculative or "output_tok_s" not in m:
+            continue
+        for stat in ("itl_ms_median", "itl_ms_mean", "tpot_ms_median", "tpot_ms_mean"):
+            if not m.get(stat):
+                continue
+            per_gap = int(p.engine_args.get("stream_interval", 1)) if stat.startswith("itl") else 1
+            cap = p.concurrency * per_gap * 1000.0 / m[stat]
+            assert m["output_tok_s"] <= 1.25 * cap, (p.key, stat, m[stat], m["output_tok_s"], cap)
+            checked += 1
+    assert checked > 200

@@ -17,6 +17,7 @@ from servebench.plan.validate import (
     _lengths,
     evaluate,
     measured_for,
+    predict,
     setting_for,
 )
 from servebench.sim import catalog, memory
@@ -877,3 +878,23 @@ def test_source_weights_balance_a_large_source(validation: tuple[Predictor, Cali
     # counted over the fit's own keys: a fit of one small source's points weighs them 1
     small = [k for k in keys if pred.settings[k].source == "tjtanaa-inprocess"]
     assert _source_weights(pred, small) == {"tjtanaa-inprocess": 1.0}
+
+
+def test_a_stated_stream_interval_makes_itl_the_gap_between_chunks() -> None:
+    """SGLang `--stream-interval k` (engine_args stream_interval): the server sends the first token
+    alone, then every k-th, so benchmark_serving's ITL is the gap between chunks. The engine runs the
+    same steps: TPOT and throughput do not move; the mean ITL is the time after the first token over
+    ceil((tokens - 1) / k) gaps (128 tokens, k = 10: 127 / 13 of a token's gap); the median is k step
+    gaps."""
+    stats = {"output_tok_s": 100.0, "itl_ms_mean": 10.0, "itl_ms_median": 10.0, "tpot_ms_mean": 10.0}
+    one = _point(id="one", engine="sglang", engine_version="0.5.6", measured=stats)
+    ten = _point(id="ten", engine="sglang", engine_version="0.5.6", measured=stats,
+                 engine_args={"stream_interval": 10})
+    pred = Predictor([one, ten])
+    assert [pred.settings[p.key].stream_interval for p in (one, ten)] == [1, 10]
+    knobs = load_calibration().knobs
+    a, b = (predict(pred.settings[p.key], pred.knobs(p.key, knobs)) for p in (one, ten))
+    assert b.tok_s == a.tok_s and b.itl_ms["tpot_ms_mean"] == a.itl_ms["tpot_ms_mean"]
+    assert b.itl_ms["itl_ms_mean"] == pytest.approx(a.itl_ms["itl_ms_mean"] * 127 / 13, rel=1e-9)
+    assert b.itl_ms["itl_ms_median"] == pytest.approx(10 * a.itl_ms["itl_ms_median"], rel=1e-9)
+    assert a.itl_ms["itl_ms_mean"] == pytest.approx(a.itl_ms["tpot_ms_mean"], rel=1e-9)  # one request a time

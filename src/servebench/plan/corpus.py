@@ -144,9 +144,11 @@ def _disaggregated(raw: Any, gpus: int, where: str) -> tuple[int, int] | None:
 # Launch settings a point may state (`engine_args:`): vLLM's --max-model-len, --max-num-seqs,
 # --max-num-batched-tokens, --enable-chunked-prefill (and the equivalents of other engines), and
 # SGLang's --cuda-graph-max-bs (the largest batch that runs from a CUDA graph), and prefix caching switched
-# off at launch (vLLM --no-enable-prefix-caching, SGLang --disable-radix-cache: `prefix_caching: false`).
+# off at launch (vLLM --no-enable-prefix-caching, SGLang --disable-radix-cache: `prefix_caching: false`), and
+# SGLang's --stream-interval (`stream_interval`: the server sends a chunk every that many tokens, so a
+# client's ITL is the gap between chunks; the validation predicts it as such).
 ENGINE_ARGS = {"max_model_len": int, "max_num_seqs": int, "max_num_batched_tokens": int, "chunked_prefill": bool,
-               "cuda_graph_max_bs": int, "prefix_caching": bool}
+               "cuda_graph_max_bs": int, "prefix_caching": bool, "stream_interval": int}
 
 
 def _engine_args(raw: Any, where: str) -> dict[str, int | bool]:

@@ -95,6 +95,7 @@ class Setting:
     out_dist: str = "fixed"
     disagg: tuple[int, int] | None = None  # (prefill workers, decode workers), each one `base` engine
     served: bool = True  # over HTTP to the engine's API server (CorpusPoint.served): admissions cost
+    stream_interval: int = 1  # tokens per streamed chunk (SGLang --stream-interval): ITL is per chunk
 
     @property
     def knob_names(self) -> tuple[str, ...]:
@@ -274,7 +275,8 @@ def setting_for(p: CorpusPoint) -> Setting:
                    arch=arch_class(model.is_moe, model.attention, family, version), base=base, replicas=busy,
                    mode=p.mode, input_len=inp, output_len=out, requests=sim_n, concurrency=conc, rate=rate,
                    draft_tokens=draft, comm_intra_bytes_per_s=link, label=label, in_dist=in_dist,
-                   out_dist=out_dist, disagg=disagg, served=p.served)
+                   out_dist=out_dist, disagg=disagg, served=p.served,
+                   stream_interval=int(p.engine_args.get("stream_interval", 1)))
 
 
 def _reserved_tokens(family: str, inp: int, out: int) -> int:
@@ -403,7 +405,7 @@ def predict(s: Setting, knobs: StepKnobs) -> Prediction:
                                ([float(x) for x in arrivals] if arrivals is not None else [0.0] * n),
                                transfer_s_per_token=per_tok)
         out = _summary(drun.arrival_s, drun.first_token_s, drun.end_s, outs, drun.duration_s,
-                       drun.median_itl_s(), s.replicas, accept)
+                       drun.median_itl_s(), s.replicas, accept, s.stream_interval)
         return _with_first_token(out, knobs.first_token_s)
     reqs = [SimRequest(id=i, prompt_len=a, max_tokens=st) for i, ((a, _), st) in enumerate(zip(pairs, steps))]
     if arrivals is not None:
@@ -413,23 +415,31 @@ def predict(s: Setting, knobs: StepKnobs) -> Prediction:
     ends = run.step_end_s
     out = _summary([r.arrival_s for r in reqs], [ends[r.first_token_step] for r in reqs],
                    [ends[r.finish_step] for r in reqs], outs, run.duration_s,
-                   _median_itl_s(run, reqs), s.replicas, accept)
+                   _median_itl_s(run, reqs), s.replicas, accept, s.stream_interval)
     return _with_first_token(out, knobs.first_token_s)
 
 
 def _summary(arrival: Sequence[float], first: Sequence[float], end: Sequence[float], outs: Sequence[int],
-             duration_s: float, median_step_gap_s: float, replicas: float, accept: float) -> Prediction:
+             duration_s: float, median_step_gap_s: float, replicas: float, accept: float,
+             stream_interval: int = 1) -> Prediction:
     """The statistics benchmark_serving reports, from per-request times: output tokens/s over the run,
     TTFT from each request's send time (queueing included), TPOT = (last - first token) / (tokens - 1)
-    over requests with more than one token, ITL per token gap (MTP emits `accept` tokens a step)."""
+    over requests with more than one token, ITL per token gap (MTP emits `accept` tokens a step).
+
+    ITL is per streamed chunk, as benchmark_serving takes it: a server that sends every k-th token
+    (SGLang --stream-interval k) sends the first token alone, then the rest in chunks of k, so a
+    request's gaps are ceil((tokens - 1) / k) and the mean ITL is the time after the first token over
+    them (InferenceX's SGLang runs at k = 10: mean ITL 9.9-10.0 x mean TPOT in every one of its
+    DeepSeek-R1 H200 rows); the median gap is taken as k median step gaps. TPOT is per token whatever k."""
     dur = duration_s or 1e-9
     tok_s = sum(outs) / dur * replicas
     ttft = [f - a for a, f in zip(arrival, first)]
     multi = [(f, e, o) for f, e, o in zip(first, end, outs) if o > 1]
     tpot = [(e - f) / (o - 1) for f, e, o in multi] or [0.0]
     gaps = sum(e - f for f, e, _ in multi)
-    itl = {"itl_ms_median": 1e3 * median_step_gap_s / accept if multi else 0.0,
-           "itl_ms_mean": 1e3 * gaps / max(1, sum(o - 1 for _, _, o in multi)),
+    k = max(1, stream_interval)
+    itl = {"itl_ms_median": 1e3 * k * median_step_gap_s / accept if multi else 0.0,
+           "itl_ms_mean": 1e3 * gaps / max(1, sum(-(-(o - 1) // k) for _, _, o in multi)),
            "tpot_ms_median": 1e3 * statistics.median(tpot), "tpot_ms_mean": 1e3 * statistics.fmean(tpot)}
     return Prediction(tok_s=tok_s, itl_ms=itl,
                       ttft_ms={"ttft_ms_median": 1e3 * statistics.median(ttft),
