@@ -426,11 +426,13 @@ def _summary(arrival: Sequence[float], first: Sequence[float], end: Sequence[flo
     TTFT from each request's send time (queueing included), TPOT = (last - first token) / (tokens - 1)
     over requests with more than one token, ITL per token gap (MTP emits `accept` tokens a step).
 
-    ITL is per streamed chunk, as benchmark_serving takes it: a server that sends every k-th token
-    (SGLang --stream-interval k) sends the first token alone, then the rest in chunks of k, so a
-    request's gaps are ceil((tokens - 1) / k) and the mean ITL is the time after the first token over
-    them (InferenceX's SGLang runs at k = 10: mean ITL 9.9-10.0 x mean TPOT in every one of its
-    DeepSeek-R1 H200 rows); the median gap is taken as k median step gaps. TPOT is per token whatever k."""
+    ITL is per streamed chunk, as benchmark_serving takes it: SGLang with --stream-interval k sends a
+    request's first token alone, then its tokens at every k-th decode step of the scheduler (its global
+    decode counter), so a request's gaps are ceil((tokens - 1) / k), or one more where its first chunk
+    after the first token came early (~1% at InferenceX's ~900-token outputs), and the mean ITL is the
+    time after the first token over them (InferenceX's SGLang runs at k = 10: mean ITL 9.9-10.0 x mean
+    TPOT in every one of its DeepSeek-R1 H200 rows); the median gap is taken as k median step gaps.
+    TPOT is per token whatever k."""
     dur = duration_s or 1e-9
     tok_s = sum(outs) / dur * replicas
     ttft = [f - a for a, f in zip(arrival, first)]
