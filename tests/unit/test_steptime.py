@@ -8,6 +8,10 @@ import random
 import pytest
 
 from servebench.deploy.loader import load_profile
+from servebench.sim.catalog import get_gpu, get_model
+from servebench.sim.knobs import DEFAULT_KNOBS, UNBOUNDED, mla_absorbed_prefix, resolve_knobs
+from servebench.sim.memory import Layout
+from servebench.sim.profile import step_cost
 from servebench.sim.steptime import StepCost, StepShape, decode_terms, distinct_experts, step_time_s
 
 DENSE = StepCost(dense_weight_bytes=16e9, kv_bytes_per_token=131072, flops_per_token=16e9, hbm_bytes_per_s=3.35e12,
@@ -266,3 +270,39 @@ def test_attention_runs_at_the_kv_dtype_and_mla_prompts_in_their_mha_form() -> N
     llama = Deployment.build(model="Llama-3.1-70B", gpu="h100", gpus=4, quant="fp8").engine_config(k).cost
     assert llama.prefill_attn_flops_per_pair == llama.attn_flops_per_token_ctx
     assert llama.attn_flops_per_s == get_gpu("h100").bf16_flops < llama.flops_per_s
+
+
+def test_an_mla_prompt_step_with_a_prefix_in_the_absorbed_range_pays_the_absorbed_pair_cost() -> None:
+    """SGLang runs a prompt batch's MLA attention absorbed (2,176 FLOPs a pair per head against the MHA
+    form's 640) where its summed cached prefix is in [lo, hi) (sim.knobs.mla_absorbed_prefix)."""
+    model = get_model("DeepSeek-R1")
+    layout = Layout(gpu=get_gpu("h200"), tp=8, quant="fp8")
+    base = step_cost(model, layout, resolve_knobs(DEFAULT_KNOBS, "sglang", "hopper", "mla-moe"), engine="sglang")
+    assert base.attn_flops_per_token_ctx / base.prefill_attn_flops_per_pair == pytest.approx(2176 / 640)
+    # an 8,192-token prompt chunk (compute-bound) with 4,096 tokens already cached, with 8,192, and the first chunk
+    n = 8192
+    mid = StepShape(prefill_seqs=1, prefill_tokens=n, prefill_ctx_pairs=n * (4096 + n / 2), prefill_ctx_reads=4096)
+    far = StepShape(prefill_seqs=1, prefill_tokens=n, prefill_ctx_pairs=n * (8192 + n / 2), prefill_ctx_reads=8192)
+    first = StepShape(prefill_seqs=1, prefill_tokens=n, prefill_ctx_pairs=n * n / 2, prefill_ctx_reads=0)
+    current = dataclasses.replace(base, absorbed_prefix=mla_absorbed_prefix("sglang", version="0.5.3"))
+    old = dataclasses.replace(base, absorbed_prefix=mla_absorbed_prefix("sglang", version="0.4.5"))
+    post1 = dataclasses.replace(base, absorbed_prefix=mla_absorbed_prefix("sglang", version="0.4.5.post1"))
+    assert old.absorbed_prefix == (1, UNBOUNDED) and post1.absorbed_prefix == (0, 8192)
+    assert current.absorbed_prefix == (1, 8192)
+
+    def attn_s(cost: StepCost, shape: StepShape) -> float:  # attention's share: less the same step at 0 pairs
+        return step_time_s(cost, shape) - step_time_s(cost, dataclasses.replace(shape, prefill_ctx_pairs=0.0))
+
+    mha = attn_s(base, mid)
+    assert mha > 0
+    assert attn_s(current, mid) == pytest.approx(mha * 2176 / 640)  # 0 < 4,096 < 8,192: absorbed
+    assert attn_s(current, far) == pytest.approx(attn_s(base, far))  # from the threshold: the MHA form again
+    assert attn_s(current, first) == pytest.approx(attn_s(base, first))  # no prefix: MHA
+    assert attn_s(old, far) == pytest.approx(attn_s(base, far) * 2176 / 640)  # 0.4.5: any prefix, absorbed
+    assert attn_s(post1, first) == pytest.approx(attn_s(base, first) * 2176 / 640)  # post1's FA3: absorbed below 8,192
+    # a decode-only step is untouched, and other engines and GQA models never absorb
+    dec = StepShape(decode_seqs=64, decode_ctx_tokens=64 * 4096)
+    assert step_time_s(old, dec) == step_time_s(base, dec)
+    assert mla_absorbed_prefix("vllm-v1", version="0.8.4") is None
+    assert mla_absorbed_prefix("sglang", version="0.5.3", attention="gqa") is None
+    assert mla_absorbed_prefix("sglang", version="0.5.3", generation="ampere") == (1, UNBOUNDED)  # Triton's rule

@@ -45,6 +45,7 @@ from servebench.sim.knobs import (
     gpu_generation,
     graph_max_seqs,
     mixes_steps,
+    mla_absorbed_prefix,
     prefill_cap,
     prefix_caching_by_default,
     resolve_knobs,
@@ -239,7 +240,10 @@ class Deployment:
         k = knobs or self.knobs()
         graphs = graph_max_seqs(self.family, version=ENGINE_VERSIONS.get(self.engine, ""),
                                 gpu_memory_gib=self.gpu.memory_bytes / 2**30, tp=self.layout.tp)
-        cost = dataclasses.replace(step_cost(self.model, self.layout, k, engine=self.engine), graph_max_seqs=graphs)
+        absorbed = mla_absorbed_prefix(self.family, version=ENGINE_VERSIONS.get(self.engine, ""),
+                                       generation=gpu_generation(self.gpu.name), attention=self.model.attention)
+        cost = dataclasses.replace(step_cost(self.model, self.layout, k, engine=self.engine), graph_max_seqs=graphs,
+                                   absorbed_prefix=absorbed)
         overhead = kv_seq_overhead_tokens(self.model, engine=self.engine)
         try:
             return EngineConfig(cost=cost, kv_blocks=max(1, self.kv_tokens_per_replica() // block), block_size=block,

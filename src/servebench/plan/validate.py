@@ -52,6 +52,7 @@ from servebench.sim.knobs import (
     graph_max_seqs,
     knob_names_for,
     mixes_steps,
+    mla_absorbed_prefix,
     prefill_cap,
     prefix_caching_by_default,
     resolve_knobs,
@@ -238,7 +239,9 @@ def setting_for(p: CorpusPoint) -> Setting:
     # (SGLang --cuda-graph-max-bs), else the engine's default
     graphs = p.engine_args.get("cuda_graph_max_bs")
     step = dataclasses.replace(step, graph_max_seqs=int(graphs) if graphs is not None else graph_max_seqs(
-        family, version=version, gpu_memory_gib=gpu.memory_bytes / 2**30, tp=max(p.tp or 1, tp)))
+        family, version=version, gpu_memory_gib=gpu.memory_bytes / 2**30, tp=max(p.tp or 1, tp)),
+        absorbed_prefix=mla_absorbed_prefix(family, version=version, generation=gpu_generation(gpu.name),
+                                            attention=model.attention))
     # SGLang DP attention: each rank's prompt chunk is its share of the stated (or default) chunked
     # prefill size (a PD point has dp 1 here)
     engine_cfg = EngineConfig(cost=step, kv_blocks=res.kv_tokens // 16,

@@ -66,8 +66,8 @@ from dataclasses import dataclass
 
 __all__ = ["StepKnobs", "EngineDefaults", "DEFAULT_KNOBS", "ENGINE_VERSIONS", "engine_family", "gpu_generation",
            "arch_class", "resolve_knobs", "engine_defaults", "sglang_max_running", "sglang_dp_prefill_chunk",
-           "prefill_cap", "chunked_budget_switched_on", "prefix_caching_by_default", "graph_max_seqs", "knob_names_for",
-           "FAMILIES", "GENERATIONS", "ARCH_CLASSES"]
+           "prefill_cap", "chunked_budget_switched_on", "prefix_caching_by_default", "graph_max_seqs",
+           "mla_absorbed_prefix", "UNBOUNDED", "knob_names_for", "FAMILIES", "GENERATIONS", "ARCH_CLASSES"]
 
 FAMILIES = ("vllm-v0", "vllm-v1", "sglang", "trtllm", "tgi")
 GENERATIONS = ("ampere", "hopper", "blackwell", "cdna3")
@@ -324,6 +324,41 @@ def graph_max_seqs(family: str, *, version: str = "", gpu_memory_gib: float = 0.
     if not gpu_memory_gib or gpu_memory_gib < 160:
         return 256 if tp < 4 else 512
     return 512
+
+
+UNBOUNDED = 1 << 62
+
+
+def mla_absorbed_prefix(family: str, *, version: str = "", generation: str = "hopper",
+                        attention: str = "mla") -> tuple[int, int] | None:
+    """The cached-prefix sizes at which an MLA engine runs a prompt step's attention in its absorbed form
+    (`StepCost.absorbed_prefix`: absorbed where lo <= the step's summed prefix < hi; None: never).
+
+    The absorbed form attends over the 512 + 64 latent dimensions of every head, 2,176 FLOPs a query-key
+    pair per head against the decompressed (MHA) form's 640: right for decode, 3.4x the arithmetic for a
+    prompt chunk. SGLang chooses per prompt batch, on the sum of its requests' cached prefixes
+    (`DeepseekV2AttentionMLA.dispatch_attn_forward_method`, read in the released wheels):
+
+    - 0.4.5 and before (MLA's default backend Triton, or FlashInfer with --enable-flashinfer-mla): MHA
+      only for a batch with no prefix, so every later chunk of a chunked prompt runs absorbed: (1, inf).
+    - 0.4.5.post1 (FA3 the default for MLA on Hopper; "chunked prefix cache", PR #5113 of 2025-04-15):
+      MHA only from 8,192 prefix tokens (`chunked_prefix_cache_threshold`), absorbed below: (0, 8192).
+    - 0.4.6 on (and a version not given) on Hopper and Blackwell: MHA with no prefix or from 8,192
+      prefix tokens, absorbed between: (1, 8192).
+    - Elsewhere (A100, MI300X: the Triton rule of every release): (1, inf).
+
+    vLLM computes prompts with a cached context in the MHA form (its MLA backends' chunked-context
+    prefill), TensorRT-LLM's context phase too: None."""
+    if not family.startswith("sglang") or attention != "mla":
+        return None
+    if generation not in ("hopper", "blackwell"):
+        return (1, UNBOUNDED)
+    release = _patch_version(version)
+    if release is not None and (release < (0, 4, 5) or (release == (0, 4, 5) and "post" not in version)):
+        return (1, UNBOUNDED)
+    if release == (0, 4, 5):
+        return (0, 8192)
+    return (1, 8192)
 
 
 def mixes_steps(family: str, chunked_prefill: bool) -> bool:

@@ -110,6 +110,9 @@ class StepCost:
     decode_tokens_per_seq: float = 1.0  # speculative decoding: tokens verified per decoding sequence
     prefill_work: float = 1.0  # share of the prompt's compute done here (0: a PD decode worker)
     graph_max_seqs: int = 0  # largest decode batch a captured CUDA graph replays (0: every batch)
+    # MLA: a prompt step whose requests' cached prefixes sum to lo <= n < hi computes its attention in the
+    # absorbed form, at attn_flops_per_token_ctx a pair (sim.knobs.mla_absorbed_prefix; None: never)
+    absorbed_prefix: tuple[int, int] | None = None
 
 
 @dataclass(slots=True)
@@ -143,8 +146,12 @@ def step_time_s(cost: StepCost, shape: StepShape) -> float:
         weight_bytes += cost.routed_expert_bytes * distinct_experts(cost, round(tokens * cost.moe_token_multiplier))
     kv_bytes = cost.kv_bytes_per_token * (shape.decode_ctx_tokens + shape.prefill_ctx_reads * pw)
     mem_s = (weight_bytes + kv_bytes) / (cost.hbm_bytes_per_s * cost.mem_efficiency)
-    attn = (cost.attn_flops_per_token_ctx * shape.decode_ctx_tokens
-            + (cost.prefill_attn_flops_per_pair or cost.attn_flops_per_token_ctx) * shape.prefill_ctx_pairs * pw)
+    pair = cost.prefill_attn_flops_per_pair or cost.attn_flops_per_token_ctx
+    if cost.absorbed_prefix is not None and shape.prefill_tokens:
+        lo, hi = cost.absorbed_prefix
+        if lo <= shape.prefill_ctx_reads < hi:
+            pair = cost.attn_flops_per_token_ctx
+    attn = cost.attn_flops_per_token_ctx * shape.decode_ctx_tokens + pair * shape.prefill_ctx_pairs * pw
     compute_s = (cost.flops_per_token * tokens / (cost.flops_per_s * cost.compute_efficiency)
                  + attn / ((cost.attn_flops_per_s or cost.flops_per_s) * cost.compute_efficiency))
     seqs = shape.decode_seqs + shape.prefill_seqs
