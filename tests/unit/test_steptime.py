@@ -306,3 +306,24 @@ def test_an_mla_prompt_step_with_a_prefix_in_the_absorbed_range_pays_the_absorbe
     assert mla_absorbed_prefix("vllm-v1", version="0.8.4") is None
     assert mla_absorbed_prefix("sglang", version="0.5.3", attention="gqa") is None
     assert mla_absorbed_prefix("sglang", version="0.5.3", generation="ampere") == (1, UNBOUNDED)  # Triton's rule
+
+
+def test_sglang_default_chunked_prefill_size_follows_release_and_gpu_memory() -> None:
+    """SGLang's ServerArgs: 8192 on an H100/H200/A100-80 in every release, 16384 on a B200 or MI300X from
+    0.4.7 (0.4.7 by > 180,000 MiB, later by >= 160 GiB), 4096 on an A100-40 from 0.5.3; and the validation,
+    plan and the emulator take it from `engine_defaults`."""
+    from servebench.sim.knobs import engine_defaults, sglang_chunked_prefill_size
+
+    def gib(name: str) -> float:
+        return get_gpu(name).memory_bytes / 2**30
+
+    assert sglang_chunked_prefill_size("0.4.5", gib("h200")) == 8192
+    assert sglang_chunked_prefill_size("0.4.6", gib("b200")) == 8192
+    assert sglang_chunked_prefill_size("0.4.7", gib("b200")) == 16384
+    assert sglang_chunked_prefill_size("0.5.6", gib("mi300x")) == 16384
+    assert sglang_chunked_prefill_size("", gib("b200")) == 16384
+    assert sglang_chunked_prefill_size("", gib("h100")) == 8192
+    assert sglang_chunked_prefill_size("0.5.3", 40.0) == 4096 and sglang_chunked_prefill_size("0.5.2", 40.0) == 8192
+    assert sglang_chunked_prefill_size("0.4.1", 20.0) == 2048 and sglang_chunked_prefill_size("0.5.0", 24.0) == 2048
+    d = engine_defaults("sglang", max_model_len=8192, version="0.5.6", gpu="b200", gpu_memory_gib=gib("b200"))
+    assert d.max_num_batched_tokens == 16384

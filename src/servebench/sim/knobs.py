@@ -67,7 +67,8 @@ from dataclasses import dataclass
 __all__ = ["StepKnobs", "EngineDefaults", "DEFAULT_KNOBS", "ENGINE_VERSIONS", "engine_family", "gpu_generation",
            "arch_class", "resolve_knobs", "engine_defaults", "sglang_max_running", "sglang_dp_prefill_chunk",
            "prefill_cap", "chunked_budget_switched_on", "prefix_caching_by_default", "graph_max_seqs",
-           "mla_absorbed_prefix", "UNBOUNDED", "knob_names_for", "FAMILIES", "GENERATIONS", "ARCH_CLASSES"]
+           "mla_absorbed_prefix", "UNBOUNDED", "sglang_chunked_prefill_size", "knob_names_for",
+           "FAMILIES", "GENERATIONS", "ARCH_CLASSES"]
 
 FAMILIES = ("vllm-v0", "vllm-v1", "sglang", "trtllm", "tgi")
 GENERATIONS = ("ampere", "hopper", "blackwell", "cdna3")
@@ -379,6 +380,26 @@ def sglang_max_running(kv_tokens: int, context_len: int) -> int:
     return min(max(int(kv_tokens / max(1, context_len) * 512), 2048), 4096)
 
 
+def sglang_chunked_prefill_size(version: str = "", gpu_memory_gib: float = 0.0) -> int:
+    """SGLang's default --chunked-prefill-size by release and GPU memory (ServerArgs, read in the released
+    wheels): up to 0.4.6 2048 under 25,000 MiB and 8192 above; 0.4.7 16384 above 180,000 MiB (B200,
+    MI300X); 0.4.8-0.5.2 2048 under 35 GiB, 8192 under 160 GiB, 16384 above; from 0.5.3 also 4096
+    under 60 GiB (A100-40, L40). A version not given is the current one; a GPU of unknown memory 8192."""
+    if gpu_memory_gib <= 0:
+        return 8192
+    mib = gpu_memory_gib * 1024
+    release = _patch_version(version)
+    if release is not None and release < (0, 4, 7):
+        return 2048 if mib < 25_000 else 8192
+    if release is not None and release < (0, 4, 8):
+        return 16384 if mib > 180_000 else 2048 if mib < 25_000 else 8192
+    if gpu_memory_gib < 35:
+        return 2048
+    if gpu_memory_gib < 60 and (release is None or release >= (0, 5, 3)):
+        return 4096
+    return 8192 if gpu_memory_gib < 160 else 16384
+
+
 def engine_defaults(family: str, *, max_model_len: int, version: str = "", gpu: str = "",
                     gpu_memory_gib: float = 0.0, offline: bool = False) -> EngineDefaults:
     """Default limits by engine family and version, as each engine's documentation states them.
@@ -396,8 +417,9 @@ def engine_defaults(family: str, *, max_model_len: int, version: str = "", gpu: 
       a GPU of >= 70 GiB that is not an A100 (H100, H200, MI300X) gets max_num_seqs 1024 and 8192
       batched tokens for the server, 16384 for the LLM class; an A100 keeps 256 and 2048 / 8192.
       Applied when the version is given.
-    - SGLang: chunked_prefill_size 8192, max_running_requests from the KV pool (`sglang_max_running`
-      once the pool is known; 1024 here as a placeholder),
+    - SGLang: chunked_prefill_size by release and GPU memory (`sglang_chunked_prefill_size`: 8192 on
+      an H100, H200 or A100-80, 16384 on a B200 or MI300X from 0.4.7/0.4.8), max_running_requests from
+      the KV pool (`sglang_max_running` once the pool is known; 1024 here as a placeholder),
       mem_fraction_static ~0.88 on 80-192 GB GPUs (server_args.py).
     - TensorRT-LLM (trtllm-serve / trtllm-bench PyTorch): max_batch_size 2048, max_num_tokens 8192,
       KV = 0.9 of the free memory (kv_cache_free_gpu_memory_fraction).
@@ -408,7 +430,7 @@ def engine_defaults(family: str, *, max_model_len: int, version: str = "", gpu: 
             return EngineDefaults(256, v0_chunked_budget(version), True, "vllm", 0.9)
         return EngineDefaults(256, max(max_model_len, 2048), False, "vllm", 0.9)
     if family.startswith("sglang"):
-        return EngineDefaults(1024, 8192, True, "sglang", 0.88)
+        return EngineDefaults(1024, sglang_chunked_prefill_size(version, gpu_memory_gib), True, "sglang", 0.88)
     if family == "trtllm":
         return EngineDefaults(2048, 8192, True, "trtllm", 0.9)
     if family == "tgi":
