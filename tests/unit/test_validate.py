@@ -328,7 +328,8 @@ def test_committed_calibration_matches_the_corpus(validation: tuple[Predictor, C
 # documents in 23 folds -- a fold is a document or a `group:` of one publisher's documents run with one
 # harness --, 594 expressible): output tok/s 19.7%, ITL 27.0%, TTFT 35.7% (2026-11-28, with SGLang's MLA prompt
 # steps in the absorbed form where its code runs them so, its default chunked prefill size by release and GPU
-# memory, and InferenceX's launch settings from its scripts; 19.6 / 27.0 / 36.3% before them. Earlier: one warm
+# memory and its 48 running requests under speculative decoding, InferenceX's launch settings from its scripts,
+# and each client's count of a multi-token chunk; 19.6 / 27.0 / 36.3% before them. Earlier: one warm
 # iteration of every table with two corrections of fact, each kept by a rule written before its refit:
 # W4A16 dense GEMMs and attention at the knob's efficiency gave 19.8 / 25.9 / 35.7% against the same
 # iteration without it, 20.5 / 26.5 / 36.6%; attention priced at the KV dtype's peak and MLA prompts in
@@ -882,6 +883,22 @@ def test_source_weights_balance_a_large_source(validation: tuple[Predictor, Cali
     assert _source_weights(pred, small) == {"tjtanaa-inprocess": 1.0}
 
 
+def test_sglang_speculative_points_run_48_requests_a_dp_rank_its_share() -> None:
+    """SGLang under EAGLE / NextN speculative decoding runs 48 requests unless --max-running-requests says
+    otherwise, each DP-attention rank 48 // dp (sim.knobs.sglang_speculative_max_running): GPUStack's
+    DeepSeek-R1 MTP run on 8 DP ranks runs 6 a rank; its run without MTP sizes the pool from the KV cache; a
+    closed loop of more users than that keeps its concurrency (the validation's closed-loop floor)."""
+    points = {p.key: p for p in load_corpus()}
+    gs = "gpustack-performance-lab-2025/"
+    assert setting_for(points[gs + "dsr1-h200-sglang-s4-fp8-tp8-dp8-compile"]).base.max_num_seqs == 6
+    assert setting_for(points[gs + "dsr1-h200-sglang-s3-fp8-tp8-dp8-compile"]).base.max_num_seqs > 48
+    spec = points["sglang-attention-backend-h200-2025/dsv3-h200-tp8-fa3-in1024-out1024-spec"]
+    assert setting_for(spec).base.max_num_seqs == 48
+    many = dataclasses.replace(points[gs + "dsr1-h200-sglang-s4-fp8-tp8-dp8-compile"], mode="closed",
+                               concurrency=256, num_prompts=1024)
+    assert setting_for(many).base.max_num_seqs == 32
+
+
 def test_a_stated_stream_interval_makes_itl_the_gap_between_chunks() -> None:
     """SGLang `--stream-interval k` (engine_args stream_interval): the server sends the first token
     alone, then every k-th, so benchmark_serving's ITL is the gap between chunks. The engine runs the
@@ -900,3 +917,30 @@ def test_a_stated_stream_interval_makes_itl_the_gap_between_chunks() -> None:
     assert b.itl_ms["itl_ms_mean"] == pytest.approx(a.itl_ms["itl_ms_mean"] * 127 / 13, rel=1e-9)
     assert b.itl_ms["itl_ms_median"] == pytest.approx(10 * a.itl_ms["itl_ms_median"], rel=1e-9)
     assert a.itl_ms["itl_ms_mean"] == pytest.approx(a.itl_ms["tpot_ms_mean"], rel=1e-9)  # one request a time
+
+
+def test_an_mtp_points_itl_follows_how_its_client_counts_a_multi_token_chunk() -> None:
+    """MTP emits `accept` tokens a step in one chunk: a client that counts a gap a chunk (vLLM's
+    benchmark_serving; a source without `itl:`) sees the step's gap, SGLang's bench_serving on its native
+    backend (`itl: token`) splits it over the chunk's tokens. TPOT and throughput are the same either way."""
+    stats = {"output_tok_s": 100.0, "itl_ms_mean": 10.0, "itl_ms_median": 10.0, "tpot_ms_mean": 10.0}
+    token_src = dataclasses.replace(SRC, id="tok", itl="token")
+    kw: dict[str, object] = {"engine": "sglang", "engine_version": "0.5.6", "gpu": "h200", "gpus": 8,
+                             "model": "DeepSeek-R1", "quant": "fp8", "tp": 8, "speculative": "mtp-3",
+                             "measured": stats}
+    chunk = _point(id="chunk", **kw)
+    token = _point(source=token_src, id="token", **kw)
+    pred = Predictor([chunk, token])
+    assert [pred.settings[p.key].itl_per_token for p in (chunk, token)] == [False, True]
+    knobs = load_calibration().knobs
+    a, b = (predict(pred.settings[p.key], pred.knobs(p.key, knobs)) for p in (chunk, token))
+    assert a.tok_s == pytest.approx(b.tok_s)
+    assert a.itl_ms["tpot_ms_mean"] == pytest.approx(b.itl_ms["tpot_ms_mean"])
+    accept = a.itl_ms["itl_ms_median"] / b.itl_ms["itl_ms_median"]
+    assert 1.2 < accept < 4.0  # 1 + up to 3 accepted drafts
+    # a token's gap is what TPOT averages at concurrency 1; a chunk's is `accept` of them
+    assert b.itl_ms["itl_ms_mean"] == pytest.approx(b.itl_ms["tpot_ms_mean"], rel=1e-9)
+    assert a.itl_ms["itl_ms_mean"] == pytest.approx(a.itl_ms["tpot_ms_mean"] * accept, rel=0.05)
+    with pytest.raises(ConfigError, match="itl must be chunk or token"):
+        parse_source({"source": {"id": "x", "title": "t", "url": "https://x", "publisher": "p", "date": "d",
+                                 "kind": "k", "itl": "both"}, "points": []}, origin="x.yaml")

@@ -26,7 +26,7 @@ from typing import Any
 from servebench.errors import ConfigError
 
 __all__ = ["Source", "CorpusPoint", "load_corpus", "corpus_files", "parse_source", "MODES", "MEASURED_KEYS",
-           "LENGTH_DISTS", "HARNESSES"]
+           "LENGTH_DISTS", "HARNESSES", "ITL_COUNTS"]
 
 MODES = ("offline", "closed", "rate")
 LENGTH_DISTS = ("", "fixed", "uniform", "lognormal", "range-0.8")
@@ -35,6 +35,11 @@ LENGTH_DISTS = ("", "fixed", "uniform", "lognormal", "range-0.8")
 # offline benchmark (vLLM benchmark_throughput / the LLM class, trtllm-bench, MLPerf's harness).
 # Empty: offline points in process, closed-loop and rate points over HTTP.
 HARNESSES = ("", "server", "inprocess")
+# How the source's client counted ITL over a chunk that carries several tokens (MTP drafts, a stream
+# interval): "chunk" = one gap per streamed chunk (vLLM's benchmark_serving / vllm bench serve, SGLang
+# bench_serving's OpenAI backends); "token" = the chunk's gap split evenly over its tokens (SGLang
+# bench_serving's native `sglang` backend, its default). Empty: chunk.
+ITL_COUNTS = ("", "chunk", "token")
 MEASURED_KEYS = frozenset({
     "output_tok_s", "total_tok_s", "req_s",
     "ttft_ms_mean", "ttft_ms_median", "itl_ms_mean", "itl_ms_median",
@@ -58,6 +63,7 @@ class Source:
     notes: str = ""
     harness: str = ""
     group: str = ""
+    itl: str = ""  # ITL_COUNTS: how the client counted a multi-token chunk's gap ("": chunk)
 
     @property
     def fold(self) -> str:
@@ -185,13 +191,16 @@ def parse_source(data: Mapping[str, Any], *, origin: str = "corpus") -> tuple[So
     harness = str(src.get("harness") or "")
     if harness not in HARNESSES:
         raise ConfigError(f"{origin}: source harness must be server or inprocess, not {harness!r}")
+    itl = str(src.get("itl") or "")
+    if itl not in ITL_COUNTS:
+        raise ConfigError(f"{origin}: source itl must be chunk or token, not {itl!r}")
     group = str(src.get("group") or "")
     if group and not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", group):
         raise ConfigError(f"{origin}: source group must be a lower-case slug (letters, digits, '-', '.'), "
                           f"not {group!r}")
     source = Source(id=str(src["id"]), title=str(src["title"]), url=str(src["url"]),
                     publisher=str(src["publisher"]), date=str(src["date"]), kind=str(src["kind"]),
-                    notes=str(src.get("notes") or ""), harness=harness, group=group)
+                    notes=str(src.get("notes") or ""), harness=harness, group=group, itl=itl)
     rows = data.get("points")
     if not isinstance(rows, list) or not rows:
         raise ConfigError(f"{origin}: no points")

@@ -57,6 +57,7 @@ from servebench.sim.knobs import (
     prefix_caching_by_default,
     resolve_knobs,
     sglang_max_running,
+    sglang_speculative_max_running,
 )
 from servebench.sim.profile import step_cost
 from servebench.sim.request import SimRequest
@@ -97,6 +98,7 @@ class Setting:
     disagg: tuple[int, int] | None = None  # (prefill workers, decode workers), each one `base` engine
     served: bool = True  # over HTTP to the engine's API server (CorpusPoint.served): admissions cost
     stream_interval: int = 1  # tokens per streamed chunk (SGLang --stream-interval): ITL is per chunk
+    itl_per_token: bool = False  # the source's client split a multi-token chunk's gap over its tokens
 
     @property
     def knob_names(self) -> tuple[str, ...]:
@@ -226,6 +228,9 @@ def setting_for(p: CorpusPoint) -> Setting:
         raise ConfigError(f"does not fit in memory as stated: {res.reason}")
     if family == "sglang" and "max_num_seqs" not in args:  # SGLang sizes its request pool from the KV pool
         max_seqs = max(max_seqs, sglang_max_running(res.kv_tokens, model.context_len))
+        if _draft_tokens(p.speculative):  # ...but under speculative decoding runs 48, a DP rank its share
+            max_seqs = max(sglang_speculative_max_running(dp), math.ceil(p.concurrency / workers)
+                           if p.mode == "closed" and p.concurrency else 0)
         max_tokens = max(batched, max_seqs)
     # prefix caching as launched, else the engine's default (vLLM V1, SGLang's radix cache, TensorRT-LLM's
     # KV block reuse: on). No two prompts of a corpus workload share a block, but a preempted request
@@ -279,7 +284,8 @@ def setting_for(p: CorpusPoint) -> Setting:
                    mode=p.mode, input_len=inp, output_len=out, requests=sim_n, concurrency=conc, rate=rate,
                    draft_tokens=draft, comm_intra_bytes_per_s=link, label=label, in_dist=in_dist,
                    out_dist=out_dist, disagg=disagg, served=p.served,
-                   stream_interval=int(p.engine_args.get("stream_interval", 1)))
+                   stream_interval=int(p.engine_args.get("stream_interval", 1)),
+                   itl_per_token=p.source.itl == "token")
 
 
 def _reserved_tokens(family: str, inp: int, out: int) -> int:
@@ -408,7 +414,7 @@ def predict(s: Setting, knobs: StepKnobs) -> Prediction:
                                ([float(x) for x in arrivals] if arrivals is not None else [0.0] * n),
                                transfer_s_per_token=per_tok)
         out = _summary(drun.arrival_s, drun.first_token_s, drun.end_s, outs, drun.duration_s,
-                       drun.median_itl_s(), s.replicas, accept, s.stream_interval)
+                       drun.median_itl_s(), s.replicas, accept, s.stream_interval, s.itl_per_token)
         return _with_first_token(out, knobs.first_token_s)
     reqs = [SimRequest(id=i, prompt_len=a, max_tokens=st) for i, ((a, _), st) in enumerate(zip(pairs, steps))]
     if arrivals is not None:
@@ -418,16 +424,20 @@ def predict(s: Setting, knobs: StepKnobs) -> Prediction:
     ends = run.step_end_s
     out = _summary([r.arrival_s for r in reqs], [ends[r.first_token_step] for r in reqs],
                    [ends[r.finish_step] for r in reqs], outs, run.duration_s,
-                   _median_itl_s(run, reqs), s.replicas, accept, s.stream_interval)
+                   _median_itl_s(run, reqs), s.replicas, accept, s.stream_interval, s.itl_per_token)
     return _with_first_token(out, knobs.first_token_s)
 
 
 def _summary(arrival: Sequence[float], first: Sequence[float], end: Sequence[float], outs: Sequence[int],
              duration_s: float, median_step_gap_s: float, replicas: float, accept: float,
-             stream_interval: int = 1) -> Prediction:
+             stream_interval: int = 1, itl_per_token: bool = False) -> Prediction:
     """The statistics benchmark_serving reports, from per-request times: output tokens/s over the run,
     TTFT from each request's send time (queueing included), TPOT = (last - first token) / (tokens - 1)
-    over requests with more than one token, ITL per token gap (MTP emits `accept` tokens a step).
+    over requests with more than one token, and ITL as the source's client counted it.
+
+    MTP emits `accept` tokens a step in one chunk. A client that counts one gap a chunk (vLLM's
+    benchmark_serving, `itl_per_token` False) sees the step's gap; SGLang's bench_serving on its native
+    backend splits a chunk's gap over its tokens (`itl_per_token`): the step's gap / accept.
 
     ITL is per streamed chunk, as benchmark_serving takes it: SGLang with --stream-interval k sends a
     request's first token alone, then its tokens at every k-th decode step of the scheduler (its global
@@ -443,8 +453,12 @@ def _summary(arrival: Sequence[float], first: Sequence[float], end: Sequence[flo
     tpot = [(e - f) / (o - 1) for f, e, o in multi] or [0.0]
     gaps = sum(e - f for f, e, _ in multi)
     k = max(1, stream_interval)
-    itl = {"itl_ms_median": 1e3 * k * median_step_gap_s / accept if multi else 0.0,
-           "itl_ms_mean": 1e3 * gaps / max(1, sum(-(-(o - 1) // k) for _, _, o in multi)),
+    if itl_per_token:  # each chunk's gap split over its tokens
+        median_gap, n_gaps = median_step_gap_s / accept, sum(o - 1 for _, _, o in multi)
+    else:  # a gap a chunk: k steps of `accept` tokens each
+        median_gap = k * median_step_gap_s
+        n_gaps = sum(math.ceil((o - 1) / (k * accept)) for _, _, o in multi)
+    itl = {"itl_ms_median": 1e3 * median_gap if multi else 0.0, "itl_ms_mean": 1e3 * gaps / max(1, n_gaps),
            "tpot_ms_median": 1e3 * statistics.median(tpot), "tpot_ms_mean": 1e3 * statistics.fmean(tpot)}
     return Prediction(tok_s=tok_s, itl_ms=itl,
                       ttft_ms={"ttft_ms_median": 1e3 * statistics.median(ttft),

@@ -67,7 +67,8 @@ from dataclasses import dataclass
 __all__ = ["StepKnobs", "EngineDefaults", "DEFAULT_KNOBS", "ENGINE_VERSIONS", "engine_family", "gpu_generation",
            "arch_class", "resolve_knobs", "engine_defaults", "sglang_max_running", "sglang_dp_prefill_chunk",
            "prefill_cap", "chunked_budget_switched_on", "prefix_caching_by_default", "graph_max_seqs",
-           "mla_absorbed_prefix", "UNBOUNDED", "sglang_chunked_prefill_size", "knob_names_for",
+           "mla_absorbed_prefix", "UNBOUNDED", "sglang_chunked_prefill_size", "sglang_speculative_max_running",
+           "knob_names_for",
            "FAMILIES", "GENERATIONS", "ARCH_CLASSES"]
 
 FAMILIES = ("vllm-v0", "vllm-v1", "sglang", "trtllm", "tgi")
@@ -372,6 +373,17 @@ def mixes_steps(family: str, chunked_prefill: bool) -> bool:
     if family == "tgi":
         return False
     return not (family == "vllm-v0" and not chunked_prefill)
+
+
+SGLANG_SPECULATIVE_MAX_RUNNING = 48
+
+
+def sglang_speculative_max_running(dp: int = 1) -> int:
+    """SGLang's running-request limit per scheduler under EAGLE / NextN (MTP) speculative decoding when
+    --max-running-requests is unset: ServerArgs sets 48 (every release from 0.4.5 to 0.5.12, read in the
+    wheels: "Max running requests is reset to 48 for speculative decoding"), and with DP attention each
+    rank's scheduler takes its 1/dp share (tp_worker: max_running_requests // dp_size)."""
+    return max(1, SGLANG_SPECULATIVE_MAX_RUNNING // max(1, dp))
 
 
 def sglang_max_running(kv_tokens: int, context_len: int) -> int:
