@@ -326,10 +326,11 @@ def test_committed_calibration_matches_the_corpus(validation: tuple[Predictor, C
 
 # Held-out figures of the committed calibration (benchmarks/plan_validate.py, 643 points from 35
 # documents in 23 folds -- a fold is a document or a `group:` of one publisher's documents run with one
-# harness --, 594 expressible): output tok/s 19.7%, ITL 27.0%, TTFT 35.7% (2026-11-28, with SGLang's MLA prompt
+# harness --, 594 expressible): output tok/s 19.6%, ITL 27.0%, TTFT 35.1% (2026-11-28, with SGLang's MLA prompt
 # steps in the absorbed form where its code runs them so, its default chunked prefill size by release and GPU
 # memory and its 48 running requests under speculative decoding, InferenceX's launch settings from its scripts,
-# and each client's count of a multi-token chunk; 19.6 / 27.0 / 36.3% before them. Earlier: one warm
+# each client's count of a multi-token chunk, and attention-DP ranks of a MoE in lock-step; 19.6 / 27.0 /
+# 36.3% before them. Earlier: one warm
 # iteration of every table with two corrections of fact, each kept by a rule written before its refit:
 # W4A16 dense GEMMs and attention at the knob's efficiency gave 19.8 / 25.9 / 35.7% against the same
 # iteration without it, 20.5 / 26.5 / 36.6%; attention priced at the KV dtype's peak and MLA prompts in
@@ -367,7 +368,7 @@ def test_held_out_error_does_not_regress(validation: tuple[Predictor, Calibratio
         assert got[m] <= NO_REGRESSION[m], f"{m}: held-out median |error| {got[m]:.1%} > {NO_REGRESSION[m]:.0%}"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13 bounds not met (held-out 19.7% / 27.0% / 35.7% on 594 of 643 "
+@pytest.mark.xfail(strict=True, reason="issue 13 bounds not met (held-out 19.6% / 27.0% / 35.1% on 594 of 643 "
                                         "points: output tok/s within its bound, ITL and TTFT over); see docs/plan.md")
 def test_held_out_error_within_the_issue_bounds(validation: tuple[Predictor, Calibration]) -> None:
     got = _held_out(validation)
@@ -581,8 +582,9 @@ def test_a_closed_loop_of_fewer_users_than_dp_ranks_keeps_only_theirs_busy() -> 
     assert [pred.settings[p.key].concurrency for p in (one, eight, hundred)] == [1, 1, 13]
     knobs = load_calibration().knobs
     t1, t8 = (pred.predicted(p.key, knobs)["tok_s"] for p in (one, eight))
-    # eight users are one per rank: eight times one user's pace (the shared API server costs a little)
-    assert t8 == pytest.approx(8 * t1, rel=0.05)
+    # eight users are one per rank: up to eight times one user's pace, less the steps in which one rank's
+    # prompt holds back the others' decodes (the ranks step together, sim.lockstep: 7.5x on 2026-11-28)
+    assert 0.85 * 8 * t1 < t8 < 8 * t1
 
 
 def test_prefix_caching_follows_the_engine_default_unless_the_launch_switched_it_off() -> None:

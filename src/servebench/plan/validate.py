@@ -59,6 +59,7 @@ from servebench.sim.knobs import (
     sglang_max_running,
     sglang_speculative_max_running,
 )
+from servebench.sim.lockstep import simulate_lockstep
 from servebench.sim.profile import step_cost
 from servebench.sim.request import SimRequest
 from servebench.sim.simulate import simulate
@@ -99,6 +100,7 @@ class Setting:
     served: bool = True  # over HTTP to the engine's API server (CorpusPoint.served): admissions cost
     stream_interval: int = 1  # tokens per streamed chunk (SGLang --stream-interval): ITL is per chunk
     itl_per_token: bool = False  # the source's client split a multi-token chunk's gap over its tokens
+    lockstep: int = 0  # attention-DP ranks of a MoE whose steps run together (sim.lockstep); 0: one rank simulated
 
     @property
     def knob_names(self) -> tuple[str, ...]:
@@ -285,7 +287,8 @@ def setting_for(p: CorpusPoint) -> Setting:
                    draft_tokens=draft, comm_intra_bytes_per_s=link, label=label, in_dist=in_dist,
                    out_dist=out_dist, disagg=disagg, served=p.served,
                    stream_interval=int(p.engine_args.get("stream_interval", 1)),
-                   itl_per_token=p.source.itl == "token")
+                   itl_per_token=p.source.itl == "token",
+                   lockstep=dp if (dp > 1 and model.is_moe and not disagg) else 0)
 
 
 def _reserved_tokens(family: str, inp: int, out: int) -> int:
@@ -416,6 +419,8 @@ def predict(s: Setting, knobs: StepKnobs) -> Prediction:
         out = _summary(drun.arrival_s, drun.first_token_s, drun.end_s, outs, drun.duration_s,
                        drun.median_itl_s(), s.replicas, accept, s.stream_interval, s.itl_per_token)
         return _with_first_token(out, knobs.first_token_s)
+    if s.lockstep > 1:
+        return _predict_lockstep(s, knobs, cfg, accept)
     reqs = [SimRequest(id=i, prompt_len=a, max_tokens=st) for i, ((a, _), st) in enumerate(zip(pairs, steps))]
     if arrivals is not None:
         for r, a in zip(reqs, arrivals):
@@ -425,6 +430,25 @@ def predict(s: Setting, knobs: StepKnobs) -> Prediction:
     out = _summary([r.arrival_s for r in reqs], [ends[r.first_token_step] for r in reqs],
                    [ends[r.finish_step] for r in reqs], outs, run.duration_s,
                    _median_itl_s(run, reqs), s.replicas, accept, s.stream_interval, s.itl_per_token)
+    return _with_first_token(out, knobs.first_token_s)
+
+
+def _predict_lockstep(s: Setting, knobs: StepKnobs, cfg: EngineConfig, accept: float) -> Prediction:
+    """A MoE over attention-DP ranks: every rank simulated, their steps together (`sim.lockstep`), with
+    the whole point's requests (the setting's share x its replicas) behind one API server."""
+    n = max(1, round(s.requests * s.replicas))
+    pairs = lengths.draw_pairs(s.in_dist, s.out_dist, s.input_len, s.output_len, n)
+    outs = [o for _, o in pairs]
+    reqs = [SimRequest(id=i, prompt_len=a, max_tokens=max(1, math.ceil(o / accept))) for i, (a, o) in enumerate(pairs)]
+    conc = round(s.concurrency * s.replicas) if (s.mode == "closed" and s.concurrency) else None
+    if s.mode == "rate" and s.rate:
+        rng = np.random.default_rng(lengths.SEED)
+        for r, a in zip(reqs, np.cumsum(rng.exponential(1.0 / (s.rate * s.replicas), size=n))):
+            r.arrival_s = float(a)
+    run = simulate_lockstep(dataclasses.replace(cfg, frontend_s=knobs.frontend_s if s.served else 0.0), reqs,
+                            s.lockstep, concurrency=conc)
+    out = _summary([r.arrival_s for r in reqs], [run.first_token_s(r) for r in reqs], [run.end_s(r) for r in reqs],
+                   outs, run.duration_s, run.median_itl_s(), 1.0, accept, s.stream_interval, s.itl_per_token)
     return _with_first_token(out, knobs.first_token_s)
 
 

@@ -22,6 +22,7 @@ from servebench.deploy.deployment import Deployment
 from servebench.errors import ConfigError
 from servebench.sim.config import EngineConfig
 from servebench.sim.knobs import StepKnobs
+from servebench.sim.lockstep import LockstepRun, simulate_lockstep
 from servebench.sim.request import SimRequest
 from servebench.sim.simulate import SimRun, simulate, step_gaps, weighted_median
 from servebench.workload.schedule import open_loop_offsets_ns
@@ -105,14 +106,16 @@ def engine_config(dep: Deployment, knobs: StepKnobs | None = None) -> EngineConf
 
 def simulate_point(cfg: EngineConfig, *, input_len: int, output_len: int, num_requests: int,
                    concurrency: int | None = None, request_rate: float | None = None, prefix_len: int = 0,
-                   seed: int = SEED) -> WhatIfPoint:
+                   seed: int = SEED, ranks: int = 1) -> WhatIfPoint:
     """One load on a virtual clock: a closed loop of `concurrency`, or Poisson arrivals at `request_rate`
     (inf: every request at 0, the offline burst of `vllm bench serve --request-rate inf`). Each prompt is
     `prefix_len` shared tokens then `input_len` of its own. Throughput over the whole run (as a benchmark
     sees it); ITL is the median gap between consecutive tokens over all requests (as vLLM's bench
     reports). TTFT counts from the send and adds `cfg.first_token_s` (the knobs' first-token latency), as
     the validation does; throughput, ITL and end-to-end latency do not carry it (a response shorter than
-    it ends with its first token, as the emulator's hold sends it)."""
+    it ends with its first token, as the emulator's hold sends it). `ranks` > 1: attention-DP ranks of a
+    MoE, stepping together (`sim.lockstep`), the load over all of them and `cfg` one rank's engine behind
+    the one API server."""
     if (concurrency is None) == (request_rate is None):
         raise ConfigError("a what-if load is a concurrency or a request rate, one of them")
     prompt = prefix_len + input_len
@@ -123,11 +126,16 @@ def simulate_point(cfg: EngineConfig, *, input_len: int, output_len: int, num_re
     if request_rate is not None:
         for r, t in zip(reqs, poisson_arrivals(request_rate, num_requests, seed)):
             r.arrival_s = t
-    run = simulate(cfg, reqs, concurrency=concurrency)
+    run: SimRun | LockstepRun
+    if ranks > 1:
+        run = simulate_lockstep(cfg, reqs, ranks, concurrency=concurrency)
+        itl_s = run.median_itl_s()
+    else:
+        run = simulate(cfg, reqs, concurrency=concurrency)
+        itl_s = _median_itl_s(run, reqs)
     dur = run.duration_s or 1e-9
     ttft = [run.first_token_s(r) - r.arrival_s + cfg.first_token_s for r in reqs]
     e2e = [max(run.end_s(r) - r.arrival_s, t) for r, t in zip(reqs, ttft)]
-    itl_s = _median_itl_s(run, reqs)
     out_tok = output_len * num_requests
     hit = None
     if prefix_len:
@@ -175,9 +183,11 @@ def whatif(dep: Deployment, knobs: StepKnobs | None = None, *, input_len: int, o
            concurrencies: Sequence[int] = (), request_rates: Sequence[float] = (), num_requests: int | None = None,
            prefix_len: int = 0) -> list[WhatIfPoint]:
     """The what-if at each closed-loop concurrency, then at each request rate (per second; inf: all at
-    once). DP replicas are independent engines sharing the load evenly: each runs 1/dp of the users or
-    of the rate (their MoE synchronisation is not modelled); a closed loop of fewer users than replicas
-    keeps only as many busy (`dp_share`), and the API server in front of them admits only their requests."""
+    once). DP ranks of a MoE (attention DP, or DP + EP) run their steps together, each as long as the
+    slowest rank's (`sim.lockstep`): every rank is simulated with the whole load. DP replicas of a dense
+    model are independent engines sharing the load evenly: each runs 1/dp of the users or of the rate; a
+    closed loop of fewer users than replicas keeps only as many busy (`dp_share`), and the API server in
+    front of them admits only their requests."""
     cfg = engine_config(dep, knobs)
     total = prefix_len + input_len + output_len
     if total > cfg.max_model_len:
@@ -187,6 +197,11 @@ def whatif(dep: Deployment, knobs: StepKnobs | None = None, *, input_len: int, o
     loads: list[tuple[int | None, float | None]] = [(c, None) for c in concurrencies]
     loads += [(None, r) for r in request_rates]
     out: list[WhatIfPoint] = []
+    if replicas > 1 and dep.model.is_moe:  # one API server: engine_config priced it x dp for one rank's share
+        lock = dataclasses.replace(cfg, frontend_s=cfg.frontend_s / replicas)
+        return [simulate_point(lock, concurrency=c, request_rate=r, input_len=input_len, output_len=output_len,
+                               num_requests=_n_requests(c, r, num_requests), prefix_len=prefix_len, ranks=replicas)
+                for c, r in loads]
     for c, r in loads:
         n = _n_requests(c, r, num_requests)
         per, busy = dp_share(c, replicas) if c is not None else (None, float(replicas))
