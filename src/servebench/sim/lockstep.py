@@ -119,12 +119,13 @@ def simulate_lockstep(config: EngineConfig, requests: Iterable[SimRequest], rank
         results = [e.step(now, with_tokens=False) for e in engines]
         ran = [r for r in results if r is not None]
         if not ran:
-            if i >= n and not front:
-                break
-            if concurrency is None:
-                if i >= n:
+            if concurrency is not None:
+                if not front:  # nothing in flight and nothing sent: the loop is done (or can never go on)
                     break
-                now = max(now, reach[i])
+                continue
+            if i >= n:
+                break
+            now = max(now, reach[i])
             continue
         duration = max(r.duration_s for r in ran)
         finished = 0
