@@ -59,10 +59,10 @@ from servebench.sim.knobs import (
     sglang_max_running,
     sglang_speculative_max_running,
 )
-from servebench.sim.lockstep import simulate_lockstep
+from servebench.sim.lockstep import LockstepRun, simulate_lockstep
 from servebench.sim.profile import step_cost
 from servebench.sim.request import SimRequest
-from servebench.sim.simulate import simulate
+from servebench.sim.simulate import SimRun, simulate
 
 __all__ = ["METRICS", "Setting", "Prediction", "PointResult", "setting_for", "measured_for", "predict",
            "evaluate", "Predictor"]
@@ -375,9 +375,9 @@ def _engine_for(s: Setting, k: StepKnobs) -> EngineConfig:
                                frontend_s=k.frontend_s * s.replicas if s.served else 0.0)
 
 
-def _lengths(s: Setting) -> list[tuple[int, int]]:
-    """(prompt, output) tokens of each simulated request, seeded."""
-    return lengths.draw_pairs(s.in_dist, s.out_dist, s.input_len, s.output_len, s.requests)
+def _lengths(s: Setting, n: int) -> list[tuple[int, int]]:
+    """(prompt, output) tokens of `n` simulated requests, seeded."""
+    return lengths.draw_pairs(s.in_dist, s.out_dist, s.input_len, s.output_len, n)
 
 
 def _accept_len(draft: int, p: float) -> float:
@@ -399,15 +399,18 @@ def predict(s: Setting, knobs: StepKnobs) -> Prediction:
     """Simulate the setting on a virtual clock with these knobs."""
     cfg = _engine_for(s, knobs)
     accept = _accept_len(s.draft_tokens, knobs.mtp_accept) if s.draft_tokens else 1.0
-    pairs = _lengths(s)
+    # attention-DP ranks of a MoE in lock-step (sim.lockstep): every rank with the whole point's load (the
+    # setting's share x its replicas) behind one API server; otherwise one replica with its share
+    whole = s.replicas if s.lockstep > 1 else 1.0
+    n = max(1, round(s.requests * whole))
+    pairs = _lengths(s, n)
     outs = [o for _, o in pairs]
     steps = [max(1, math.ceil(o / accept)) for o in outs]
-    n = s.requests
     arrivals: np.ndarray | None = None
     if s.mode == "rate" and s.rate:
         rng = np.random.default_rng(lengths.SEED)
-        arrivals = np.cumsum(rng.exponential(1.0 / s.rate, size=n))
-    conc = s.concurrency if (s.mode == "closed" and s.concurrency) else None
+        arrivals = np.cumsum(rng.exponential(1.0 / (s.rate * whole), size=n))
+    conc = round(s.concurrency * whole) if (s.mode == "closed" and s.concurrency) else None
     if s.disagg:
         dec = decode_worker(cfg)
         # the prompt's KV crosses the scale-up link, each TP rank its own shard, at the collectives' bandwidth
@@ -419,36 +422,20 @@ def predict(s: Setting, knobs: StepKnobs) -> Prediction:
         out = _summary(drun.arrival_s, drun.first_token_s, drun.end_s, outs, drun.duration_s,
                        drun.median_itl_s(), s.replicas, accept, s.stream_interval, s.itl_per_token)
         return _with_first_token(out, knobs.first_token_s)
-    if s.lockstep > 1:
-        return _predict_lockstep(s, knobs, cfg, accept)
     reqs = [SimRequest(id=i, prompt_len=a, max_tokens=st) for i, ((a, _), st) in enumerate(zip(pairs, steps))]
     if arrivals is not None:
         for r, a in zip(reqs, arrivals):
             r.arrival_s = float(a)
-    run = simulate(cfg, reqs, concurrency=conc)
-    ends = run.step_end_s
-    out = _summary([r.arrival_s for r in reqs], [ends[r.first_token_step] for r in reqs],
-                   [ends[r.finish_step] for r in reqs], outs, run.duration_s,
-                   _median_itl_s(run, reqs), s.replicas, accept, s.stream_interval, s.itl_per_token)
-    return _with_first_token(out, knobs.first_token_s)
-
-
-def _predict_lockstep(s: Setting, knobs: StepKnobs, cfg: EngineConfig, accept: float) -> Prediction:
-    """A MoE over attention-DP ranks: every rank simulated, their steps together (`sim.lockstep`), with
-    the whole point's requests (the setting's share x its replicas) behind one API server."""
-    n = max(1, round(s.requests * s.replicas))
-    pairs = lengths.draw_pairs(s.in_dist, s.out_dist, s.input_len, s.output_len, n)
-    outs = [o for _, o in pairs]
-    reqs = [SimRequest(id=i, prompt_len=a, max_tokens=max(1, math.ceil(o / accept))) for i, (a, o) in enumerate(pairs)]
-    conc = round(s.concurrency * s.replicas) if (s.mode == "closed" and s.concurrency) else None
-    if s.mode == "rate" and s.rate:
-        rng = np.random.default_rng(lengths.SEED)
-        for r, a in zip(reqs, np.cumsum(rng.exponential(1.0 / (s.rate * s.replicas), size=n))):
-            r.arrival_s = float(a)
-    run = simulate_lockstep(dataclasses.replace(cfg, frontend_s=knobs.frontend_s if s.served else 0.0), reqs,
-                            s.lockstep, concurrency=conc)
+    run: SimRun | LockstepRun
+    if s.lockstep > 1:
+        run = simulate_lockstep(dataclasses.replace(cfg, frontend_s=knobs.frontend_s if s.served else 0.0), reqs,
+                                s.lockstep, concurrency=conc)
+        step_gap = run.median_itl_s()
+    else:
+        run = simulate(cfg, reqs, concurrency=conc)
+        step_gap = _median_itl_s(run, reqs)
     out = _summary([r.arrival_s for r in reqs], [run.first_token_s(r) for r in reqs], [run.end_s(r) for r in reqs],
-                   outs, run.duration_s, run.median_itl_s(), 1.0, accept, s.stream_interval, s.itl_per_token)
+                   outs, run.duration_s, step_gap, s.replicas / whole, accept, s.stream_interval, s.itl_per_token)
     return _with_first_token(out, knobs.first_token_s)
 
 
