@@ -375,9 +375,9 @@ def _engine_for(s: Setting, k: StepKnobs) -> EngineConfig:
                                frontend_s=k.frontend_s * s.replicas if s.served else 0.0)
 
 
-def _lengths(s: Setting, n: int) -> list[tuple[int, int]]:
-    """(prompt, output) tokens of `n` simulated requests, seeded."""
-    return lengths.draw_pairs(s.in_dist, s.out_dist, s.input_len, s.output_len, n)
+def _lengths(s: Setting, n: int | None = None) -> list[tuple[int, int]]:
+    """(prompt, output) tokens of each simulated request (`n`, else the setting's), seeded."""
+    return lengths.draw_pairs(s.in_dist, s.out_dist, s.input_len, s.output_len, s.requests if n is None else n)
 
 
 def _accept_len(draft: int, p: float) -> float:
