@@ -219,7 +219,8 @@ class Deployment:
         if self.knobs_override is not None:
             return self.knobs_override
         return resolve_knobs(load_knob_table(), self.family, gpu_generation(self.gpu.name),
-                             arch_class(self.model.is_moe, self.model.attention))
+                             arch_class(self.model.is_moe, self.model.attention, self.family,
+                                        ENGINE_VERSIONS.get(self.engine, "")))
 
     def with_knobs(self, knobs: StepKnobs | None) -> Deployment:
         return dataclasses.replace(self, knobs_override=knobs)

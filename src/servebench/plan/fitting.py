@@ -173,7 +173,7 @@ def _with_unseen_families(table: dict[str, float]) -> dict[str, float]:
     """An engine family no fitted point ran (TGI when its one source is held out) behaves like a typical
     fitted engine: each of its knobs is the geometric mean of that knob over the families fitted, not the
     uncalibrated default. Families the points informed keep their fitted values. Likewise an unseen
-    mla-moe-early class takes the mla-moe layer factor."""
+    mla-moe-early or mla-moe-late class takes the mla-moe layer factor."""
     out = dict(table)
     for prefix in _FAMILY_KNOBS:
         seen = [v for f in FAMILIES if (v := table.get(prefix + f)) is not None]
@@ -182,10 +182,12 @@ def _with_unseen_families(table: dict[str, float]) -> dict[str, float]:
         typical = math.exp(sum(math.log(v) for v in seen) / len(seen))
         for f in FAMILIES:
             out.setdefault(prefix + f, typical)
-    # DeepSeek on SGLang before 0.4.3 (one source): unseen, its layers cost what later DeepSeek layers do
+    # DeepSeek on SGLang before 0.4.3 (one source), or on the releases from 2025-H2: unseen, its layers cost
+    # what the other DeepSeek layers do
     for prefix in ("layer.arch.", "pfl.arch."):
         if prefix + "mla-moe" in table:
             out.setdefault(prefix + "mla-moe-early", table[prefix + "mla-moe"])
+            out.setdefault(prefix + "mla-moe-late", table[prefix + "mla-moe"])
     return out
 
 
