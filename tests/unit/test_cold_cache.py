@@ -87,6 +87,42 @@ def test_unknown_engine_tries_each_endpoint_until_one_answers() -> None:
     assert doc["attempts"][1]["body_head"] == "Cache flushed.\n"
 
 
+def test_a_reset_refused_while_requests_leave_is_retried_until_they_have_left() -> None:
+    """vLLM (and the emulator) answer 409 while requests still run or wait: the previous run's last
+    requests can leave the engine just after their last token reached the client. The reset is retried
+    every 0.1 s until it succeeds, and gives up with a note once `busy_wait_s` has passed."""
+    calls = {"n": 0}
+
+    async def reset(_: web.Request) -> web.Response:
+        calls["n"] += 1
+        if calls["n"] <= 3 or calls.get("always"):
+            return web.json_response({"detail": "Prefix cache reset failed."}, status=409)
+        return web.Response(status=200)
+
+    async def main(busy_wait_s: float) -> dict:
+        app = web.Application()
+        app.router.add_post("/reset_prefix_cache", reset)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        try:
+            return await reset_prefix_cache(f"http://127.0.0.1:{port}/v1", {}, plan_reset("vllm", emulated=False),
+                                            busy_wait_s=busy_wait_s)
+        finally:
+            await runner.cleanup()
+
+    doc = asyncio.run(main(10.0))
+    assert doc["ok"] is True and calls["n"] == 4
+    (attempt,) = doc["attempts"]
+    assert attempt["status"] == 200 and attempt["busy_retries"] == 3 and attempt["elapsed_ms"] >= 300
+    calls.update(n=0, always=1)
+    doc = asyncio.run(main(0.35))
+    assert doc["ok"] is False and doc["attempts"][0]["status"] == 409 and 2 <= calls["n"] <= 4
+    assert "HTTP 409" in doc["note"] and "warm cache" in doc["note"]
+
+
 def test_unreachable_or_refusing_reset_gives_a_note() -> None:
     doc = asyncio.run(reset_prefix_cache("http://127.0.0.1:9/v1", {}, plan_reset("vllm", emulated=False)))
     assert doc["ok"] is False and "error" in doc["attempts"][0]

@@ -4,13 +4,16 @@ Engines that cache prefixes (vLLM V1 and SGLang do by default) serve a prompt se
 cache: a run after another one with the same prompts measures a warm server. Where the engine offers
 an endpoint for it (the engine table, engines.py: vLLM's `POST /reset_prefix_cache`, SGLang's
 `POST /flush_cache`; the built-in emulator answers vLLM's), it is called before the clock and the
-server's reply — status and the head of its body — is kept for the manifest. An engine the probe
+server's reply — status and the head of its body — is kept for the manifest. A 409 (vLLM's and the
+emulator's answer while requests still run or wait: the previous run's last requests leaving the engine
+after their last token reached the client) is retried every 0.1 s for up to `busy_wait_s`. An engine the probe
 did not recognise gets each known endpoint in turn until one answers 2xx; an engine without one gets
 a note saying so. `plan_reset` is pure; `reset_prefix_cache` is the I/O.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -51,11 +54,16 @@ def plan_reset(engine: str | None, *, emulated: bool) -> ResetPlan:
     return ResetPlan(prof.name, (prof.cache_reset,), hint=prof.cache_reset_hint)
 
 
+_BUSY = 409  # the server still has requests (vLLM's reset endpoint, the emulator's)
+_BUSY_RETRY_S = 0.1
+
+
 async def reset_prefix_cache(base_url: str, headers: dict[str, str], plan: ResetPlan,
-                             timeout_s: float = 30.0) -> dict[str, Any]:
+                             timeout_s: float = 30.0, busy_wait_s: float = 10.0) -> dict[str, Any]:
     """POST the plan's paths in order until one answers 2xx; the manifest's `cache_reset` block:
-    `ok`, the engine, each attempt (path, HTTP status or error, head of the body, time) and a
-    `note` (for the summary's notes) when the cache was not reset."""
+    `ok`, the engine, each attempt (path, HTTP status or error, head of the body, time, and the 409s
+    retried before its last reply as `busy_retries`) and a `note` (for the summary's notes) when the
+    cache was not reset."""
     doc: dict[str, Any] = {"ok": False, "engine": plan.engine, "attempts": [], "note": plan.note}
     if not plan.paths:
         return doc
@@ -64,12 +72,20 @@ async def reset_prefix_cache(base_url: str, headers: dict[str, str], plan: Reset
         for path in plan.paths:
             attempt: dict[str, Any] = {"method": "POST", "path": path}
             t0 = time.perf_counter()
-            try:
-                async with session.post(root + path, headers=headers) as r:
-                    attempt["status"] = r.status
-                    attempt["body_head"] = (await r.text(errors="replace"))[:_BODY_HEAD]
-            except (aiohttp.ClientError, TimeoutError) as e:
-                attempt["error"] = f"{type(e).__name__}: {e}"[:_BODY_HEAD]
+            busy = 0
+            while True:
+                try:
+                    async with session.post(root + path, headers=headers) as r:
+                        attempt["status"] = r.status
+                        attempt["body_head"] = (await r.text(errors="replace"))[:_BODY_HEAD]
+                except (aiohttp.ClientError, TimeoutError) as e:
+                    attempt["error"] = f"{type(e).__name__}: {e}"[:_BODY_HEAD]
+                if attempt.get("status") != _BUSY or time.perf_counter() - t0 + _BUSY_RETRY_S > busy_wait_s:
+                    break
+                busy += 1
+                await asyncio.sleep(_BUSY_RETRY_S)
+            if busy:
+                attempt["busy_retries"] = busy
             attempt["elapsed_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
             doc["attempts"].append(attempt)
             status = attempt.get("status")
