@@ -17,6 +17,7 @@ from servebench.target.engines import CACHE_RESET_PATHS
 from servebench.target.servermetrics import prefix_cache_note
 from servebench.workload.seeds import derive_seed
 from servebench.workload.synthetic import template_hit_rate
+from tests.support.loopback import serving
 
 
 def test_derived_seeds_differ_per_label_and_are_stable_across_processes() -> None:
@@ -71,15 +72,8 @@ def test_unknown_engine_tries_each_endpoint_until_one_answers() -> None:
     async def main() -> dict:
         app = web.Application()
         app.router.add_post("/flush_cache", flushed)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = runner.addresses[0][1]
-        try:
-            return await reset_prefix_cache(f"http://127.0.0.1:{port}/v1", {}, plan_reset(None, emulated=False))
-        finally:
-            await runner.cleanup()
+        async with serving(app) as url:
+            return await reset_prefix_cache(f"{url}/v1", {}, plan_reset(None, emulated=False))
 
     doc = asyncio.run(main())
     assert doc["ok"] is True and doc["path"] == "/flush_cache"
@@ -102,16 +96,9 @@ def test_a_reset_refused_while_requests_leave_is_retried_until_they_have_left() 
     async def main(busy_wait_s: float) -> dict:
         app = web.Application()
         app.router.add_post("/reset_prefix_cache", reset)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = runner.addresses[0][1]
-        try:
-            return await reset_prefix_cache(f"http://127.0.0.1:{port}/v1", {}, plan_reset("vllm", emulated=False),
+        async with serving(app) as url:
+            return await reset_prefix_cache(f"{url}/v1", {}, plan_reset("vllm", emulated=False),
                                             busy_wait_s=busy_wait_s)
-        finally:
-            await runner.cleanup()
 
     doc = asyncio.run(main(10.0))
     assert doc["ok"] is True and calls["n"] == 4

@@ -8,6 +8,7 @@ import pytest
 from aiohttp import web
 
 from servebench.target.servermetrics import parse_prometheus, prefix_cache_note, scrape, server_summary
+from tests.support.loopback import serving
 
 VLLM_BEFORE = """
 # HELP vllm:prefix_cache_queries Prefix cache queries, in tokens.
@@ -86,15 +87,8 @@ async def _scrape_from(routes: dict[str, tuple[int, str]], path: str | None) -> 
         async def handler(request: web.Request, status: int = status, body: str = body) -> web.Response:
             return web.Response(status=status, text=body)
         app.router.add_get(route, handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        return await scrape(f"http://127.0.0.1:{port}/v1/", path=path)
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url:
+        return await scrape(f"{url}/v1/", path=path)
 
 
 def test_scrape_reads_the_page_where_the_probe_found_it() -> None:
