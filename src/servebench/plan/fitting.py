@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from servebench.plan.validate import METRICS, PointResult, Predictor
-from servebench.sim.knobs import DEFAULT_KNOBS, FAMILIES
+from servebench.sim.knobs import DEFAULT_KNOBS, FAMILIES, RELEASE_CLASSES
 
 # --- fitting ----------------------------------------------------------------------------------------
 _WEIGHTS = {"tok_s": 1.0, "itl": 1.0, "ttft": 0.5}
@@ -186,8 +186,8 @@ def _with_unseen_families(table: dict[str, float]) -> dict[str, float]:
     # what the other DeepSeek layers do
     for prefix in ("layer.arch.", "pfl.arch."):
         if prefix + "mla-moe" in table:
-            out.setdefault(prefix + "mla-moe-early", table[prefix + "mla-moe"])
-            out.setdefault(prefix + "mla-moe-late", table[prefix + "mla-moe"])
+            for cls in RELEASE_CLASSES:
+                out.setdefault(prefix + cls, table[prefix + "mla-moe"])
     return out
 
 

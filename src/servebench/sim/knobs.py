@@ -70,11 +70,13 @@ __all__ = ["StepKnobs", "EngineDefaults", "DEFAULT_KNOBS", "ENGINE_VERSIONS", "e
            "prefill_cap", "chunked_budget_switched_on", "prefix_caching_by_default", "graph_max_seqs",
            "mla_absorbed_prefix", "UNBOUNDED", "sglang_chunked_prefill_size", "sglang_speculative_max_running",
            "knob_names_for",
-           "FAMILIES", "GENERATIONS", "ARCH_CLASSES"]
+           "FAMILIES", "GENERATIONS", "ARCH_CLASSES", "RELEASE_CLASSES"]
 
 FAMILIES = ("vllm-v0", "vllm-v1", "sglang", "trtllm", "tgi")
 GENERATIONS = ("ampere", "hopper", "blackwell", "cdna3")
 ARCH_CLASSES = ("dense", "moe", "mla-moe", "mla-moe-early", "mla-moe-late")
+# DeepSeek classes split by release: a table that does not hold their factors reads mla-moe's
+RELEASE_CLASSES = ("mla-moe-early", "mla-moe-late")
 
 # Uncalibrated starting point (and the prior the fit shrinks towards): HBM ~75% of datasheet bandwidth
 # in decode GEMVs, tensor cores ~50% of dense peak in prefill GEMMs, ~3 ms of scheduling and sampling
@@ -192,15 +194,13 @@ def arch_class(is_moe: bool, attention: str, family: str = "", version: str = ""
         return "dense"
     if attention != "mla":
         return "moe"
-    if family == "sglang":
-        v = _patch_version(version)
-        if v is not None and v < (0, 4, 3):
-            return "mla-moe-early"
-    late = {"sglang": (0, 5, 0), "vllm-v1": (0, 10, 0), "trtllm": (1, 0, 0)}.get(family)
     v = _patch_version(version)
-    if late is not None and v is not None and v >= late:
-        return "mla-moe-late"
-    return "mla-moe"
+    if v is None:
+        return "mla-moe"
+    if family == "sglang" and v < (0, 4, 3):
+        return "mla-moe-early"
+    late = {"sglang": (0, 5, 0), "vllm-v1": (0, 10, 0), "trtllm": (1, 0, 0)}.get(family)
+    return "mla-moe-late" if late is not None and v >= late else "mla-moe"
 
 
 def _patch_version(v: str) -> tuple[int, int, int] | None:
@@ -237,7 +237,7 @@ def resolve_knobs(table: Mapping[str, float], family: str, generation: str, arch
         return float(table.get(name, DEFAULT_KNOBS.get(name, default)))
 
     def arch_factor(prefix: str) -> float:  # a release class a table does not hold reads mla-moe's factor
-        if arch in ("mla-moe-early", "mla-moe-late") and prefix + arch not in table and prefix + "mla-moe" in table:
+        if arch in RELEASE_CLASSES and prefix + arch not in table and prefix + "mla-moe" in table:
             return get(prefix + "mla-moe")
         return get(prefix + arch)
 
