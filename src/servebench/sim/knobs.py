@@ -6,7 +6,13 @@ factors (`KnobTable`, one flat name -> value mapping, fitted by `plan/validate.p
 fit has not seen falls back to the base (factor 1)::
 
     mem_efficiency     = mem.base  * mem.gpu.<gen>  * mem.eng.<family>          (clipped to 0.05..0.95)
-    compute_efficiency = comp.base * comp.gpu.<gen> * comp.eng.<family>         (clipped to 0.02..0.95)
+    compute_efficiency = comp.base * comp.gpu.<gen> * comp.eng.<family>
+                         [* comp.arch.<class> for a class other than dense]  (clipped to 0.02..0.95)
+                                              (the share of peak a class's prompt steps reach: MoE
+                                               grouped GEMMs over a few hundred rows per expert and
+                                               MLA's prefill attention of the time are not a dense
+                                               GEMM; prior 1, mla-moe-early and mla-moe-late falling
+                                               back to mla-moe as for layer.arch)
     step_overhead_s    = step.eng.<family>
     layer_overhead_s   = layer.eng.<family> * layer.arch.dense [* layer.arch.<class> for an MoE class]
                                               (an MoE class is a factor relative to dense layers, whose
@@ -97,6 +103,10 @@ DEFAULT_KNOBS: Mapping[str, float] = {
     **{f"admit.eng.{f}": 2e-3 for f in FAMILIES},
     **{f"pfl.eng.{f}": 100e-6 for f in FAMILIES},
     "pfl.arch.moe": 1.0,
+    "comp.arch.moe": 1.0,
+    "comp.arch.mla-moe": 1.0,
+    "comp.arch.mla-moe-early": 1.0,
+    "comp.arch.mla-moe-late": 1.0,
     "pfl.arch.mla-moe": 1.0,
     "pfl.arch.mla-moe-early": 1.0,
     "pfl.arch.mla-moe-late": 1.0,
@@ -219,7 +229,8 @@ def _patch_version(v: str) -> tuple[int, int, int] | None:
 def knob_names_for(family: str, generation: str, arch: str) -> tuple[str, ...]:
     """The table entries a deployment of this kind reads (a fit moves only these for its points)."""
     return ("mem.base", f"mem.gpu.{generation}", f"mem.eng.{family}", "comp.base", f"comp.gpu.{generation}",
-            f"comp.eng.{family}", f"step.eng.{family}", f"layer.eng.{family}", "layer.arch.dense",
+            f"comp.eng.{family}", *((f"comp.arch.{arch}",) if arch != "dense" else ()), f"step.eng.{family}",
+            f"layer.eng.{family}", "layer.arch.dense",
             *((f"layer.arch.{arch}",) if arch != "dense" else ()),
             f"pfl.eng.{family}", *((f"pfl.arch.{arch}",) if arch != "dense" else ()),
             f"seq.eng.{family}", "ttft.base", f"ttft.eng.{family}", f"admit.eng.{family}",
@@ -243,8 +254,8 @@ def resolve_knobs(table: Mapping[str, float], family: str, generation: str, arch
 
     return StepKnobs(
         mem_efficiency=_clip(get("mem.base") * get(f"mem.gpu.{generation}") * get(f"mem.eng.{family}"), 0.05, 0.95),
-        compute_efficiency=_clip(get("comp.base") * get(f"comp.gpu.{generation}") * get(f"comp.eng.{family}"),
-                                 0.02, 0.95),
+        compute_efficiency=_clip(get("comp.base") * get(f"comp.gpu.{generation}") * get(f"comp.eng.{family}")
+                                 * (arch_factor("comp.arch.") if arch != "dense" else 1.0), 0.02, 0.95),
         step_overhead_s=get(f"step.eng.{family}", 0.003),
         layer_overhead_s=get(f"layer.eng.{family}", 20e-6) * get("layer.arch.dense")
         * (arch_factor("layer.arch.") if arch != "dense" else 1.0),
