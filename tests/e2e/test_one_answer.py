@@ -92,7 +92,8 @@ def test_calibration_on_a_recorded_sweep_predicts_concurrency_100(tmp_path: Path
     try:
         # 8 requests a user at c=5 and c=15: a closed loop of identical requests moves in waves, and over 4 a
         # user the median TTFT at c=5 fell in either of two modes run to run (208 or 285 ms), which moved the
-        # fitted compute efficiency (0.37 or 0.30) and the c=100 prediction by 13%
+        # fitted compute efficiency (0.37 or 0.30) and the c=100 prediction by 13% while the fit simulated
+        # 4c + 4 requests; it now simulates each point's own count (summary.json's requests.completed)
         for c, n in ((1, 6), (5, 40), (15, 120)):
             run(emu.url, c, n, tmp_path / "sweep" / f"c{c}")
         measured = run(emu.url, 100, 200, tmp_path / "c100")["throughput"]["output_tokens_per_s"]

@@ -154,6 +154,33 @@ def test_a_ttft_lower_bound_pulls_only_from_below() -> None:
         calibrate(dep, [MeasuredPoint(8, 1024, 256, None)])
 
 
+def test_calibration_simulates_each_point_at_its_measured_length() -> None:
+    """The fit simulates a measured point with the requests the run sent (`num_requests`): points the
+    engine itself made at 8 requests a user are reproduced exactly at its own knobs, which the default
+    4c + 4 requests do not do (a closed loop's waves, and with them the median TTFT, depend on the run's
+    length), and a fit from other knobs finds its compute efficiency again."""
+    from servebench.plan.calibrate import _loss
+    from servebench.plan.whatif import engine_config, simulate_point
+
+    dep = Deployment.build(model="Llama-3.1-8B", gpu="a100", gpus=1, max_model_len=4096)
+    truth = dataclasses.replace(dep.knobs(), compute_efficiency=0.3, mem_efficiency=0.5, step_overhead_s=0.006)
+    cfg = engine_config(dep, truth)
+    pts = []
+    for c in (1, 5, 15):
+        sim = simulate_point(cfg, concurrency=c, input_len=256, output_len=64, num_requests=8 * c)
+        pts.append(MeasuredPoint(c, 256, 64, sim.output_tokens_per_s, sim.itl_ms_p50, sim.ttft_ms_p50,
+                                 num_requests=8 * c))
+    assert _loss(dep, truth, pts, truth) == pytest.approx(0.0, abs=1e-12)
+    assert _loss(dep, truth, [dataclasses.replace(p, num_requests=None) for p in pts], truth) > 1e-4
+    cal, _ = calibrate(dep, pts, start=dataclasses.replace(truth, compute_efficiency=0.5, mem_efficiency=0.3))
+    assert cal.compute_efficiency == pytest.approx(0.3, rel=0.05)
+    # memory efficiency and the per-step overhead trade against each other at these batch sizes; what they
+    # predict together at c=100 is what must come back
+    (want,) = whatif(dep, truth, input_len=256, output_len=64, concurrencies=(100,), num_requests=200)
+    (got,) = whatif(dep, cal, input_len=256, output_len=64, concurrencies=(100,), num_requests=200)
+    assert got.output_tokens_per_s == pytest.approx(want.output_tokens_per_s, rel=0.03)
+
+
 def test_load_measurements_from_results_and_yaml(tmp_path) -> None:
     run = tmp_path / "runs" / "c5"
     run.mkdir(parents=True)
@@ -161,13 +188,18 @@ def test_load_measurements_from_results_and_yaml(tmp_path) -> None:
         "schema": "servebench.summary/1", "load": {"concurrency": 5},
         "workload": {"input_len": 1024, "output_len": 256},
         "throughput": {"output_tokens_per_s": 103.0},
-        "latency_ms": {"itl": {"median": 46.0}, "ttft": {"median": 800}}}))
+        "latency_ms": {"itl": {"median": 46.0}, "ttft": {"median": 800}},
+        "requests": {"total": 40, "completed": 40, "failed": 0}}))
     (pt,) = load_measurements(tmp_path / "runs")
     assert (pt.concurrency, pt.output_tokens_per_s, pt.itl_ms, pt.ttft_ms) == (5, 103.0, 46.0, 800.0)
+    assert pt.num_requests == 40
     f = tmp_path / "points.yaml"
     f.write_text("points:\n  - {concurrency: 1, input_len: 1024, output_len: 256, output_tokens_per_s: 33}\n")
     (pt,) = load_measurements(f)
-    assert pt.itl_ms is None and pt.output_tokens_per_s == 33
+    assert pt.itl_ms is None and pt.output_tokens_per_s == 33 and pt.num_requests is None
+    f.write_text("points:\n  - {concurrency: 5, input_len: 1024, output_len: 256, itl_ms: 46, num_requests: 20}\n")
+    (pt,) = load_measurements(f)
+    assert pt.num_requests == 20
     f.write_text("points:\n  - {concurrency: 8, input_len: 1024, output_len: 256, ttft_ms_at_least: 1000}\n")
     (pt,) = load_measurements(f)
     assert pt.output_tokens_per_s is None and pt.ttft_ms_at_least == 1000.0

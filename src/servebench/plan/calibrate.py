@@ -36,6 +36,10 @@ class MeasuredPoint:
     # a lower bound on the median TTFT, for a report such as "the first token does not appear until after
     # 1 second": the fit pays only for a simulated TTFT below it
     ttft_ms_at_least: float | None = None
+    # requests the measured run sent (a servebench summary's `requests.completed`): the fit simulates as
+    # many, so that a closed loop's waves (its first, where every user's prompt arrives at once, weighs
+    # 1 / requests-per-user of the median) have the same shape on both sides; None: `_calib_requests`
+    num_requests: int | None = None
 
     def measures_something(self) -> bool:
         return bool(self.output_tokens_per_s or self.itl_ms or self.ttft_ms or self.ttft_ms_at_least)
@@ -51,6 +55,23 @@ def _calib_requests(concurrency: int) -> int:
     return 4 * concurrency + 4  # enough for a steady state; calibration runs hundreds of these
 
 
+# a measured run longer than this is simulated at this length (its waves have settled long before)
+_MAX_CALIB_REQUESTS = 2000
+
+
+def _requests_for(p: MeasuredPoint) -> int:
+    """Requests to simulate for a measured point: as many as it sent (up to `_MAX_CALIB_REQUESTS`), else
+    `_calib_requests`. A closed loop of identical requests moves in waves, and the median TTFT of a
+    short run falls in one wave or another by its length: a recorded sweep of 4 requests a user at
+    c=5 measured 208 or 285 ms run to run while the fit simulated 24 requests, and the fitted compute
+    efficiency moved 0.30 -> 0.37 (c=100 +13%). Simulated at the measured length, seven recorded sweeps
+    of 4 and 8 requests a user recovered the emulator's secret compute efficiency (0.30) to 0.301 in 13
+    of 14 fits (docs/plan.md)."""
+    if p.num_requests:
+        return max(1, min(p.num_requests, _MAX_CALIB_REQUESTS))
+    return _calib_requests(p.concurrency)
+
+
 def _loss(dep: Deployment, cal: StepKnobs, pts: Sequence[MeasuredPoint], prior: StepKnobs) -> float:
     cfg = engine_config(dep, cal)
     # Low-concurrency decode points hardly constrain compute efficiency (prefill is a sliver of their
@@ -59,7 +80,7 @@ def _loss(dep: Deployment, cal: StepKnobs, pts: Sequence[MeasuredPoint], prior: 
     total = _PRIOR_WEIGHT * math.log(cal.compute_efficiency / prior.compute_efficiency) ** 2
     for p in pts:
         sim = simulate_point(cfg, concurrency=p.concurrency, input_len=p.input_len, output_len=p.output_len,
-                             num_requests=_calib_requests(p.concurrency))
+                             num_requests=_requests_for(p))
         if p.output_tokens_per_s:
             total += math.log(sim.output_tokens_per_s / p.output_tokens_per_s) ** 2
         if p.itl_ms:
@@ -108,7 +129,7 @@ def calibrate(dep: Deployment, points: Sequence[MeasuredPoint], *, start: StepKn
              "(the table's, added to TTFT)"]
     for p in points:
         sim = simulate_point(cfg, concurrency=p.concurrency, input_len=p.input_len, output_len=p.output_len,
-                             num_requests=_calib_requests(p.concurrency))
+                             num_requests=_requests_for(p))
         itl = f", ITL {sim.itl_ms_p50:.1f} ms vs {p.itl_ms:.1f}" if p.itl_ms else ""
         tput = (f"{sim.output_tokens_per_s:.0f} vs measured {p.output_tokens_per_s:.0f} output tok/s"
                 if p.output_tokens_per_s else f"{sim.output_tokens_per_s:.0f} output tok/s (not measured)")
@@ -146,6 +167,11 @@ def _median(summary: dict[str, Any], metric: str) -> float | None:
     return float(v) if v else None
 
 
+def _completed(summary: dict[str, Any]) -> int | None:
+    v = (summary.get("requests") or {}).get("completed")
+    return int(v) if v else None
+
+
 def _opt(row: dict[str, Any], key: str) -> float | None:
     return float(row[key]) if row.get(key) else None
 
@@ -153,7 +179,7 @@ def _opt(row: dict[str, Any], key: str) -> float | None:
 def load_measurements(path: str | Path) -> list[MeasuredPoint]:
     """I/O edge: measured points from servebench result dirs (every summary.json below `path`) or from a
     YAML/JSON file: a list (or {points: [...]}) of {concurrency, input_len, output_len, and any of
-    output_tokens_per_s, itl_ms, ttft_ms, ttft_ms_at_least}."""
+    output_tokens_per_s, itl_ms, ttft_ms, ttft_ms_at_least, num_requests}."""
     p = Path(path)
     pts: list[MeasuredPoint] = []
     try:
@@ -164,7 +190,8 @@ def load_measurements(path: str | Path) -> list[MeasuredPoint]:
                     concurrency=int(d["load"]["concurrency"]), input_len=int(d["workload"]["input_len"]),
                     output_len=int(d["workload"]["output_len"]),
                     output_tokens_per_s=float(d["throughput"]["output_tokens_per_s"]),
-                    itl_ms=_median(d, "itl"), ttft_ms=_median(d, "ttft")))
+                    itl_ms=_median(d, "itl"), ttft_ms=_median(d, "ttft"),
+                    num_requests=_completed(d)))
         else:
             data = yaml.safe_load(p.read_text(encoding="utf-8"))
             rows = data.get("points", []) if isinstance(data, dict) else data
@@ -172,7 +199,8 @@ def load_measurements(path: str | Path) -> list[MeasuredPoint]:
                 pt = MeasuredPoint(concurrency=int(r["concurrency"]), input_len=int(r["input_len"]),
                                    output_len=int(r["output_len"]), output_tokens_per_s=_opt(r, "output_tokens_per_s"),
                                    itl_ms=_opt(r, "itl_ms"), ttft_ms=_opt(r, "ttft_ms"),
-                                   ttft_ms_at_least=_opt(r, "ttft_ms_at_least"))
+                                   ttft_ms_at_least=_opt(r, "ttft_ms_at_least"),
+                                   num_requests=int(r["num_requests"]) if r.get("num_requests") else None)
                 if not pt.measures_something():
                     raise ValueError(f"the point {r} measures nothing (give output_tokens_per_s, itl_ms, ttft_ms "
                                      "or ttft_ms_at_least)")
