@@ -8,6 +8,7 @@ regression test in tests/unit/test_validate.py):
     .venv/bin/python benchmarks/plan_validate.py --refit --warm --iterations 2
                       # refit every knob, each table from its committed values (the committed calibration)
     .venv/bin/python benchmarks/plan_validate.py --json out.json --quiet
+    .venv/bin/python benchmarks/plan_validate.py --quiet --by-source   # docs/plan.md's by-source table
 
 Every corpus point is predicted twice: with the knobs fitted on all sources ("train") and with the
 knobs fitted with its own source left out ("held-out", leave-one-source-out). Prints predicted vs
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from servebench.deploy.calibration import Calibration, corpus_digest, dump_calibration, load_calibration
 from servebench.plan.corpus import corpus_files, load_corpus
-from servebench.plan.fitting import fit_table, knob_sources, loso, published_bands, summarize
+from servebench.plan.fitting import by_source, fit_table, knob_sources, loso, published_bands, summarize
 from servebench.plan.validate import METRICS, Predictor, evaluate
 
 BOUNDS = {"tok_s": 0.20, "itl": 0.25, "ttft": 0.25}
@@ -54,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tol", type=float, default=0.01,
                     help="with --refit: a fit stops after an iteration that improves its loss by less than this "
                          "share of it [0.01]")
+    ap.add_argument("--by-source", action="store_true",
+                    help="print the median errors by source document as a markdown table (docs/plan.md's)")
     ap.add_argument("--publish", action="store_true",
                     help="write the held-out figures into the calibration (plan's uncertainty band; --refit does)")
     args = ap.parse_args(argv)
@@ -106,6 +109,12 @@ def main(argv: list[str] | None = None) -> int:
                 e_tr, e_ho = tr.error(m), ho.error(m)
                 print(f"{tr.point.key[:70]:70} {s.label[:58]:58} {m:6} {_fmt(val):>9} ({stat[:14]:14}) "
                       f"{_fmt(tr.predicted[m]):>9} {e_tr:+5.0%} {_fmt(ho.predicted[m]):>9} {e_ho:+5.0%}")
+    if args.by_source:
+        print("\n| source | metric | n | train median abs error | held-out median abs error | held-out median signed |"
+              "\n|---|---|---:|---:|---:|---:|")
+        for r in by_source(train, held):
+            print(f"| {r['source']} | {r['metric']} | {r['n']} | {r['train']:.0%} | {r['held_out']:.0%} "
+                  f"| {r['held_out_signed']:+.0%} |")
     ok = True
     single = {n: v[0] for n, v in knob_sources(pred).items() if len(v) == 1}
     print("\nknobs informed by one source only (when it is held out: an engine family's knob at the geometric "

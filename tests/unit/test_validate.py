@@ -480,6 +480,27 @@ def test_prompt_steps_launch_cost_is_per_family_times_class() -> None:
     assert _with_unseen_families(t)["pfl.arch.mla-moe-late"] == 5.0
 
 
+def test_by_source_rows_are_each_documents_medians() -> None:
+    """`fitting.by_source`: one row per source and measured metric, with its point count, the median
+    |error| in the fit and held out, and the held-out median signed error; a metric a source did not
+    measure has no row."""
+    from servebench.plan.fitting import by_source
+    from servebench.plan.validate import PointResult
+
+    other = dataclasses.replace(SRC, id="other")
+    pts = [_point(id=f"p{i}") for i in range(3)] + [_point(source=other, id="q")]
+    meas = {"tok_s": ("output_tok_s", 100.0), "ttft": ("ttft_ms_mean", 20.0)}
+    train = [PointResult(p, meas, {"tok_s": 100.0 + 10 * i, "ttft": 20.0}) for i, p in enumerate(pts)]
+    held = [PointResult(p, meas, {"tok_s": v, "ttft": 10.0}) for p, v in zip(pts, (80.0, 130.0, 90.0, 150.0))]
+    rows = {(r["source"], r["metric"]): r for r in by_source(train, held)}
+    assert set(rows) == {("hand", "tok_s"), ("hand", "ttft"), ("other", "tok_s"), ("other", "ttft")}
+    hand = rows[("hand", "tok_s")]
+    assert hand["n"] == 3 and hand["train"] == pytest.approx(0.10) and hand["held_out"] == pytest.approx(0.20)
+    assert hand["held_out_signed"] == pytest.approx(-0.10)
+    assert rows[("other", "tok_s")]["held_out_signed"] == pytest.approx(0.5)
+    assert rows[("hand", "ttft")]["held_out"] == pytest.approx(0.5) and rows[("hand", "ttft")]["train"] == 0.0
+
+
 def test_compute_efficiency_is_per_family_generation_and_class() -> None:
     """compute_efficiency = comp.base x comp.gpu.<gen> x comp.eng.<family> [x comp.arch.<class> for an MoE
     class]; the DeepSeek release classes read mla-moe's factor where a table lacks theirs (resolve and

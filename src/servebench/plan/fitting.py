@@ -282,6 +282,22 @@ def summarize(train: Sequence[PointResult], held_out: Sequence[PointResult], tot
     return out
 
 
+def by_source(train: Sequence[PointResult], held_out: Sequence[PointResult]) -> list[dict[str, object]]:
+    """Per source document and metric (the rows of docs/plan.md's by-source table): points, the median
+    |error| in the fit and held out, and the held-out median signed error (which way the model misses)."""
+    rows: list[dict[str, object]] = []
+    for src in sorted({r.point.source.id for r in held_out}):
+        tr = [r for r in train if r.point.source.id == src]
+        ho = [r for r in held_out if r.point.source.id == src]
+        for m in METRICS:
+            signed = [e for r in ho if (e := r.error(m)) is not None]
+            if not signed:
+                continue
+            rows.append({"source": src, "metric": m, "n": len(signed), "train": median_abs_error(tr, m)[0],
+                         "held_out": median_abs_error(ho, m)[0], "held_out_signed": statistics.median(signed)})
+    return rows
+
+
 # A mode's own held-out median is published (plan's band for a what-if point of that mode) only over at
 # least this many points; below it the band is the median over all modes.
 MODE_BAND_MIN_POINTS = 20
