@@ -183,7 +183,7 @@ def _with_unseen_families(table: dict[str, float]) -> dict[str, float]:
         for f in FAMILIES:
             out.setdefault(prefix + f, typical)
     # DeepSeek on SGLang before 0.4.3 (one source), or on the releases from 2025-H2: unseen, its layers cost
-    # what the other DeepSeek layers do
+    # and compute what the other DeepSeek layers do
     for prefix in ("layer.arch.", "pfl.arch.", "comp.arch."):
         if prefix + "mla-moe" in table:
             for cls in RELEASE_CLASSES:
