@@ -167,9 +167,8 @@ def _median(summary: dict[str, Any], metric: str) -> float | None:
     return float(v) if v else None
 
 
-def _completed(summary: dict[str, Any]) -> int | None:
-    v = (summary.get("requests") or {}).get("completed")
-    return int(v) if v else None
+def _opt_int(row: dict[str, Any], key: str) -> int | None:
+    return int(row[key]) if row.get(key) else None
 
 
 def _opt(row: dict[str, Any], key: str) -> float | None:
@@ -191,7 +190,7 @@ def load_measurements(path: str | Path) -> list[MeasuredPoint]:
                     output_len=int(d["workload"]["output_len"]),
                     output_tokens_per_s=float(d["throughput"]["output_tokens_per_s"]),
                     itl_ms=_median(d, "itl"), ttft_ms=_median(d, "ttft"),
-                    num_requests=_completed(d)))
+                    num_requests=_opt_int(d.get("requests") or {}, "completed")))
         else:
             data = yaml.safe_load(p.read_text(encoding="utf-8"))
             rows = data.get("points", []) if isinstance(data, dict) else data
@@ -200,7 +199,7 @@ def load_measurements(path: str | Path) -> list[MeasuredPoint]:
                                    output_len=int(r["output_len"]), output_tokens_per_s=_opt(r, "output_tokens_per_s"),
                                    itl_ms=_opt(r, "itl_ms"), ttft_ms=_opt(r, "ttft_ms"),
                                    ttft_ms_at_least=_opt(r, "ttft_ms_at_least"),
-                                   num_requests=int(r["num_requests"]) if r.get("num_requests") else None)
+                                   num_requests=_opt_int(r, "num_requests"))
                 if not pt.measures_something():
                     raise ValueError(f"the point {r} measures nothing (give output_tokens_per_s, itl_ms, ttft_ms "
                                      "or ttft_ms_at_least)")
