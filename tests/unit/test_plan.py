@@ -478,6 +478,22 @@ def test_inferencex_lengths_span_the_top_fifth_of_the_nominal_length() -> None:
     assert lengths.max_len("range-0.8", 1024, 0) == 1024
 
 
+def test_a_stated_fifteen_percent_spread_draws_lengths_around_the_stated_mean() -> None:
+    """`pm-0.15` (a source's "+/-15% variance", vllm bench serve --random-range-ratio 0.15): uniform
+    integers in [0.85 L, 1.15 L] with mean L, the longest 1.15 L; and identical 20k-token prompts at
+    concurrency 8, which the simulation keeps in lock-step waves, are no longer identical."""
+    import numpy as np
+
+    from servebench.plan import lengths
+
+    x = lengths.draw(np.random.default_rng(1), "pm-0.15", 20_000, 20_000, 0)
+    assert x.min() == 17_000 and x.max() == 23_000
+    assert x.mean() == pytest.approx(20_000, rel=0.01)
+    assert lengths.max_len("pm-0.15", 20_000, 0) == 23_000
+    pairs = lengths.draw_pairs("pm-0.15", "pm-0.15", 20_000, 2_000, 8)
+    assert len({p for p, _ in pairs}) == 8 and len({o for _, o in pairs}) == 8
+
+
 def _measured_by(dep: Deployment, knobs: object, concurrencies: tuple[int, ...]) -> list[MeasuredPoint]:
     """Points a deployment with other knobs than plan's 'measured' (the simulator's own answer, off by
     15% either way)."""

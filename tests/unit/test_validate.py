@@ -345,8 +345,9 @@ def test_committed_calibration_matches_the_corpus(validation: tuple[Predictor, C
 # their own (mla-moe-late, 2026-11-28) took them to 19.1 / 23.8 / 35.1% (its control refit: 19.6 / 26.5 / 36.0%);
 # compute efficiency per architecture class (comp.arch.<class>, 2026-11-28) to 18.5 / 23.3 / 33.6% (its control
 # refit: 19.1 / 23.8 / 36.5%), and two warm iterations of every table from those to 18.0 / 23.5 / 32.2% and
-# 17.7 / 23.2 / 31.7%.
-NO_REGRESSION = {"tok_s": 0.181, "itl": 0.237, "ttft": 0.322}
+# 17.7 / 23.2 / 31.7%. The vLLM blog's stated +/-15% length spread (a correction of fact, pm-0.15; the
+# first-token knobs refitted) took TTFT to 31.3%.
+NO_REGRESSION = {"tok_s": 0.181, "itl": 0.237, "ttft": 0.318}
 
 
 def _held_out(validation: tuple[Predictor, Calibration]) -> dict[str, float]:
@@ -373,7 +374,7 @@ def test_held_out_error_does_not_regress(validation: tuple[Predictor, Calibratio
         assert got[m] <= NO_REGRESSION[m], f"{m}: held-out median |error| {got[m]:.1%} > {NO_REGRESSION[m]:.0%}"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13 bounds not met (held-out 17.7% / 23.2% / 31.7% on 594 of 643 "
+@pytest.mark.xfail(strict=True, reason="issue 13 bounds not met (held-out 17.7% / 23.2% / 31.3% on 594 of 643 "
                                         "points: output tok/s and ITL within their bounds, TTFT over); docs/plan.md")
 def test_held_out_error_within_the_issue_bounds(validation: tuple[Predictor, Calibration]) -> None:
     got = _held_out(validation)

@@ -29,7 +29,7 @@ __all__ = ["Source", "CorpusPoint", "load_corpus", "corpus_files", "parse_source
            "LENGTH_DISTS", "HARNESSES", "ITL_COUNTS"]
 
 MODES = ("offline", "closed", "rate")
-LENGTH_DISTS = ("", "fixed", "uniform", "lognormal", "range-0.8")
+LENGTH_DISTS = ("", "fixed", "uniform", "lognormal", "range-0.8", "pm-0.15")
 # How the source's tool reached the engine: "server" = requests over HTTP to the engine's API server
 # (vllm bench serve, SGLang bench_serving, even at request rate inf), "inprocess" = the engine's own
 # offline benchmark (vLLM benchmark_throughput / the LLM class, trtllm-bench, MLPerf's harness).
@@ -110,7 +110,8 @@ class CorpusPoint:
     # SGLang's bench_serving random dataset with its default --random-range-ratio 0 draws every input
     # and output length uniformly in [1, L]: `uniform`. InferenceX's benchmark_serving draws them
     # uniformly in [0.8 L, L] (--random-range-ratio 0.8 in its workflow): `range-0.8`, whose stated
-    # length is the nominal L, not the mean (0.9 L).
+    # length is the nominal L, not the mean (0.9 L). A source stating "+/-15%" around its lengths:
+    # `pm-0.15`, uniform in [0.85 L, 1.15 L].
     length_dist: str = ""
 
     @property

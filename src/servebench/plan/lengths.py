@@ -62,10 +62,13 @@ def distributions(p: CorpusPoint) -> tuple[str, str]:
     return "fixed", ("uniform" if varied else "fixed")
 
 
-# `range-0.8`: lengths uniform on [0.8 L, L] around a nominal L (the sampler of InferenceX's
-# utils/bench_serving/benchmark_serving.py, sample_random_requests, at the --random-range-ratio 0.8 its
-# benchmark workflow sets); the stated length is L and the mean 0.9 L.
-_RANGE_LOW = {"range-0.8": 0.8}
+# Lengths uniform on [lo L, hi L] around a stated L:
+# - `range-0.8`: [0.8 L, L] around a nominal L (the sampler of InferenceX's
+#   utils/bench_serving/benchmark_serving.py, sample_random_requests, at the --random-range-ratio 0.8 its
+#   benchmark workflow sets); the stated length is L and the mean 0.9 L.
+# - `pm-0.15`: [0.85 L, 1.15 L], mean L (a source's "+/-15% variance" around its stated lengths, as
+#   `vllm bench serve --random-range-ratio 0.15` draws them).
+_RANGES = {"range-0.8": (0.8, 1.0), "pm-0.15": (0.85, 1.15)}
 
 
 def max_len(dist: str, mean: int, cap: int) -> int:
@@ -74,19 +77,22 @@ def max_len(dist: str, mean: int, cap: int) -> int:
         return 2 * mean
     if dist == "lognormal":
         return cap
+    if dist in _RANGES:
+        return int(mean * _RANGES[dist][1])
     return mean
 
 
 def draw(rng: np.random.Generator, dist: str, mean: int, n: int, cap: np.ndarray | int) -> np.ndarray:
     """n integer lengths with (close to) the given mean: fixed, uniform on [1, 2 mean - 1], or a
     lognormal clipped to [4, cap] and rescaled to the mean; `range-0.8` on [0.8 mean, mean] (there
-    `mean` is the nominal length)."""
+    `mean` is the nominal length), `pm-0.15` on [0.85 mean, 1.15 mean]."""
     if dist == "fixed" or n == 0:
         return np.full(n, mean, dtype=np.int64)
     if dist == "uniform":
         return rng.integers(1, max(2, 2 * mean), size=n)
-    if dist in _RANGE_LOW:
-        return rng.integers(int(mean * _RANGE_LOW[dist]), mean + 1, size=n)
+    if dist in _RANGES:
+        lo, hi = _RANGES[dist]
+        return rng.integers(int(mean * lo), int(mean * hi) + 1, size=n)
     x = rng.lognormal(math.log(mean) - _SHAREGPT_SIGMA ** 2 / 2, _SHAREGPT_SIGMA, size=n)
     for _ in range(3):  # clipping lowers the mean: rescale and clip again
         x = np.clip(x, _SHAREGPT_MIN, cap)
