@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from servebench.plan.validate import METRICS, PointResult, Predictor
-from servebench.sim.knobs import DEFAULT_KNOBS, FAMILIES, RELEASE_CLASSES
+from servebench.sim.knobs import DEFAULT_KNOBS, FAMILIES, PINNED, RELEASE_CLASSES
 
 # --- fitting ----------------------------------------------------------------------------------------
 _WEIGHTS = {"tok_s": 1.0, "itl": 1.0, "ttft": 0.5}
@@ -54,7 +54,7 @@ def _fit_names(pred: Predictor, keys: Sequence[str]) -> list[str]:
             names.update(("comm.prefill", f"comm.prefill.gpu.{s.generation}"))
         if s.served:
             names.add(f"admit.eng.{s.family}")
-    return sorted(names)
+    return sorted(names - PINNED.keys())
 
 
 def knob_sources(pred: Predictor) -> dict[str, list[str]]:

@@ -36,8 +36,12 @@ fit has not seen falls back to the base (factor 1)::
                                                messages are thousands of tokens x hidden: large
                                                messages reach most of the bus bandwidth, small ones
                                                a fraction (nccl-tests PERFORMANCE.md: bus bandwidth
-                                               by message size), so one share cannot serve both; a
-                                               factor per generation whose prior is 1)
+                                               by message size), so one share cannot serve both.
+                                               Not fitted where the bus bandwidth is published
+                                               (`PINNED`): all_reduce_perf at large sizes reaches
+                                               460-480 GB/s on 8xH100 SXM5 and 230-250 on 8xA100
+                                               SXM4, 0.52 and 0.40 of the catalogue's links;
+                                               Blackwell's and CDNA3's factors are fitted, prior 0.45)
     frontend_s         = admit.eng.<family>   (the API server's work per request before the engine
                                                sees it -- parsing, chat template, tokenization, the
                                                hand-off to the engine process -- which the requests
@@ -75,7 +79,7 @@ __all__ = ["StepKnobs", "EngineDefaults", "DEFAULT_KNOBS", "ENGINE_VERSIONS", "e
            "arch_class", "resolve_knobs", "engine_defaults", "sglang_max_running", "sglang_dp_prefill_chunk",
            "prefill_cap", "chunked_budget_switched_on", "prefix_caching_by_default", "graph_max_seqs",
            "mla_absorbed_prefix", "UNBOUNDED", "sglang_chunked_prefill_size", "sglang_speculative_max_running",
-           "knob_names_for",
+           "knob_names_for", "PINNED",
            "FAMILIES", "GENERATIONS", "ARCH_CLASSES", "RELEASE_CLASSES"]
 
 FAMILIES = ("vllm-v0", "vllm-v1", "sglang", "trtllm", "tgi")
@@ -118,10 +122,21 @@ DEFAULT_KNOBS: Mapping[str, float] = {
     "layer.arch.mla-moe-early": 1.0,
     "layer.arch.mla-moe-late": 1.0,
     "comm.eff": 0.7,
-    "comm.prefill": 0.45,
+    "comm.prefill.gpu.blackwell": 0.45,  # comm.prefill and the other generations' factors: PINNED
+    "comm.prefill.gpu.cdna3": 0.45,
     "comm.latency_s": 10e-6,
     "comm.latency_s.internode": 22e-6,
     "spec.accept": 0.85,
+}
+
+# Knobs set by published measurements instead of the fit (a table's value for them is ignored): the
+# share of the link a prompt step's large all-reduces reach, nccl-tests all_reduce_perf bus bandwidth
+# at large sizes on one node (460-480 GB/s on 8xH100 SXM5 of 900, 230-250 on 8xA100 SXM4 of 600;
+# alayanew's NCCL-tests guide, 2026-05, "Reference numbers"), H200 on the same NVLink 4 as H100.
+PINNED: Mapping[str, float] = {
+    "comm.prefill": 1.0,
+    "comm.prefill.gpu.hopper": 470 / 900,
+    "comm.prefill.gpu.ampere": 240 / 600,
 }
 
 
@@ -245,6 +260,8 @@ def _clip(x: float, lo: float, hi: float) -> float:
 def resolve_knobs(table: Mapping[str, float], family: str, generation: str, arch: str) -> StepKnobs:
     """Knobs of one deployment from a fitted table (missing entries: `DEFAULT_KNOBS`, factors 1)."""
     def get(name: str, default: float = 1.0) -> float:
+        if name in PINNED:
+            return PINNED[name]
         return float(table.get(name, DEFAULT_KNOBS.get(name, default)))
 
     def arch_factor(prefix: str) -> float:  # a release class a table does not hold reads mla-moe's factor
