@@ -348,8 +348,8 @@ def test_committed_calibration_matches_the_corpus(validation: tuple[Predictor, C
 # 17.7 / 23.2 / 31.7%. The vLLM blog's stated +/-15% length spread (a correction of fact, pm-0.15; the
 # first-token knobs refitted) took TTFT to 31.3%; prompt tokens' all-reduce at the measured NCCL bus
 # bandwidth on Hopper and Ampere (`sim.knobs.PINNED`, 2026-11-28) to 17.8 / 23.0 / 29.7% (its control, the
-# same warm iteration without it: 17.6 / 23.5 / 31.4%).
-NO_REGRESSION = {"tok_s": 0.182, "itl": 0.235, "ttft": 0.301}
+# same warm iteration without it: 17.6 / 23.5 / 31.4%), and a second warm iteration to 17.2 / 23.0 / 29.4%.
+NO_REGRESSION = {"tok_s": 0.177, "itl": 0.235, "ttft": 0.299}
 
 
 def _held_out(validation: tuple[Predictor, Calibration]) -> dict[str, float]:
@@ -376,7 +376,7 @@ def test_held_out_error_does_not_regress(validation: tuple[Predictor, Calibratio
         assert got[m] <= NO_REGRESSION[m], f"{m}: held-out median |error| {got[m]:.1%} > {NO_REGRESSION[m]:.0%}"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13 bounds not met (held-out 17.8% / 23.0% / 29.7% on 594 of 643 "
+@pytest.mark.xfail(strict=True, reason="issue 13 bounds not met (held-out 17.2% / 23.0% / 29.4% on 594 of 643 "
                                         "points: output tok/s and ITL within their bounds, TTFT over); docs/plan.md")
 def test_held_out_error_within_the_issue_bounds(validation: tuple[Predictor, Calibration]) -> None:
     got = _held_out(validation)
