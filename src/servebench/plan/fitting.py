@@ -51,7 +51,7 @@ def _fit_names(pred: Predictor, keys: Sequence[str]) -> list[str]:
         if s.base.cost.internode_collectives:
             names.add("comm.latency_s.internode")
         if s.base.cost.comm_bytes_per_token:
-            names.update(("comm.prefill", f"comm.prefill.gpu.{s.generation}"))
+            names.add(f"comm.prefill.gpu.{s.generation}")
         if s.served:
             names.add(f"admit.eng.{s.family}")
     return sorted(names - PINNED.keys())

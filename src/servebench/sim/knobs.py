@@ -31,7 +31,7 @@ fit has not seen falls back to the base (factor 1)::
     comm_efficiency    = comm.eff * comm.gpu.<gen>  (share of the scale-up link bandwidth a collective
                                                reaches with decode's small messages: NVLink/NVSwitch
                                                and AMD's xGMI full mesh differ)
-    comm_prefill_efficiency = comm.prefill * comm.prefill.gpu.<gen>
+    comm_prefill_efficiency = comm.prefill.gpu.<gen>
                                               (the same share for prompt tokens, whose all-reduce
                                                messages are thousands of tokens x hidden: large
                                                messages reach most of the bus bandwidth, small ones
@@ -122,7 +122,7 @@ DEFAULT_KNOBS: Mapping[str, float] = {
     "layer.arch.mla-moe-early": 1.0,
     "layer.arch.mla-moe-late": 1.0,
     "comm.eff": 0.7,
-    "comm.prefill.gpu.blackwell": 0.45,  # comm.prefill and the other generations' factors: PINNED
+    "comm.prefill.gpu.blackwell": 0.45,  # Hopper's and Ampere's: PINNED
     "comm.prefill.gpu.cdna3": 0.45,
     "comm.latency_s": 10e-6,
     "comm.latency_s.internode": 22e-6,
@@ -134,7 +134,6 @@ DEFAULT_KNOBS: Mapping[str, float] = {
 # at large sizes on one node (460-480 GB/s on 8xH100 SXM5 of 900, 230-250 on 8xA100 SXM4 of 600;
 # alayanew's NCCL-tests guide, 2026-05, "Reference numbers"), H200 on the same NVLink 4 as H100.
 PINNED: Mapping[str, float] = {
-    "comm.prefill": 1.0,
     "comm.prefill.gpu.hopper": 470 / 900,
     "comm.prefill.gpu.ampere": 240 / 600,
 }
@@ -249,7 +248,7 @@ def knob_names_for(family: str, generation: str, arch: str) -> tuple[str, ...]:
             *((f"layer.arch.{arch}",) if arch != "dense" else ()),
             f"pfl.eng.{family}", *((f"pfl.arch.{arch}",) if arch != "dense" else ()),
             f"seq.eng.{family}", "ttft.base", f"ttft.eng.{family}", f"admit.eng.{family}",
-            "comm.eff", f"comm.gpu.{generation}", "comm.latency_s", "comm.latency_s.internode", "comm.prefill",
+            "comm.eff", f"comm.gpu.{generation}", "comm.latency_s", "comm.latency_s.internode",
             f"comm.prefill.gpu.{generation}", "spec.accept")
 
 
@@ -281,7 +280,7 @@ def resolve_knobs(table: Mapping[str, float], family: str, generation: str, arch
         * (arch_factor("pfl.arch.") if arch != "dense" else 1.0),
         first_token_s=get("ttft.base") * get(f"ttft.eng.{family}"),
         comm_efficiency=_clip(get("comm.eff") * get(f"comm.gpu.{generation}"), 0.02, 1.0),
-        comm_prefill_efficiency=_clip(get("comm.prefill") * get(f"comm.prefill.gpu.{generation}"), 0.02, 1.0),
+        comm_prefill_efficiency=_clip(get(f"comm.prefill.gpu.{generation}"), 0.02, 1.0),
         frontend_s=get(f"admit.eng.{family}", 2e-3),
         collective_s=get("comm.latency_s"),
         internode_collective_s=get("comm.latency_s.internode"),
