@@ -119,7 +119,7 @@ def test_calibration_on_seed_low_concurrency_predicts_c100_within_10pct() -> Non
     # seed 001 (test-only; vLLM 0.7.3, DeepSeek-V3-AWQ, 8xH100, 1024 in / 256 out), concurrency <= 15:
     # c=1 ~33 tok/s, ITL ~30 ms; c=5 ~103 tok/s, ~46 ms; c=15 ~245 tok/s, ~50 ms; "when the concurrency
     # reaches 8, the first token does not appear until after 1 second" (a lower bound). Measured at
-    # c=100: ~620 tok/s. The model predicts 652 (+5%) since compute efficiency has a factor per architecture
+    # c=100: ~620 tok/s. The model predicts 650 (+5%) since compute efficiency has a factor per architecture
     # class (comp.arch.mla-moe 0.55 for DeepSeek on the 2025-H1 releases, fitted on the corpus, never on the
     # seeds); 749 (+21%) before it, an xfail from the 580-point refit until then (docs/plan.md).
     dep, _m = _awq_deployment()

@@ -349,7 +349,10 @@ def test_committed_calibration_matches_the_corpus(validation: tuple[Predictor, C
 # first-token knobs refitted) took TTFT to 31.3%; prompt tokens' all-reduce at the measured NCCL bus
 # bandwidth on Hopper and Ampere (`sim.knobs.PINNED`, 2026-11-28) to 17.8 / 23.0 / 29.7% (its control, the
 # same warm iteration without it: 17.6 / 23.5 / 31.4%), and a second warm iteration to 17.2 / 23.0 / 29.4%.
-NO_REGRESSION = {"tok_s": 0.177, "itl": 0.235, "ttft": 0.299}
+# The NIM page's other 70 rows of version 1.8.0 (2026-11-29, a corpus addition and one warm iteration of
+# every table) took them to 16.7 / 20.4 / 32.9% on 664 of 713 points: NIM's TTFTs are held out at +124%
+# (fixed-length closed loops that stay in lock-step waves in the simulation; docs/plan.md).
+NO_REGRESSION = {"tok_s": 0.172, "itl": 0.209, "ttft": 0.334}
 
 
 def _held_out(validation: tuple[Predictor, Calibration]) -> dict[str, float]:
@@ -376,7 +379,7 @@ def test_held_out_error_does_not_regress(validation: tuple[Predictor, Calibratio
         assert got[m] <= NO_REGRESSION[m], f"{m}: held-out median |error| {got[m]:.1%} > {NO_REGRESSION[m]:.0%}"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13 bounds not met (held-out 17.2% / 23.0% / 29.4% on 594 of 643 "
+@pytest.mark.xfail(strict=True, reason="issue 13 bounds not met (held-out 16.7% / 20.4% / 32.9% on 664 of 713 "
                                         "points: output tok/s and ITL within their bounds, TTFT over); docs/plan.md")
 def test_held_out_error_within_the_issue_bounds(validation: tuple[Predictor, Calibration]) -> None:
     got = _held_out(validation)
