@@ -22,7 +22,6 @@ import sys
 from servebench.deploy.calibration import load_calibration
 from servebench.plan import validate
 from servebench.plan.corpus import load_corpus
-from servebench.sim.request import SimRequest
 from servebench.sim.simulate import simulate
 
 
@@ -52,8 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         base = dataclasses.replace(s.base, max_num_batched_tokens=budget,
                                    max_num_seqs=min(s.base.max_num_seqs, budget))
         run_s = dataclasses.replace(s, base=base)
-        cfg = validate._engine_for(run_s, validate._sim_knobs(run_s, knobs))
-        reqs = [SimRequest(id=i, prompt_len=a, max_tokens=o) for i, (a, o) in enumerate(validate._lengths(run_s))]
+        sim_knobs = validate._sim_knobs(run_s, knobs)
+        cfg = validate._engine_for(run_s, sim_knobs)
+        reqs, _ = validate.sim_requests(run_s, sim_knobs)  # the requests `predict` runs
         run = simulate(cfg, reqs, concurrency=s.concurrency)
         ttft = [run.first_token_s(r) - r.arrival_s + knobs.first_token_s for r in reqs]
         print(f"\nbatch token budget {budget} (front end {1e3 * cfg.frontend_s:.1f} ms a request, "

@@ -64,7 +64,7 @@ from servebench.sim.profile import step_cost
 from servebench.sim.request import SimRequest
 from servebench.sim.simulate import SimRun, simulate
 
-__all__ = ["METRICS", "Setting", "Prediction", "PointResult", "setting_for", "measured_for", "predict",
+__all__ = ["METRICS", "Setting", "Prediction", "PointResult", "setting_for", "measured_for", "predict", "sim_requests",
            "evaluate", "Predictor"]
 
 METRICS = ("tok_s", "itl", "ttft")
@@ -395,37 +395,40 @@ def decode_worker(cfg: EngineConfig) -> EngineConfig:
                                                           cfg.max_num_seqs * cfg.max_model_len))
 
 
+def sim_requests(s: Setting, knobs: StepKnobs) -> tuple[list[SimRequest], list[int]]:
+    """The requests `predict` runs for `s`, seeded, and their output tokens: each request's prompt,
+    its engine steps (an MTP verify step emits `_accept_len` tokens on average) and, for a rate point,
+    its Poisson send time. Attention-DP ranks of a MoE in lock-step (sim.lockstep) each carry the whole
+    point's load (the setting's share x its replicas) behind one API server; otherwise one replica's."""
+    accept = _accept_len(s.draft_tokens, knobs.mtp_accept) if s.draft_tokens else 1.0
+    whole = s.replicas if s.lockstep > 1 else 1.0
+    n = max(1, round(s.requests * whole))
+    pairs = _lengths(s, n)
+    reqs = [SimRequest(id=i, prompt_len=a, max_tokens=max(1, math.ceil(o / accept))) for i, (a, o) in enumerate(pairs)]
+    if s.mode == "rate" and s.rate:
+        rng = np.random.default_rng(lengths.SEED)
+        for r, t in zip(reqs, np.cumsum(rng.exponential(1.0 / (s.rate * whole), size=n))):
+            r.arrival_s = float(t)
+    return reqs, [o for _, o in pairs]
+
+
 def predict(s: Setting, knobs: StepKnobs) -> Prediction:
     """Simulate the setting on a virtual clock with these knobs."""
     cfg = _engine_for(s, knobs)
     accept = _accept_len(s.draft_tokens, knobs.mtp_accept) if s.draft_tokens else 1.0
-    # attention-DP ranks of a MoE in lock-step (sim.lockstep): every rank with the whole point's load (the
-    # setting's share x its replicas) behind one API server; otherwise one replica with its share
     whole = s.replicas if s.lockstep > 1 else 1.0
-    n = max(1, round(s.requests * whole))
-    pairs = _lengths(s, n)
-    outs = [o for _, o in pairs]
-    steps = [max(1, math.ceil(o / accept)) for o in outs]
-    arrivals: np.ndarray | None = None
-    if s.mode == "rate" and s.rate:
-        rng = np.random.default_rng(lengths.SEED)
-        arrivals = np.cumsum(rng.exponential(1.0 / (s.rate * whole), size=n))
+    reqs, outs = sim_requests(s, knobs)
     conc = round(s.concurrency * whole) if (s.mode == "closed" and s.concurrency) else None
     if s.disagg:
         dec = decode_worker(cfg)
         # the prompt's KV crosses the scale-up link, each TP rank its own shard, at the collectives' bandwidth
         per_tok = cfg.cost.kv_bytes_per_token / (s.comm_intra_bytes_per_s * knobs.comm_efficiency)
-        drun = simulate_disagg(cfg, dec, s.disagg[0], s.disagg[1], list(zip([i for i, _ in pairs], steps)),
-                               concurrency=conc, arrivals_s=None if conc else
-                               ([float(x) for x in arrivals] if arrivals is not None else [0.0] * n),
+        drun = simulate_disagg(cfg, dec, s.disagg[0], s.disagg[1], [(r.prompt_len, r.max_tokens) for r in reqs],
+                               concurrency=conc, arrivals_s=None if conc else [r.arrival_s for r in reqs],
                                transfer_s_per_token=per_tok)
         out = _summary(drun.arrival_s, drun.first_token_s, drun.end_s, outs, drun.duration_s,
                        drun.median_itl_s(), s.replicas, accept, s.stream_interval, s.itl_per_token)
         return _with_first_token(out, knobs.first_token_s)
-    reqs = [SimRequest(id=i, prompt_len=a, max_tokens=st) for i, ((a, _), st) in enumerate(zip(pairs, steps))]
-    if arrivals is not None:
-        for r, a in zip(reqs, arrivals):
-            r.arrival_s = float(a)
     run: SimRun | LockstepRun
     if s.lockstep > 1:
         run = simulate_lockstep(dataclasses.replace(cfg, frontend_s=knobs.frontend_s if s.served else 0.0), reqs,
