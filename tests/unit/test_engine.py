@@ -123,6 +123,33 @@ def test_preemption_when_kv_runs_out_and_no_request_lost() -> None:
     assert run.stats.kv_usage == 0.0  # every block returned
 
 
+def test_a_full_reserve_runs_what_fits_at_full_length_and_never_preempts() -> None:
+    """TensorRT-LLM's GUARANTEED_NO_EVICT (`reserve_output` 1): a request starts only when its prompt
+    + max_tokens fit beside the running requests' (15 blocks each of 60 here: 4 at a time), so the load
+    that makes a vLLM-style engine preempt (the test above) runs without a preemption, 4 at a time.
+    SGLang's 0.7 sets aside 11 blocks a request: 5 start, and their growth past that preempts."""
+    for reserve, most in ((1.0, 4), (0.7, 5)):
+        cfg = config(max_num_seqs=32, kv_blocks=60, reserve_output=reserve)
+        assert cfg.reserve_blocks(32, 200) == (15 if reserve == 1.0 else 11)
+        eng = Engine(cfg)
+        reqs = [SimRequest(i, 32, 200) for i in range(24)]
+        for r in reqs:
+            eng.add(r)
+        now, running, finished = 0.0, [], 0
+        while (res := eng.step(now)) is not None:
+            now += res.duration_s
+            running.append(eng.stats.running)
+            finished += len(res.finished)
+        assert finished == 24 and eng.stats.kv_usage == 0.0 and eng._reserved == 0
+        assert max(running[:5]) == most  # the first admissions: as many as their reserves allow
+        if reserve == 1.0:
+            assert eng.stats.preemptions == 0 and max(running) == 4
+        else:
+            assert eng.stats.preemptions > 0
+    with pytest.raises(ValueError, match="reserve_output"):
+        config(reserve_output=1.5)
+
+
 def test_a_preempted_request_finds_its_own_prompt_blocks_again_with_prefix_caching_on() -> None:
     """vLLM V1 frees a preempted request's blocks into the prefix cache and looks its prompt up again on
     re-admission (`get_computed_blocks`); SGLang keeps a retracted prompt in its radix tree. A prompt
@@ -305,12 +332,12 @@ def _used_blocks_from_requests(eng: Engine) -> int:
     return private + shared
 
 
-@pytest.mark.parametrize("extra", [0, 3])
+@pytest.mark.parametrize(("extra", "reserve"), [(0, 0.0), (3, 0.0), (0, 1.0), (3, 0.7)])
 @pytest.mark.parametrize("seed", range(6))
-def test_block_accounting_invariant_under_random_load(seed: int, extra: int) -> None:
+def test_block_accounting_invariant_under_random_load(seed: int, extra: int, reserve: float) -> None:
     rng = random.Random(seed)
     cfg = config(max_num_seqs=12, kv_blocks=rng.choice([40, 80, 200]), max_num_batched_tokens=rng.choice([64, 256]),
-                 seq_overhead_blocks=extra)
+                 seq_overhead_blocks=extra, reserve_output=reserve)
     eng = Engine(cfg)
     prefixes = [[rng.randrange(50_000) for _ in range(96)] for _ in range(3)]
     live: list[SimRequest] = []
@@ -338,6 +365,9 @@ def test_block_accounting_invariant_under_random_load(seed: int, extra: int) -> 
         assert used == _used_blocks_from_requests(eng)
         assert eng.pool.free >= 0 and used <= cfg.kv_blocks
         assert st.running <= cfg.max_num_seqs
+        # what the running requests set aside is the sum of their reserves, within the cache
+        assert eng._reserved == sum(r.reserved for r in eng._running) <= cfg.kv_blocks
+        assert all(r.reserved > 0 for r in eng._running) == (reserve > 0) or not eng._running
         for r in live:  # the cached blocks of a chain are a prefix of it (what the bisection relies on)
             names = r.prefix_hashes or ()
             cached = [h in eng.pool.table for h in names]
@@ -377,10 +407,10 @@ def test_decode_run_prices_each_step_as_step_does(cost: StepCost) -> None:
     assert fast == slow
 
 
-@pytest.mark.parametrize("extra", [0, 2])
+@pytest.mark.parametrize(("extra", "reserve"), [(0, 0.0), (2, 0.0), (0, 1.0), (2, 0.7)])
 @pytest.mark.parametrize("concurrency", [None, 1, 7, 40])
-def test_decode_fast_path_is_exact(concurrency: int | None, extra: int) -> None:
-    cfg = config(max_num_seqs=16, kv_blocks=120, seq_overhead_blocks=extra)
+def test_decode_fast_path_is_exact(concurrency: int | None, extra: int, reserve: float) -> None:
+    cfg = config(max_num_seqs=16, kv_blocks=120, seq_overhead_blocks=extra, reserve_output=reserve)
 
     def mk() -> list[SimRequest]:
         rng = random.Random(5)

@@ -4,6 +4,7 @@ arithmetic, the fit, and the held-out accuracy of the committed calibration (a r
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
@@ -23,7 +24,7 @@ from servebench.plan.validate import (
 from servebench.sim import catalog, memory
 from servebench.sim.config import EngineConfig
 from servebench.sim.disagg import simulate_disagg
-from servebench.sim.knobs import DEFAULT_KNOBS, arch_class, resolve_knobs
+from servebench.sim.knobs import DEFAULT_KNOBS, admission_reserve, arch_class, resolve_knobs
 from servebench.sim.steptime import StepCost, StepShape, step_time_s
 
 SRC = Source(id="hand", title="hand-made", url="https://example.org/x", publisher="test", date="2025-01-01",
@@ -430,6 +431,28 @@ def test_validation_and_deployment_state_one_engine() -> None:
         assert step_time_s(mine, shape) == pytest.approx(step_time_s(theirs, shape), rel=1e-6)
 
 
+@pytest.mark.parametrize(("corpus_engine", "version", "engine", "reserve"), [
+    ("trtllm", "1.0.0", "trtllm", 1.0), ("sglang", "0.5.2", "sglang", 0.7), ("vllm", "0.10.0", "vllm", 0.0)])
+def test_validation_plan_and_emulator_admit_by_one_rule(corpus_engine: str, version: str, engine: str,
+                                                        reserve: float) -> None:
+    """One answer: the KV an engine sets aside when it admits a request (TensorRT-LLM's
+    GUARANTEED_NO_EVICT: prompt + max_tokens; SGLang's new_token_ratio 0.7; vLLM none) is one field of
+    the engine (`EngineConfig.reserve_output`), stated alike for a corpus point and for the deployment
+    plan's what-if and the emulator run, so the batch a KV-bound load holds is the one the validation
+    checked. At 1000/1000 on one H100 the reserve caps the batch below the sequence limit."""
+    from servebench.deploy.deployment import Deployment
+
+    p = _point(engine=corpus_engine, engine_version=version, concurrency=512, num_prompts=1024,
+               input_len=1000, output_len=1000)
+    s = Predictor([p]).settings[p.key]
+    dep = Deployment.build(model="Llama-3.1-8B", gpu="h100", gpus=1, engine=engine,
+                           max_model_len=s.base.max_model_len)
+    assert s.base.reserve_output == dep.engine_config().reserve_output == admission_reserve(s.family) == reserve
+    if reserve:
+        held = s.base.kv_blocks // s.base.reserve_blocks(1000, 1000)
+        assert held < 512 <= s.base.max_num_seqs  # the reserve, not the sequence limit, bounds the batch
+
+
 def _engine_cost(s, k):  # type: ignore[no-untyped-def]
     from servebench.plan.validate import _engine_for
 
@@ -635,8 +658,11 @@ def test_sglang_request_pool_follows_its_kv_pool() -> None:
     s = Predictor([p]).settings[p.key]
     dep = Deployment.build(model="Llama-3.3-70B", gpu="h200", gpus=4, engine="sglang")
     assert dep.limits.max_num_seqs == 4096
-    # the point's pool is capped further by SGLang's reservation of 0.7 x max_new_tokens per request
-    assert s.base.max_num_seqs == min(4096, s.base.kv_tokens // (130 + int(0.7 * 255)))
+    assert s.base.max_num_seqs == 4096
+    # the batch is bounded further by SGLang's reservation of 0.7 x max_new_tokens per request, on the
+    # engine's admission (EngineConfig.reserve_output), for the point and the deployment alike
+    assert s.base.reserve_output == dep.engine_config().reserve_output == 0.7
+    assert s.base.reserve_blocks(130, 255) == -(-(130 + math.ceil(0.7 * 255)) // 16)
 
 
 def test_context_length_comes_from_the_config() -> None:

@@ -38,6 +38,7 @@ from servebench.sim.config import EngineConfig
 from servebench.sim.knobs import (
     ENGINE_VERSIONS,
     StepKnobs,
+    admission_reserve,
     arch_class,
     chunked_budget_switched_on,
     engine_defaults,
@@ -254,7 +255,8 @@ class Deployment:
                                 chunked_prefill=lim.chunked_prefill,
                                 mixed_steps=mixes_steps(self.family, lim.chunked_prefill),
                                 seq_overhead_blocks=-(-overhead // block),
-                                first_token_s=k.first_token_s, frontend_s=k.frontend_s * self.dp)
+                                first_token_s=k.first_token_s, frontend_s=k.frontend_s * self.dp,
+                                reserve_output=admission_reserve(self.family))
         except ValueError as e:
             raise ConfigError(f"{self.describe()}: {e}") from None
 

@@ -24,6 +24,7 @@ from servebench.sim import catalog, memory
 from servebench.sim.config import EngineConfig
 from servebench.sim.knobs import (
     DEFAULT_KNOBS,
+    admission_reserve,
     arch_class,
     chunked_budget_switched_on,
     engine_defaults,
@@ -209,12 +210,8 @@ def setting_for(p: CorpusPoint) -> Setting:
                               block_size=16, max_num_seqs=max_seqs, max_num_batched_tokens=max_tokens,
                               max_model_len=max_len, enable_prefix_caching=prefix,
                               chunked_prefill=chunked, mixed_steps=mixes_steps(family, chunked),
-                              seq_overhead_blocks=-(-res.seq_overhead_tokens // 16))
-    reserve = _reserved_tokens(family, inp, out)
-    if reserve:  # admission reserves KV for the request's future tokens: no preemption, fewer sequences
-        cap = max(1, engine_cfg.kv_tokens // (reserve + res.seq_overhead_tokens))
-        if cap < engine_cfg.max_num_seqs:
-            engine_cfg = dataclasses.replace(engine_cfg, max_num_seqs=cap)
+                              seq_overhead_blocks=-(-res.seq_overhead_tokens // 16),
+                              reserve_output=admission_reserve(family))
     link = gpu.interconnect_bytes_per_s
     draft = _draft_tokens(p.speculative)
     base = engine_cfg
@@ -224,7 +221,12 @@ def setting_for(p: CorpusPoint) -> Setting:
     conc, busy = dp_share(p.concurrency, dp) if (p.mode == "closed" and p.concurrency) else (None, float(dp))
     per_rep = math.ceil(n_total / busy)  # the requests a busy replica serves
     varied = in_dist != "fixed" or out_dist != "fixed"
-    sim_n = _sim_requests(p.mode, per_rep, conc, base.max_num_seqs * (disagg[1] if disagg else 1),
+    # the batch an engine that reserves KV at admission can hold (`EngineConfig.reserve_output`) at the
+    # mean lengths: what a wave of an offline burst is
+    batch = base.max_num_seqs
+    if base.reserve_output:
+        batch = max(1, min(batch, base.kv_blocks // base.reserve_blocks(inp, out)))
+    sim_n = _sim_requests(p.mode, per_rep, conc, batch * (disagg[1] if disagg else 1),
                           varied=varied, all_for_ttft="ttft" in measured_for(p))
     rate = (p.request_rate / dp) if (p.mode == "rate" and p.request_rate) else None
     if p.mode == "rate" and rate is None:
@@ -242,20 +244,6 @@ def setting_for(p: CorpusPoint) -> Setting:
                    stream_interval=int(p.engine_args.get("stream_interval", 1)),
                    itl_per_token=p.source.itl == "token",
                    lockstep=dp if (dp > 1 and model.is_moe and not disagg) else 0)
-
-
-def _reserved_tokens(family: str, inp: int, out: int) -> int:
-    """KV tokens an engine sets aside when it admits a request (0: it admits on the prompt alone and
-    preempts under pressure, as vLLM does). TensorRT-LLM's default capacity scheduler policy
-    GUARANTEED_NO_EVICT admits a request only when its prompt + max_tokens fit (TensorRT-LLM docs,
-    "Capacity scheduler policy"); SGLang reserves new_token_ratio x max_new_tokens, starting at 0.7
-    (sglang scheduler, SGLANG_INIT_NEW_TOKEN_RATIO). For fixed-length requests both cap the batch at
-    KV tokens / reserved tokens."""
-    if family == "trtllm":
-        return inp + out
-    if family.startswith("sglang"):
-        return inp + int(0.7 * out)
-    return 0
 
 
 def _draft_tokens(spec: str) -> int:

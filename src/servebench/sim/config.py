@@ -5,6 +5,7 @@ Usually built by `sim.profile` from a deployment profile; `sim.engine.Engine` ru
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from servebench.sim.steptime import StepCost
@@ -41,6 +42,11 @@ class EngineConfig:
     # the API server's serial work per request before the engine sees it (parse, chat template,
     # tokenize): requests share it (`sim.frontend.FrontEnd`, processor sharing), each needing this long
     frontend_s: float = 0.0
+    # share of a request's output tokens whose KV the scheduler sets aside when it admits the request
+    # (`sim.knobs.admission_reserve`): 0 admits on the prompt alone and preempts under pressure (vLLM);
+    # TensorRT-LLM's GUARANTEED_NO_EVICT reserves prompt + max_tokens (1.0, never preempts); SGLang
+    # new_token_ratio x max_new_tokens (0.7 at start)
+    reserve_output: float = 0.0
 
     def __post_init__(self) -> None:
         if self.kv_blocks < 1 or self.block_size < 1 or self.max_num_seqs < 1:
@@ -49,6 +55,8 @@ class EngineConfig:
             raise ValueError("seq_overhead_blocks must be >= 0")
         if not self.first_token_s >= 0.0:
             raise ValueError("first_token_s must be >= 0")
+        if not 0.0 <= self.reserve_output <= 1.0:
+            raise ValueError("reserve_output must be within [0, 1]")
         if self.max_prefill_tokens < 0:
             raise ValueError("max_prefill_tokens must be >= 0 (0: the batch budget)")
         if self.max_num_batched_tokens < self.max_num_seqs:
@@ -59,3 +67,12 @@ class EngineConfig:
     @property
     def kv_tokens(self) -> int:
         return self.kv_blocks * self.block_size
+
+    def reserve_blocks(self, context_tokens: int, output_left: int) -> int:
+        """Blocks the scheduler sets aside when it admits a request with this context (prompt, plus what
+        it had generated before a preemption) and `output_left` tokens still to make: its context and
+        `reserve_output` of those, plus the per-sequence overhead (0 without a reserve)."""
+        if not self.reserve_output:
+            return 0
+        tokens = context_tokens + math.ceil(self.reserve_output * output_left)
+        return -(-tokens // self.block_size) + self.seq_overhead_blocks

@@ -13,6 +13,10 @@ virtual clock through `sim.simulate`. It models what vLLM's V1 scheduler does, a
 - prefix caching: a prompt's full blocks are named by a hash chain over their token ids; a new
   request reuses the longest cached prefix (at least one token is always recomputed); blocks whose
   last user left stay cached and are evicted least-recently-freed first when blocks run out;
+- admission with a reserve (`reserve_output` > 0, TensorRT-LLM's GUARANTEED_NO_EVICT capacity
+  scheduler, SGLang's new_token_ratio): a waiting request starts only when the blocks of its prompt
+  and that share of its remaining output fit beside what the running requests set aside for theirs,
+  so the batch holds KV tokens / (prompt + reserve) requests and a full reserve never preempts;
 - preemption by recompute: when a running sequence needs a block and none is free, the most recently
   admitted running sequence is preempted (its blocks freed, back to the front of the queue, its
   tokens kept); it is re-prefilled later (prompt + generated tokens) and continues. No request is lost.
@@ -122,6 +126,7 @@ class Engine:
         self._s = 0  # index of the next step
         # block pool
         self.pool = BlockPool(config.kv_blocks)
+        self._reserved = 0  # blocks the running requests set aside at admission (`reserve_output`)
         self._prefix = config.enable_prefix_caching
         self._prompt_tokens = 0
         self._gen_tokens = 0
@@ -316,13 +321,12 @@ class Engine:
         """Fast path for virtual clocks: run consecutive decode-only steps in one call.
 
         Runs only while nothing but decoding can happen: no request in prefill or admissible from
-        the queue (it is empty or the batch is at `max_num_seqs`), no
+        the queue (it is empty, or its head cannot start before a running request leaves), no
         request finishing, blocks available, and each step starting before `until_s` (the next
         arrival). Returns the durations of the steps run (maybe none); equivalent to calling
         `step(with_tokens=False)` that many times.
         """
-        if (self._waiting and len(self._running) < self.config.max_num_seqs) or self._prefilling \
-                or not self._decoding:
+        if (self._waiting and not self._queue_blocked()) or self._prefilling or not self._decoding:
             return []
         heap = self._finish_heap
         while heap and (heap[0][2] != heap[0][3].gen or heap[0][3].state != DECODE):
@@ -386,10 +390,23 @@ class Engine:
         req.blocks += need
         return True
 
+    def _queue_blocked(self) -> bool:
+        """Whether the queue's head cannot start before a running request leaves: the batch is at
+        `max_num_seqs`, or the KV it would set aside (`EngineConfig.reserve_blocks`) does not fit beside
+        what the running requests set aside, which changes only when one of them leaves."""
+        if len(self._running) >= self.config.max_num_seqs:
+            return True
+        head = self._waiting[0]
+        reserve = self.config.reserve_blocks(head.prompt_len + head.out, head.max_tokens - head.out)
+        return bool(reserve) and self._reserved + reserve > self.config.kv_blocks
+
     def _admit(self, req: SimRequest, budget: int) -> int:
         """Start (or resume) a waiting request; returns its first chunk, 0 if it cannot start."""
         bs = self._bs
         req.target = req.prompt_len + req.out
+        reserve = self.config.reserve_blocks(req.target, req.max_tokens - req.out)
+        if reserve and self._reserved + reserve > self.config.kv_blocks:
+            return 0
         hashes: Sequence[int] = (req.prefix_hashes or ()) if self._prefix else ()
         hits = hit_in_lru = 0
         if hashes:
@@ -421,6 +438,8 @@ class Engine:
         req.hashed = list(hashes[:hits]) if hits else []
         req.blocks = hits
         req.computed = computed
+        req.reserved = reserve
+        self._reserved += reserve
         self.pool.alloc(need)
         req.blocks += need
         req.state = PREFILL
@@ -472,6 +491,8 @@ class Engine:
         req.hashed = []
         req.blocks = 0
         req.computed = 0
+        self._reserved -= req.reserved
+        req.reserved = 0
 
     def _preempt(self, req: SimRequest, last_step: int) -> None:
         own = req.prefix_hashes

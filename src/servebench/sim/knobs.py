@@ -79,7 +79,7 @@ __all__ = ["StepKnobs", "EngineDefaults", "DEFAULT_KNOBS", "ENGINE_VERSIONS", "e
            "arch_class", "resolve_knobs", "engine_defaults", "sglang_max_running", "sglang_dp_prefill_chunk",
            "prefill_cap", "chunked_budget_switched_on", "prefix_caching_by_default", "graph_max_seqs",
            "mla_absorbed_prefix", "UNBOUNDED", "sglang_chunked_prefill_size", "sglang_speculative_max_running",
-           "knob_names_for", "PINNED",
+           "knob_names_for", "PINNED", "admission_reserve",
            "FAMILIES", "GENERATIONS", "ARCH_CLASSES", "RELEASE_CLASSES"]
 
 FAMILIES = ("vllm-v0", "vllm-v1", "sglang", "trtllm", "tgi")
@@ -424,6 +424,20 @@ def mixes_steps(family: str, chunked_prefill: bool) -> bool:
     if family == "tgi":
         return False
     return not (family == "vllm-v0" and not chunked_prefill)
+
+
+def admission_reserve(family: str) -> float:
+    """Share of a request's output whose KV the scheduler sets aside when it admits the request
+    (`EngineConfig.reserve_output`; 0: it admits on the prompt alone and preempts under pressure, as
+    vLLM does). TensorRT-LLM's default capacity scheduler policy GUARANTEED_NO_EVICT admits a request
+    only when its prompt + max_tokens fit (TensorRT-LLM docs, "Capacity scheduler policy"): 1. SGLang
+    reserves new_token_ratio x max_new_tokens, starting at 0.7 (sglang scheduler,
+    SGLANG_INIT_NEW_TOKEN_RATIO): 0.7."""
+    if family == "trtllm":
+        return 1.0
+    if family.startswith("sglang"):
+        return 0.7
+    return 0.0
 
 
 SGLANG_SPECULATIVE_MAX_RUNNING = 48

@@ -43,6 +43,7 @@ class SimRequest:
     target: int = 0  # tokens to compute before the next token is sampled
     hashed: list[int] = field(default_factory=list)  # cached blocks this request references
     blocks: int = 0  # blocks held (prefill phase; decoding: derived lazily)
+    reserved: int = 0  # blocks set aside at admission (EngineConfig.reserve_output), until it leaves
     q: int = 0  # step that completed the prefill (decoding phase)
     pos0: int = 0  # decoding: context length before step s is pos0 + s
     gen: int = 0  # bumps on preempt/abort to invalidate heap entries
