@@ -422,7 +422,7 @@ def test_sglang_dp_attention_divides_the_prompt_chunk_among_its_ranks() -> None:
     `// dp_size`; 0.4.0-0.4.3: halved); plan's DeepSeek-R1 on 8 x H200 with SGLang DP8 runs each rank
     with 8,192 / 8 prompt tokens a step, its decode budget untouched; TP8, vLLM and a dense model's
     plain DP are not divided."""
-    from servebench.sim.knobs import sglang_dp_prefill_chunk
+    from servebench.sim.defaults import sglang_dp_prefill_chunk
 
     assert sglang_dp_prefill_chunk(8192, 8, "0.5.3") == 1024
     assert sglang_dp_prefill_chunk(8192, 8, "") == 1024

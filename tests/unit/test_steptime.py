@@ -9,7 +9,8 @@ import pytest
 
 from servebench.deploy.loader import load_profile
 from servebench.sim.catalog import get_gpu, get_model
-from servebench.sim.knobs import DEFAULT_KNOBS, UNBOUNDED, mla_absorbed_prefix, resolve_knobs
+from servebench.sim.defaults import UNBOUNDED, mla_absorbed_prefix
+from servebench.sim.knobs import DEFAULT_KNOBS, resolve_knobs
 from servebench.sim.memory import Layout
 from servebench.sim.profile import step_cost
 from servebench.sim.steptime import StepCost, StepShape, decode_terms, distinct_experts, step_time_s
@@ -225,7 +226,7 @@ def test_a_decode_batch_beyond_the_captured_graphs_pays_the_eager_launch_cost() 
 
 
 def test_graph_limits_by_engine_and_release() -> None:
-    from servebench.sim.knobs import graph_max_seqs
+    from servebench.sim.defaults import graph_max_seqs
 
     assert graph_max_seqs("sglang", version="0.4.5", gpu_memory_gib=140.4, tp=8) == 160
     assert graph_max_seqs("sglang", version="0.5.2", gpu_memory_gib=79.6, tp=1) == 160
@@ -274,7 +275,7 @@ def test_attention_runs_at_the_kv_dtype_and_mla_prompts_in_their_mha_form() -> N
 
 def test_an_mla_prompt_step_with_a_prefix_in_the_absorbed_range_pays_the_absorbed_pair_cost() -> None:
     """SGLang runs a prompt batch's MLA attention absorbed (2,176 FLOPs a pair per head against the MHA
-    form's 640) where its summed cached prefix is in [lo, hi) (sim.knobs.mla_absorbed_prefix)."""
+    form's 640) where its summed cached prefix is in [lo, hi) (sim.defaults.mla_absorbed_prefix)."""
     model = get_model("DeepSeek-R1")
     layout = Layout(gpu=get_gpu("h200"), tp=8, quant="fp8")
     base = step_cost(model, layout, resolve_knobs(DEFAULT_KNOBS, "sglang", "hopper", "mla-moe"), engine="sglang")
@@ -312,7 +313,7 @@ def test_sglang_default_chunked_prefill_size_follows_release_and_gpu_memory() ->
     """SGLang's ServerArgs: 8192 on an H100/H200/A100-80 in every release, 16384 on a B200 or MI300X from
     0.4.7 (0.4.7 by > 180,000 MiB, later by >= 160 GiB), 4096 on an A100-40 from 0.5.3; and the validation,
     plan and the emulator take it from `engine_defaults`."""
-    from servebench.sim.knobs import engine_defaults, sglang_chunked_prefill_size
+    from servebench.sim.defaults import engine_defaults, sglang_chunked_prefill_size
 
     def gib(name: str) -> float:
         return get_gpu(name).memory_bytes / 2**30

@@ -23,8 +23,9 @@ from servebench.plan.validate import (
 )
 from servebench.sim import catalog, memory
 from servebench.sim.config import EngineConfig
+from servebench.sim.defaults import admission_reserve
 from servebench.sim.disagg import simulate_disagg
-from servebench.sim.knobs import DEFAULT_KNOBS, admission_reserve, arch_class, resolve_knobs
+from servebench.sim.knobs import DEFAULT_KNOBS, arch_class, resolve_knobs
 from servebench.sim.steptime import StepCost, StepShape, step_time_s
 
 SRC = Source(id="hand", title="hand-made", url="https://example.org/x", publisher="test", date="2025-01-01",
@@ -572,7 +573,7 @@ def test_prompt_steps_of_their_own_where_the_engine_does_not_mix() -> None:
     """vLLM V0 without chunked prefill and TGI run prompts in steps of their own; V0 with it, V1, SGLang
     and TensorRT-LLM mix; the validation and plan's deployment state it alike."""
     from servebench.deploy.deployment import Deployment
-    from servebench.sim.knobs import mixes_steps
+    from servebench.sim.defaults import mixes_steps
 
     assert not mixes_steps("vllm-v0", False) and not mixes_steps("tgi", False) and not mixes_steps("tgi", True)
     assert mixes_steps("vllm-v0", True) and mixes_steps("vllm-v1", True) and mixes_steps("sglang", True)
@@ -648,7 +649,7 @@ def test_sglang_request_pool_follows_its_kv_pool() -> None:
     """SGLang's default max running requests is min(max(kv_tokens / context_len x 512, 2048), 4096):
     a validation point and a plan deployment of SGLang both use it."""
     from servebench.deploy.deployment import Deployment
-    from servebench.sim.knobs import sglang_max_running
+    from servebench.sim.defaults import sglang_max_running
 
     assert sglang_max_running(100_000, 131_072) == 2048
     assert sglang_max_running(676_303, 163_840) == 2113
@@ -856,7 +857,7 @@ def test_vllm_v1_batch_budget_by_device_and_harness() -> None:
     8192 for the LLM class, but 8192 / 16384 on an H100 or H200 already in 0.8 (vllm PR #12369); from
     0.9 a >= 70 GiB GPU other than an A100 gets 1024 sequences and 8192 / 16384. An A100 keeps the
     small budget whatever the version."""
-    from servebench.sim.knobs import engine_defaults
+    from servebench.sim.defaults import engine_defaults
 
     def d(version: str, gpu: str, gib: float, offline: bool) -> tuple[int, int]:
         e = engine_defaults("vllm-v1", max_model_len=8192, version=version, gpu=gpu, gpu_memory_gib=gib,
@@ -877,7 +878,7 @@ def test_vllm_v1_batch_budget_by_device_and_harness() -> None:
 def test_vllm_v0_chunked_budget_for_long_contexts_by_release() -> None:
     """vLLM V0 switches chunked prefill on for contexts over 32K, with 512 batched tokens before 0.6.5
     and 2048 from 0.6.5 (vllm PR #10544); up to 32K it stays off and the budget covers a whole prompt."""
-    from servebench.sim.knobs import engine_defaults
+    from servebench.sim.defaults import engine_defaults
 
     def d(version: str, max_len: int) -> tuple[bool, int]:
         e = engine_defaults("vllm-v0", max_model_len=max_len, version=version, gpu="h100", gpu_memory_gib=79.6)
@@ -1006,7 +1007,7 @@ def test_source_weights_balance_a_large_source(validation: tuple[Predictor, Cali
 
 def test_sglang_speculative_points_run_48_requests_a_dp_rank_its_share() -> None:
     """SGLang under EAGLE / NextN speculative decoding runs 48 requests unless --max-running-requests says
-    otherwise, each DP-attention rank 48 // dp (sim.knobs.sglang_speculative_max_running): GPUStack's
+    otherwise, each DP-attention rank 48 // dp (sim.defaults.sglang_speculative_max_running): GPUStack's
     DeepSeek-R1 MTP run on 8 DP ranks runs 6 a rank; its run without MTP sizes the pool from the KV cache; a
     closed loop of more users than that keeps its concurrency (the validation's closed-loop floor)."""
     points = {p.key: p for p in load_corpus()}

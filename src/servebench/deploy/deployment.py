@@ -4,7 +4,7 @@ resolved to one engine configuration. The one place `servebench plan` and the em
     dep = Deployment.build(model="Llama-3.1-8B", gpu="h100", gpus=1)          # or deployment_from_mapping
     dep.layout                 # sim.memory.Layout (tp x pp x dp, EP, quantization)
     dep.limits                 # max_num_seqs, max_num_batched_tokens, chunked prefill: the engine's own
-                               # defaults by family and version unless set (sim.knobs.engine_defaults)
+                               # defaults by family and version unless set (sim.defaults.engine_defaults)
     dep.fit()                  # sim.memory.FitResult: weights, reserve and KV capacity (one number)
     dep.knobs()                # step-time knobs: the fitted table deploy/calibration.yaml, or an override
     dep.engine_config()        # sim EngineConfig: what the emulator runs on the wall clock and
@@ -35,23 +35,18 @@ import yaml
 from servebench.errors import ConfigError
 from servebench.sim.catalog import GPUSpec, ModelSpec, get_gpu
 from servebench.sim.config import EngineConfig
-from servebench.sim.knobs import (
-    ENGINE_VERSIONS,
-    StepKnobs,
+from servebench.sim.defaults import (
     admission_reserve,
-    arch_class,
     chunked_budget_switched_on,
     engine_defaults,
-    engine_family,
-    gpu_generation,
     graph_max_seqs,
     mixes_steps,
     mla_absorbed_prefix,
     prefill_cap,
     prefix_caching_by_default,
-    resolve_knobs,
     sglang_max_running,
 )
+from servebench.sim.knobs import ENGINE_VERSIONS, StepKnobs, arch_class, engine_family, gpu_generation, resolve_knobs
 from servebench.sim.memory import ENGINES, FitResult, Layout, fit, kv_seq_overhead_tokens
 from servebench.sim.profile import Profile, profile_from_dict, profile_with_engine, step_cost
 
@@ -152,7 +147,7 @@ class Deployment:
     @property
     def prefix_caching(self) -> bool:
         """Whether the engine reuses cached prompt blocks: as set, else the engine's default
-        (`sim.knobs.prefix_caching_by_default`, the validation's too). vLLM 0.7 (V0) has it off for MLA
+        (`sim.defaults.prefix_caching_by_default`, the validation's too). vLLM 0.7 (V0) has it off for MLA
         models whatever is given ("MLA is enabled; forcing chunked prefill and prefix caching to be
         disabled", vllm/config.py 0.7.x)."""
         if self.engine == "vllm-0.7" and self.model.attention == "mla":
@@ -179,7 +174,7 @@ class Deployment:
             chunked = False
         seqs = self.max_num_seqs or d.max_num_seqs
         if self.max_num_seqs is None and self.engine == "sglang":
-            # SGLang sizes its request pool from the KV pool (sim.knobs.sglang_max_running); its KV
+            # SGLang sizes its request pool from the KV pool (sim.defaults.sglang_max_running); its KV
             # pool does not depend on the batch budget (activations live outside mem_fraction_static)
             kv = self.kv_tokens
             if kv is None:

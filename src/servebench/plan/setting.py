@@ -2,7 +2,7 @@
 
 `setting_for` builds, from a published point (`plan/corpus.py`), the deployment it describes: the model
 from the catalogue, the GPU, the parallelism and quantization, the memory fit (`sim.memory`) and the
-engine family's default limits by version (`sim/knobs.py`), overridden by the launch settings the
+engine family's default limits by version (`sim/defaults.py`), overridden by the launch settings the
 source states; the knob-free step cost (`sim.profile.step_cost`) whose fitted fields
 `plan.validate` fills per knob table; and the workload (mode, mean lengths and their spread,
 concurrency or rate per replica, how many requests to simulate). A point the model cannot state
@@ -22,24 +22,19 @@ from servebench.plan.corpus import CorpusPoint
 from servebench.plan.whatif import dp_share
 from servebench.sim import catalog, memory
 from servebench.sim.config import EngineConfig
-from servebench.sim.knobs import (
-    DEFAULT_KNOBS,
+from servebench.sim.defaults import (
     admission_reserve,
-    arch_class,
     chunked_budget_switched_on,
     engine_defaults,
-    engine_family,
-    gpu_generation,
     graph_max_seqs,
-    knob_names_for,
     mixes_steps,
     mla_absorbed_prefix,
     prefill_cap,
     prefix_caching_by_default,
-    resolve_knobs,
     sglang_max_running,
     sglang_speculative_max_running,
 )
+from servebench.sim.knobs import DEFAULT_KNOBS, arch_class, engine_family, gpu_generation, knob_names_for, resolve_knobs
 from servebench.sim.profile import step_cost
 
 __all__ = ["Setting", "setting_for", "measured_for"]
@@ -122,7 +117,7 @@ def setting_for(p: CorpusPoint) -> Setting:
     if p.engine == "vllm" and not version and p.source.date < "2025-03":
         version = "0.6"  # unstated: the release current at the source's date (V1 became default in 0.8, 2025-03)
     elif p.engine == "vllm" and not version and p.source.date >= "2025-06":
-        version = "0.9"  # unstated, after 0.9 (2025-05) brought the defaults by device (sim.knobs.engine_defaults)
+        version = "0.9"  # unstated, after 0.9 (2025-05) brought the defaults by device (sim.defaults.engine_defaults)
     family = engine_family(p.engine, version)
     quant = _quant(p.quant)
     dp = p.dp or 1

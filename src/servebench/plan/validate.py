@@ -2,7 +2,7 @@
 
 For each published point (`plan/corpus.py`) `plan/setting.py` builds the deployment it describes (model
 from the catalogue, GPU, parallelism, quantization, the engine family's default limits from
-`sim/knobs.py`); this module drives `sim.simulate` on a virtual clock with the point's workload
+`sim/defaults.py`); this module drives `sim.simulate` on a virtual clock with the point's workload
 (offline: every request queued at once, as benchmark_throughput and a request-rate-inf benchmark_serving
 send them, TTFT including the queue; closed: a closed loop of `concurrency`; rate: Poisson arrivals,
 fixed seed) and compares the statistics the benchmark tools report. Request lengths have the stated

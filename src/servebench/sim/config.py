@@ -24,12 +24,12 @@ class EngineConfig:
     max_num_batched_tokens: int = 8192
     # prompt tokens one step may carry (0: whatever the batch budget leaves): SGLang's per-rank
     # chunked_prefill_size under DP attention, the global one divided by the ranks
-    # (`sim.knobs.prefill_cap`); its decode batch is not bound by it
+    # (`sim.defaults.prefill_cap`); its decode batch is not bound by it
     max_prefill_tokens: int = 0
     max_model_len: int = 8192
     enable_prefix_caching: bool = True
     chunked_prefill: bool = True
-    # whether one step may carry prompt tokens and decodes together (`sim.knobs.mixes_steps`): vLLM V0
+    # whether one step may carry prompt tokens and decodes together (`sim.defaults.mixes_steps`): vLLM V0
     # without chunked prefill and TGI run a prompt batch as a step of its own, the decodes waiting
     mixed_steps: bool = True
     # blocks every running sequence holds besides its context's (vLLM's sliding-window pages:
@@ -43,7 +43,7 @@ class EngineConfig:
     # tokenize): requests share it (`sim.frontend.FrontEnd`, processor sharing), each needing this long
     frontend_s: float = 0.0
     # share of a request's output tokens whose KV the scheduler sets aside when it admits the request
-    # (`sim.knobs.admission_reserve`): 0 admits on the prompt alone and preempts under pressure (vLLM);
+    # (`sim.defaults.admission_reserve`): 0 admits on the prompt alone and preempts under pressure (vLLM);
     # TensorRT-LLM's GUARANTEED_NO_EVICT reserves prompt + max_tokens (1.0, never preempts); SGLang
     # new_token_ratio x max_new_tokens (0.7 at start)
     reserve_output: float = 0.0

@@ -111,7 +111,7 @@ class StepCost:
     prefill_work: float = 1.0  # share of the prompt's compute done here (0: a PD decode worker)
     graph_max_seqs: int = 0  # largest decode batch a captured CUDA graph replays (0: every batch)
     # MLA: a prompt step whose requests' cached prefixes sum to lo <= n < hi computes its attention in the
-    # absorbed form, at attn_flops_per_token_ctx a pair (sim.knobs.mla_absorbed_prefix; None: never)
+    # absorbed form, at attn_flops_per_token_ctx a pair (sim.defaults.mla_absorbed_prefix; None: never)
     absorbed_prefix: tuple[int, int] | None = None
 
 
