@@ -150,6 +150,24 @@ def test_a_full_reserve_runs_what_fits_at_full_length_and_never_preempts() -> No
         config(reserve_output=1.5)
 
 
+def test_a_reserve_holds_what_the_client_asked_for_not_what_the_request_will_make() -> None:
+    """A request that will stop early (EOS) still has its max_tokens set aside (`limit_tokens`): two
+    such requests of 32 + 200 asked, 10 made, run one after the other in 20 blocks where two of their
+    real size would fit; a request asking for more than the whole cache runs alone, not never."""
+    cfg = config(max_num_seqs=8, kv_blocks=20, reserve_output=1.0)
+    for limit, together in ((200, False), (0, True)):
+        reqs = [SimRequest(i, 32, 10, limit_tokens=limit) for i in range(2)]
+        run = simulate(cfg, reqs)
+        check_complete(run, reqs)
+        overlap = run.first_token_s(reqs[1]) < run.end_s(reqs[0])
+        assert overlap == together, (limit, overlap)
+    assert cfg.reserve_blocks(32, 10_000) == cfg.kv_blocks
+    lone = [SimRequest(0, 32, 10, limit_tokens=10_000), SimRequest(1, 32, 10)]
+    run = simulate(cfg, lone)
+    check_complete(run, lone)
+    assert run.first_token_s(lone[1]) > run.end_s(lone[0]) - 1e-12
+
+
 def test_a_preempted_request_finds_its_own_prompt_blocks_again_with_prefix_caching_on() -> None:
     """vLLM V1 frees a preempted request's blocks into the prefix cache and looks its prompt up again on
     re-admission (`get_computed_blocks`); SGLang keeps a retracted prompt in its radix tree. A prompt

@@ -118,3 +118,20 @@ def test_profile_errors(tmp_path: Path) -> None:
     p = load_profile(str(f))
     assert p.name == "mine" and p.engine.max_num_seqs == 4
     assert p.engine.cost == load_profile("tiny").engine.cost
+
+
+def test_the_emulator_sets_aside_what_a_request_may_make() -> None:
+    """The emulator tells the engine the most each request could make (`SimRequest.limit_tokens`, what
+    TensorRT-LLM and SGLang reserve KV for): its max_tokens, else the context's room; the tokens it
+    makes stop at a sampled EOS below that."""
+    from servebench.emulator.stream import Stream, plan_output
+
+    p = load_profile("tiny")
+    cases = (({"max_tokens": 100}, 100), ({}, p.max_model_len - 16), ({"max_tokens": 7, "ignore_eos": True}, 7))
+    for data, cap in cases:
+        st = Stream()
+        st.rid = "r1"
+        plan_output(st, data, 16, p, seed=3)
+        assert st.n_cap == cap
+        assert 1 <= st.n_total <= st.n_cap
+        assert (st.finish == "length") == (st.n_total == st.n_cap)

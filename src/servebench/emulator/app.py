@@ -361,7 +361,8 @@ class Emulator:
                 if st.stream:
                     conn.start_stream(extra=hdr)
             return
-        sim = SimRequest(rid, prompt_len, st.n_total, arrival_s=arrival_ns / 1e9, prompt_token_ids=ids, payload=st)
+        sim = SimRequest(rid, prompt_len, st.n_total, arrival_s=arrival_ns / 1e9, prompt_token_ids=ids, payload=st,
+                         limit_tokens=st.n_cap)
         st.sim = sim
         try:
             self.engine.add(sim)

@@ -31,7 +31,7 @@ _DONE = chunked(b"data: [DONE]\n\n")
 class Stream:
     """One request in flight (and, afterwards, its truth record)."""
 
-    __slots__ = ("conn", "rid", "chat", "stream", "usage", "tpl", "ids", "n_total", "n_reason", "finish",
+    __slots__ = ("conn", "rid", "chat", "stream", "usage", "tpl", "ids", "n_total", "n_cap", "n_reason", "finish",
                  "prompt_len", "sent", "arrival_ns", "token_ns", "status", "fault_at", "fault", "sim",
                  "write", "next", "hold_until", "held")
 
@@ -43,6 +43,7 @@ class Stream:
     tpl: ChunkTemplates  # set for streaming responses only
     ids: list[int]  # the output's token ids
     n_total: int
+    n_cap: int  # the most it could have made: its max_tokens, else the context's room (what a reserve holds)
     n_reason: int  # the first n_reason tokens are reasoning
     finish: str  # "stop" or "length"
     prompt_len: int
@@ -199,5 +200,6 @@ def plan_output(st: Stream, data: dict[str, Any], prompt_len: int, profile: Prof
         natural = max(min_tokens, r + 1 + int(rng.expovariate(1.0 / max(1.0, p.eos_mean_tokens - 1))))
         n, finish = (cap, "length") if natural >= cap else (natural, "stop")
     st.n_total = n
+    st.n_cap = cap
     st.n_reason = min(r, n)
     st.finish = finish

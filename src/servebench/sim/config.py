@@ -71,8 +71,9 @@ class EngineConfig:
     def reserve_blocks(self, context_tokens: int, output_left: int) -> int:
         """Blocks the scheduler sets aside when it admits a request with this context (prompt, plus what
         it had generated before a preemption) and `output_left` tokens still to make: its context and
-        `reserve_output` of those, plus the per-sequence overhead (0 without a reserve)."""
+        `reserve_output` of those, plus the per-sequence overhead (0 without a reserve). At most the
+        whole cache: a request that asks for more than the cache holds runs alone."""
         if not self.reserve_output:
             return 0
         tokens = context_tokens + math.ceil(self.reserve_output * output_left)
-        return -(-tokens // self.block_size) + self.seq_overhead_blocks
+        return min(self.kv_blocks, -(-tokens // self.block_size) + self.seq_overhead_blocks)

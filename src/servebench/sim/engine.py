@@ -397,14 +397,15 @@ class Engine:
         if len(self._running) >= self.config.max_num_seqs:
             return True
         head = self._waiting[0]
-        reserve = self.config.reserve_blocks(head.prompt_len + head.out, head.max_tokens - head.out)
+        reserve = self.config.reserve_blocks(head.prompt_len + head.out,
+                                             max(head.limit_tokens, head.max_tokens) - head.out)
         return bool(reserve) and self._reserved + reserve > self.config.kv_blocks
 
     def _admit(self, req: SimRequest, budget: int) -> int:
         """Start (or resume) a waiting request; returns its first chunk, 0 if it cannot start."""
         bs = self._bs
         req.target = req.prompt_len + req.out
-        reserve = self.config.reserve_blocks(req.target, req.max_tokens - req.out)
+        reserve = self.config.reserve_blocks(req.target, max(req.limit_tokens, req.max_tokens) - req.out)
         if reserve and self._reserved + reserve > self.config.kv_blocks:
             return 0
         hashes: Sequence[int] = (req.prefix_hashes or ()) if self._prefix else ()

@@ -36,6 +36,9 @@ class SimRequest:
     prompt_token_ids: Sequence[int] | None = None
     prefix_hashes: Sequence[int] | None = None  # block hashes, if no token ids are given
     payload: Any = None  # opaque to the engine (the emulator hangs its stream here)
+    # the max_tokens the client asked for when the request will stop earlier (EOS): what an engine that
+    # reserves KV at admission sets aside for (EngineConfig.reserve_output); 0: max_tokens
+    limit_tokens: int = 0
     # --- engine state ---
     state: int = WAITING
     out: int = 0  # tokens emitted (exact when not decoding; see Engine.emitted for decoding)
