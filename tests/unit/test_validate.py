@@ -1066,3 +1066,27 @@ def test_an_mtp_points_itl_follows_how_its_client_counts_a_multi_token_chunk() -
     with pytest.raises(ConfigError, match="itl must be chunk or token"):
         parse_source({"source": {"id": "x", "title": "t", "url": "https://x", "publisher": "p", "date": "d",
                                  "kind": "k", "itl": "both"}, "points": []}, origin="x.yaml")
+
+
+@pytest.mark.parametrize(("engine", "corpus_engine", "version", "chunked", "max_len", "budget"), [
+    ("trtllm", "trtllm", "1.3", False, 4096, 8192),     # TensorRT-LLM keeps max_num_tokens 8192
+    ("trtllm", "trtllm", "1.3", False, 16384, 16384),   # ...raised to a whole prompt
+    ("vllm-0.7", "vllm", "0.7.3", True, 4096, 2048),    # V0's own budget when switched on
+    ("vllm-0.7", "vllm", "0.7.3", False, 4096, 4096),   # V0's default below 32K: off, max(len, 2048)
+])
+def test_validation_and_deployment_state_one_batch_budget(engine: str, corpus_engine: str, version: str,
+                                                           chunked: bool, max_len: int, budget: int) -> None:
+    """One answer: with chunked prefill switched by a flag, a corpus point that states it and the
+    deployment plan runs resolve the same batch budget (`sim.defaults.batch_budget`)."""
+    from servebench.deploy.deployment import Deployment
+    from servebench.sim.defaults import batch_budget, engine_defaults
+
+    p = _point(engine=corpus_engine, engine_version=version, concurrency=4, num_prompts=16, input_len=1000,
+               output_len=200, engine_args={"chunked_prefill": chunked, "max_model_len": max_len})
+    s = Predictor([p]).settings[p.key]
+    dep = Deployment.build(model="Llama-3.1-8B", gpu="h100", gpus=1, engine=engine, chunked_prefill=chunked,
+                           max_model_len=max_len)
+    d = engine_defaults(s.family, max_model_len=max_len, version=version, gpu="h100", gpu_memory_gib=80)
+    assert batch_budget(d, s.family, version, chunked=chunked, max_model_len=max_len) == budget
+    assert s.base.chunked_prefill == dep.limits.chunked_prefill == chunked
+    assert s.base.max_num_batched_tokens == dep.limits.max_num_batched_tokens == budget

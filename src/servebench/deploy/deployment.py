@@ -37,7 +37,7 @@ from servebench.sim.catalog import GPUSpec, ModelSpec, get_gpu
 from servebench.sim.config import EngineConfig
 from servebench.sim.defaults import (
     admission_reserve,
-    chunked_budget_switched_on,
+    batch_budget,
     engine_defaults,
     graph_max_seqs,
     mixes_steps,
@@ -189,11 +189,9 @@ class Deployment:
                 raise ConfigError(f"max_num_batched_tokens {batched:,} is smaller than max_model_len "
                                   f"{self.max_model_len:,} without chunked prefill: {self.engine} would refuse "
                                   "to start (a whole prompt must fit one step); raise it or drop it")
-        elif chunked:
-            batched = (d.max_num_batched_tokens if d.chunked_prefill
-                       else chunked_budget_switched_on(self.family, ENGINE_VERSIONS.get(self.engine, "")))
         else:
-            batched = max(self.max_model_len, 2048)
+            batched = batch_budget(d, self.family, ENGINE_VERSIONS.get(self.engine, ""), chunked=chunked,
+                                   max_model_len=self.max_model_len)
         util = self.gpu_memory_utilization or d.gpu_memory_utilization
         # SGLang's DP attention divides the chunked prefill size among the ranks; a replica is one rank
         prefill = prefill_cap(self.family, batched, self.dp, moe=self.model.is_moe,

@@ -24,7 +24,7 @@ from servebench.sim import catalog, memory
 from servebench.sim.config import EngineConfig
 from servebench.sim.defaults import (
     admission_reserve,
-    chunked_budget_switched_on,
+    batch_budget,
     engine_defaults,
     graph_max_seqs,
     mixes_steps,
@@ -149,13 +149,8 @@ def setting_for(p: CorpusPoint) -> Setting:
     dflt = engine_defaults(family, max_model_len=max_len, version=version, gpu=gpu.name,
                            gpu_memory_gib=gpu.memory_bytes / 2**30, offline=not p.served)
     chunked = bool(args.get("chunked_prefill", dflt.chunked_prefill))
-    batched = dflt.max_num_batched_tokens
-    if chunked != dflt.chunked_prefill:  # switched by a flag: the engine's budget for that mode
-        if not chunked:
-            batched = max(batched, max_len, 2048)
-        else:
-            batched = chunked_budget_switched_on(family, version)
-    batched = int(args.get("max_num_batched_tokens", batched))
+    batched = int(args.get("max_num_batched_tokens",
+                           batch_budget(dflt, family, version, chunked=chunked, max_model_len=max_len)))
     max_seqs = int(args.get("max_num_seqs", dflt.max_num_seqs))
     workers = disagg[1] if disagg else dp  # engines the concurrency spreads over
     if p.mode == "closed" and p.concurrency:

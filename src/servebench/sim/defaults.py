@@ -16,7 +16,7 @@ from dataclasses import dataclass
 __all__ = ["EngineDefaults", "engine_defaults", "sglang_max_running", "sglang_dp_prefill_chunk", "prefill_cap",
            "chunked_budget_switched_on", "prefix_caching_by_default", "graph_max_seqs", "mla_absorbed_prefix",
            "UNBOUNDED", "sglang_chunked_prefill_size", "sglang_speculative_max_running", "admission_reserve",
-           "mixes_steps", "v0_chunked_budget", "SGLANG_SPECULATIVE_MAX_RUNNING", "patch_version"]
+           "mixes_steps", "batch_budget", "v0_chunked_budget", "SGLANG_SPECULATIVE_MAX_RUNNING", "patch_version"]
 
 
 def patch_version(v: str) -> tuple[int, int, int] | None:
@@ -64,6 +64,18 @@ def chunked_budget_switched_on(family: str, version: str) -> int:
     """The batch budget of an engine whose chunked prefill a flag switched on (its default is off): vLLM
     V0's own (`v0_chunked_budget`), else 8192."""
     return v0_chunked_budget(version) if family == "vllm-v0" else 8192
+
+
+def batch_budget(d: EngineDefaults, family: str, version: str, *, chunked: bool, max_model_len: int) -> int:
+    """The batch token budget an engine runs when none is set: its default (`d`); with chunked prefill
+    switched on by a flag, the engine's budget for it (`chunked_budget_switched_on`); switched off,
+    every prompt must fit one step, so at least max(max_model_len, 2048), as vLLM's SchedulerConfig
+    raises it, and never below the engine's own budget (TensorRT-LLM's max_num_tokens stays 8192)."""
+    if chunked == d.chunked_prefill:
+        return d.max_num_batched_tokens
+    if chunked:
+        return chunked_budget_switched_on(family, version)
+    return max(d.max_num_batched_tokens, max_model_len, 2048)
 
 
 def prefix_caching_by_default(family: str) -> bool:
