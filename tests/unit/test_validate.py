@@ -440,7 +440,8 @@ def test_validation_plan_and_emulator_admit_by_one_rule(corpus_engine: str, vers
     GUARANTEED_NO_EVICT: prompt + max_tokens; SGLang's new_token_ratio 0.7; vLLM none) is one field of
     the engine (`EngineConfig.reserve_output`), stated alike for a corpus point and for the deployment
     plan's what-if and the emulator run, so the batch a KV-bound load holds is the one the validation
-    checked. At 1000/1000 on one H100 the reserve caps the batch below the sequence limit."""
+    checked, counted in the engine's KV blocks (`sim.memory.sim_block_tokens`). At 1000/1000 on one H100
+    the reserve caps the batch below the sequence limit."""
     from servebench.deploy.deployment import Deployment
 
     p = _point(engine=corpus_engine, engine_version=version, concurrency=512, num_prompts=1024,
@@ -449,6 +450,8 @@ def test_validation_plan_and_emulator_admit_by_one_rule(corpus_engine: str, vers
     dep = Deployment.build(model="Llama-3.1-8B", gpu="h100", gpus=1, engine=engine,
                            max_model_len=s.base.max_model_len)
     assert s.base.reserve_output == dep.engine_config().reserve_output == admission_reserve(s.family) == reserve
+    # ...in the same blocks: TensorRT-LLM's tokens_per_block 32, vLLM's 16, SGLang's token pages as 16
+    assert s.base.block_size == dep.engine_config().block_size == (32 if engine == "trtllm" else 16)
     if reserve:
         held = s.base.kv_blocks // s.base.reserve_blocks(1000, 1000)
         assert held < 512 <= s.base.max_num_seqs  # the reserve, not the sequence limit, bounds the batch

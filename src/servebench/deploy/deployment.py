@@ -47,7 +47,7 @@ from servebench.sim.defaults import (
     sglang_max_running,
 )
 from servebench.sim.knobs import ENGINE_VERSIONS, StepKnobs, arch_class, engine_family, gpu_generation, resolve_knobs
-from servebench.sim.memory import ENGINES, FitResult, Layout, fit, kv_seq_overhead_tokens
+from servebench.sim.memory import ENGINES, FitResult, Layout, fit, kv_seq_overhead_tokens, sim_block_tokens
 from servebench.sim.profile import Profile, profile_from_dict, profile_with_engine, step_cost
 
 __all__ = ["Deployment", "EngineLimits", "resolve_parallel", "deployment_from_mapping", "load_knob_table",
@@ -230,8 +230,7 @@ class Deployment:
     def engine_config(self, knobs: StepKnobs | None = None) -> EngineConfig:
         """The engine of one model replica (DP replicas are identical engines sharing the load)."""
         lim = self.limits
-        block = ENGINES[self.engine].block_tokens
-        block = 16 if block == 1 else block  # SGLang pages by token; the simulator pages by 16
+        block = sim_block_tokens(self.engine)
         k = knobs or self.knobs()
         graphs = graph_max_seqs(self.family, version=ENGINE_VERSIONS.get(self.engine, ""),
                                 gpu_memory_gib=self.gpu.memory_bytes / 2**30, tp=self.layout.tp)

@@ -195,12 +195,13 @@ def setting_for(p: CorpusPoint) -> Setting:
                                             attention=model.attention))
     # SGLang DP attention: each rank's prompt chunk is its share of the stated (or default) chunked
     # prefill size (a PD point has dp 1 here)
-    engine_cfg = EngineConfig(cost=step, kv_blocks=res.kv_tokens // 16,
+    block = memory.sim_block_tokens(dflt.memory_engine)  # the engine's page (TensorRT-LLM: 32 tokens)
+    engine_cfg = EngineConfig(cost=step, kv_blocks=res.kv_tokens // block,
                               max_prefill_tokens=prefill_cap(family, batched, dp, moe=model.is_moe, version=version),
-                              block_size=16, max_num_seqs=max_seqs, max_num_batched_tokens=max_tokens,
+                              block_size=block, max_num_seqs=max_seqs, max_num_batched_tokens=max_tokens,
                               max_model_len=max_len, enable_prefix_caching=prefix,
                               chunked_prefill=chunked, mixed_steps=mixes_steps(family, chunked),
-                              seq_overhead_blocks=-(-res.seq_overhead_tokens // 16),
+                              seq_overhead_blocks=-(-res.seq_overhead_tokens // block),
                               reserve_output=admission_reserve(family))
     link = gpu.interconnect_bytes_per_s
     draft = _draft_tokens(p.speculative)

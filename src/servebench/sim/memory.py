@@ -27,6 +27,7 @@ __all__ = [
     "kv_bytes_per_token_per_gpu",
     "kv_pool_bytes_per_token_per_gpu",
     "kv_seq_overhead_tokens",
+    "sim_block_tokens",
     "weight_bytes_per_gpu",
     "weight_bytes_breakdown_per_gpu",
     "routed_bytes",
@@ -321,6 +322,13 @@ def routed_bytes(breakdown: Mapping[str, int]) -> int:
 
 def weight_bytes_per_gpu(model: ModelSpec, layout: Layout, *, engine: str = "vllm") -> int:
     return sum(weight_bytes_breakdown_per_gpu(model, layout, engine=engine).values())
+
+
+def sim_block_tokens(engine: str = "vllm") -> int:
+    """The KV block the engine simulator pages by for this engine: its own (vLLM 16, TensorRT-LLM's
+    tokens_per_block 32), and 16 for SGLang's one-token pages, which the simulator does not page by."""
+    block = _engine(engine).block_tokens
+    return 16 if block == 1 else block
 
 
 def _engine(engine: str) -> EngineProfile:
