@@ -28,6 +28,8 @@ DEPLOYMENTS = {
     # SGLang's own defaults (its request pool sized from the KV pool, chunked prefill size) on both clocks
     "deepseek-r1-fp8-8xh200-sglang": ["--model", "DeepSeek-R1", "--gpu", "h200", "--gpus", "8", "--quant", "fp8",
                                       "--engine", "sglang"],
+    # TensorRT-LLM's limits, 32-token KV blocks and admission reserve (prompt + max_tokens) on both clocks
+    "llama-8b-1xh100-trtllm": ["--model", "Llama-3.1-8B", "--gpu", "h100", "--gpus", "1", "--engine", "trtllm"],
 }
 
 
