@@ -396,16 +396,19 @@ class Engine:
         what the running requests set aside, which changes only when one of them leaves."""
         if len(self._running) >= self.config.max_num_seqs:
             return True
-        head = self._waiting[0]
-        reserve = self.config.reserve_blocks(head.prompt_len + head.out,
-                                             max(head.limit_tokens, head.max_tokens) - head.out)
+        reserve = self._reserve_for(self._waiting[0])
         return bool(reserve) and self._reserved + reserve > self.config.kv_blocks
+
+    def _reserve_for(self, req: SimRequest) -> int:
+        """Blocks a waiting request would set aside if it started now: its context (prompt + tokens made
+        before a preemption) and the reserved share of what the client may still get (its max_tokens)."""
+        return self.config.reserve_blocks(req.prompt_len + req.out, max(req.limit_tokens, req.max_tokens) - req.out)
 
     def _admit(self, req: SimRequest, budget: int) -> int:
         """Start (or resume) a waiting request; returns its first chunk, 0 if it cannot start."""
         bs = self._bs
         req.target = req.prompt_len + req.out
-        reserve = self.config.reserve_blocks(req.target, max(req.limit_tokens, req.max_tokens) - req.out)
+        reserve = self._reserve_for(req)
         if reserve and self._reserved + reserve > self.config.kv_blocks:
             return 0
         hashes: Sequence[int] = (req.prefix_hashes or ()) if self._prefix else ()
