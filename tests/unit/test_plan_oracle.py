@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -11,7 +12,7 @@ _PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "plan_oracle.py"
 
 
 @pytest.fixture(scope="module")
-def plan_oracle():  # type: ignore[no-untyped-def]
+def plan_oracle() -> ModuleType:
     spec = importlib.util.spec_from_file_location("plan_oracle", _PATH)
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
@@ -19,7 +20,7 @@ def plan_oracle():  # type: ignore[no-untyped-def]
     return mod
 
 
-def test_a_source_off_by_one_factor_is_corrected_and_a_spread_within_a_source_is_not(plan_oracle) -> None:  # type: ignore[no-untyped-def]
+def test_a_source_off_by_one_factor_is_corrected_and_a_spread_within_a_source_is_not(plan_oracle: ModuleType) -> None:
     pairs = {
         # every prediction 3x its measurement: a level error, which one factor removes
         "level": [(3.0 * m, m) for m in (10.0, 20.0, 40.0, 80.0)],
