@@ -1,14 +1,14 @@
-"""Client capacity: CPU time per streamed token and tokens/s, servebench vs a minimal client.
+"""Client capacity: CPU time per streamed token and tokens/s, servescope vs a minimal client.
 
     .venv/bin/python benchmarks/client_capacity.py [--concurrency 64 256] [--requests 2000]
 
 Starts the scripted server (tests/support/scripted_server.py) with no delays in its own process,
 then, in this process and one after the other on the same event-loop implementation, drives it
-with (a) servebench's shard (`servebench.client.shard.Shard`; as run by default, then without read
+with (a) servescope's shard (`servescope.client.shard.Shard`; as run by default, then without read
 coalescing, then with read-time stamps) and (b) a minimal asyncio + aiohttp
 streaming client of the kind the issue describes (~60 lines: iter_any, split lines, json.loads
 per data line, perf_counter_ns per read). CPU is this process's user+system time over the load
-(getrusage), so the server's CPU is not counted. Target: servebench <= 5 us per token and no
+(getrusage), so the server's CPU is not counted. Target: servescope <= 5 us per token and no
 more than the minimal client.
 """
 
@@ -28,9 +28,9 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from servebench.client.openai import build_body, encode_body  # noqa: E402
-from servebench.client.shard import Shard  # noqa: E402
-from servebench.client.spec import Prepared, ShardSpec  # noqa: E402
+from servescope.client.openai import build_body, encode_body  # noqa: E402
+from servescope.client.shard import Shard  # noqa: E402
+from servescope.client.spec import Prepared, ShardSpec  # noqa: E402
 from tests.support.procs import scripted  # noqa: E402
 
 
@@ -45,6 +45,7 @@ async def minimal_client(url: str, body: bytes, n: int, concurrency: int) -> int
     next_i = 0
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=conn) as session:
+
         async def worker() -> None:
             nonlocal tokens, next_i
             while next_i < n:
@@ -68,11 +69,19 @@ async def minimal_client(url: str, body: bytes, n: int, concurrency: int) -> int
     return tokens
 
 
-async def servebench_client(url: str, body: bytes, n: int, concurrency: int, kernel: bool = True,
-                            coalesce: bool = True) -> int:
+async def servescope_client(
+    url: str, body: bytes, n: int, concurrency: int, kernel: bool = True, coalesce: bool = True
+) -> int:
     items = [Prepared(id=i, body=body, input_len=16, output_len=128) for i in range(n)]
-    spec = ShardSpec(url=url, api="completions", headers={"Content-Type": "application/json"},
-                     items=items, concurrency=concurrency, kernel_timestamps=kernel, coalesce_reads=coalesce)
+    spec = ShardSpec(
+        url=url,
+        api="completions",
+        headers={"Content-Type": "application/json"},
+        items=items,
+        concurrency=concurrency,
+        kernel_timestamps=kernel,
+        coalesce_reads=coalesce,
+    )
     result = await Shard(spec).run()
     bad = [r for r in result.records if r.status != "ok"]
     assert not bad, bad[0]
@@ -99,13 +108,17 @@ def main() -> None:
     srv = scripted("--ttft-ms", "0", "--itl-ms", "0", "--no-usage-chunk")
     try:
         url = srv.url + "/v1/completions"
-        body = encode_body(build_body(api="completions", model="m", prompt="hello " * 16,
-                                      max_tokens=args.output_len))
-        print(f"{'concurrency':>11} {'client':>24} {'us CPU/token':>13} {'median':>7} {'tokens/s':>10}"
-              f"  (best and median of {args.repeats}, interleaved)")
-        clients = (("minimal", minimal_client), ("servebench", servebench_client),
-                   ("sb --no-read-coalescing", functools.partial(servebench_client, coalesce=False)),
-                   ("sb --rx-timestamps read", functools.partial(servebench_client, kernel=False)))
+        body = encode_body(build_body(api="completions", model="m", prompt="hello " * 16, max_tokens=args.output_len))
+        print(
+            f"{'concurrency':>11} {'client':>24} {'us CPU/token':>13} {'median':>7} {'tokens/s':>10}"
+            f"  (best and median of {args.repeats}, interleaved)"
+        )
+        clients = (
+            ("minimal", minimal_client),
+            ("servescope", servescope_client),
+            ("sb --no-read-coalescing", functools.partial(servescope_client, coalesce=False)),
+            ("sb --rx-timestamps read", functools.partial(servescope_client, kernel=False)),
+        )
         for c in args.concurrency:
             # round-robin over the clients, so a slow spell of a shared host hits them alike
             runs: dict[str, list[tuple[float, float, int]]] = {name: [] for name, _ in clients}

@@ -1,8 +1,8 @@
 """Emulator pacing benchmark: tokens/s and emission lateness at N concurrent streams.
 
-Starts `python -m servebench.emulator` as a subprocess (the documented READY contract), drives it
+Starts `python -m servescope.emulator` as a subprocess (the documented READY contract), drives it
 with N closed-loop streaming clients on non-blocking sockets read in batches (a light client, so
-it does not take the server's CPU), and reads the server's own pacing figures from `/_servebench/pacing`.
+it does not take the server's CPU), and reads the server's own pacing figures from `/_servescope/pacing`.
 
     .venv/bin/python benchmarks/emulator_pacing.py [--streams 256] [--duration 10] [--profile tiny]
         [--realtime-priority 20]
@@ -33,8 +33,10 @@ import time
 
 async def _http(host: str, port: int, method: str, path: str, body: bytes = b"") -> bytes:
     r, w = await asyncio.open_connection(host, port)
-    w.write(f"{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
-            + body)
+    w.write(
+        f"{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+        + body
+    )
     data = await r.read()
     w.close()
     return data.split(b"\r\n\r\n", 1)[1]
@@ -52,8 +54,14 @@ def _drive(host: str, port: int, all_bodies: list[list[bytes]], stop_at: float, 
     for bodies in all_bodies:
         sock = socket.create_connection((host, port))
         sock.setblocking(False)
-        reqs = [(f"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-                 f"content-length: {len(b)}\r\n\r\n").encode() + b for b in bodies]
+        reqs = [
+            (
+                f"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                f"content-length: {len(b)}\r\n\r\n"
+            ).encode()
+            + b
+            for b in bodies
+        ]
         state[sock] = [reqs, 0, b""]
         sock.sendall(reqs[0])
         sel.register(sock, selectors.EVENT_READ)
@@ -95,42 +103,66 @@ async def _run(args: argparse.Namespace, url: str) -> dict[str, float]:
 
     def bodies() -> list[bytes]:
         # output lengths uniform in [L/2, 3L/2] (mean L) unless --fixed: streams do not finish in lockstep
-        lens = [args.output_len] if args.fixed else [rng.randint(args.output_len // 2, args.output_len * 3 // 2)
-                                                     for _ in range(16)]
-        return [json.dumps({"model": args.profile, "prompt": "hello " * args.input_words, "max_tokens": n,
-                            "ignore_eos": True, "stream": True}).encode() for n in lens]
+        lens = (
+            [args.output_len]
+            if args.fixed
+            else [rng.randint(args.output_len // 2, args.output_len * 3 // 2) for _ in range(16)]
+        )
+        return [
+            json.dumps(
+                {
+                    "model": args.profile,
+                    "prompt": "hello " * args.input_words,
+                    "max_tokens": n,
+                    "ignore_eos": True,
+                    "stream": True,
+                }
+            ).encode()
+            for n in lens
+        ]
 
-    before = json.loads(await _http(host, p, "GET", "/_servebench/pacing"))
+    before = json.loads(await _http(host, p, "GET", "/_servescope/pacing"))
     t0 = time.perf_counter()
     stop_at = t0 + args.duration
     counts = await asyncio.to_thread(_drive, host, p, [bodies() for _ in range(args.streams)], stop_at, args.poll)
     wall = time.perf_counter() - t0
-    after = json.loads(await _http(host, p, "GET", "/_servebench/pacing"))
+    after = json.loads(await _http(host, p, "GET", "/_servescope/pacing"))
     tokens = after["tokens"] - before["tokens"]
-    return {"streams": args.streams, "wall_s": wall, "requests": counts[0], "tokens": tokens,
-            "tokens_per_s": tokens / wall,
-            "server_cpu_frac_of_one_core": (after["process_cpu_s"] - before["process_cpu_s"]) / wall,
-            "lateness_p50_ms": after["p50_ms"], "lateness_p99_ms": after["p99_ms"],
-            "lateness_p999_ms": after["p999_ms"], "lateness_max_ms": after["max_ms"],
-            "burst_wall_frac": (after["emit_wall_s"] - before["emit_wall_s"]) / wall,
-            "send_cost_us": after["send_cost_us"], "wake_late_p50_ms": after["wake_late_p50_ms"],
-            "wake_late_p99_ms": after["wake_late_p99_ms"], "early_share": after.get("early_share"),
-            "scheduling": after.get("scheduling")}
+    return {
+        "streams": args.streams,
+        "wall_s": wall,
+        "requests": counts[0],
+        "tokens": tokens,
+        "tokens_per_s": tokens / wall,
+        "server_cpu_frac_of_one_core": (after["process_cpu_s"] - before["process_cpu_s"]) / wall,
+        "lateness_p50_ms": after["p50_ms"],
+        "lateness_p99_ms": after["p99_ms"],
+        "lateness_p999_ms": after["p999_ms"],
+        "lateness_max_ms": after["max_ms"],
+        "burst_wall_frac": (after["emit_wall_s"] - before["emit_wall_s"]) / wall,
+        "send_cost_us": after["send_cost_us"],
+        "wake_late_p50_ms": after["wake_late_p50_ms"],
+        "wake_late_p99_ms": after["wake_late_p99_ms"],
+        "early_share": after.get("early_share"),
+        "scheduling": after.get("scheduling"),
+    }
 
 
 def engine_speed() -> dict[str, float]:
     import random
 
-    from servebench.deploy.loader import load_profile
-    from servebench.sim.request import SimRequest
-    from servebench.sim.simulate import simulate
+    from servescope.deploy.loader import load_profile
+    from servescope.sim.request import SimRequest
+    from servescope.sim.simulate import simulate
 
     prof = load_profile("deepseek-r1")
     out: dict[str, float] = {}
-    for label, rate, inp, outl, conc in (("open 8 rps 1000/1000", 8.0, 1000, 1000, None),
-                                         ("open 2 rps 1000/1000", 2.0, 1000, 1000, None),
-                                         ("open 20 rps 1000/256", 20.0, 1000, 256, None),
-                                         ("closed c=64 2000/1000", 0.0, 2000, 1000, 64)):
+    for label, rate, inp, outl, conc in (
+        ("open 8 rps 1000/1000", 8.0, 1000, 1000, None),
+        ("open 2 rps 1000/1000", 2.0, 1000, 1000, None),
+        ("open 20 rps 1000/256", 20.0, 1000, 256, None),
+        ("closed c=64 2000/1000", 0.0, 2000, 1000, 64),
+    ):
         rng = random.Random(0)
         t = 0.0
         reqs = []
@@ -162,8 +194,11 @@ def timer_floor(duration_s: float = 3.0, period_s: float = 0.008) -> dict[str, f
         lat.append(time.perf_counter() - t)
         t += period_s
     lat.sort()
-    return {"floor_p50_ms": lat[len(lat) // 2] * 1e3, "floor_p99_ms": lat[int(0.99 * len(lat))] * 1e3,
-            "floor_max_ms": lat[-1] * 1e3}
+    return {
+        "floor_p50_ms": lat[len(lat) // 2] * 1e3,
+        "floor_p99_ms": lat[int(0.99 * len(lat))] * 1e3,
+        "floor_max_ms": lat[-1] * 1e3,
+    }
 
 
 def send_floor(streams: int, rounds: int = 200, size: int = 230) -> dict[str, float]:
@@ -199,8 +234,12 @@ def send_floor(streams: int, rounds: int = 200, size: int = 230) -> dict[str, fl
                     pass
         per_send.sort()
         p50 = per_send[len(per_send) // 2]
-        return {"send_floor_us_p50": p50 * 1e6, "send_floor_us_min": per_send[0] * 1e6,
-                "burst_floor_ms": p50 * streams * 1e3, "burst_floor_p99_ms": 0.49 * p50 * streams * 1e3}
+        return {
+            "send_floor_us_p50": p50 * 1e6,
+            "send_floor_us_min": per_send[0] * 1e6,
+            "burst_floor_ms": p50 * streams * 1e3,
+            "burst_floor_p99_ms": 0.49 * p50 * streams * 1e3,
+        }
     finally:
         for x in senders + receivers + [lsock]:
             x.close()
@@ -215,22 +254,30 @@ def main() -> int:
     ap.add_argument("--input-words", type=int, default=64)
     ap.add_argument("--poll", type=float, default=0.02, help="client read interval in seconds")
     ap.add_argument("--fixed", action="store_true", help="every request exactly --output-len tokens (lockstep)")
-    ap.add_argument("--server-nice", type=int, default=None,
-                    help="run the emulator under `nice -n N` (e.g. -10 on a busy shared host; needs root)")
-    ap.add_argument("--realtime-priority", type=int, default=None, metavar="N",
-                    help="pass --realtime-priority N to the emulator (SCHED_FIFO; needs root or CAP_SYS_NICE)")
+    ap.add_argument(
+        "--server-nice",
+        type=int,
+        default=None,
+        help="run the emulator under `nice -n N` (e.g. -10 on a busy shared host; needs root)",
+    )
+    ap.add_argument(
+        "--realtime-priority",
+        type=int,
+        default=None,
+        metavar="N",
+        help="pass --realtime-priority N to the emulator (SCHED_FIFO; needs root or CAP_SYS_NICE)",
+    )
     ap.add_argument("--engine-speed", action="store_true", help="time the pure engine instead")
     args = ap.parse_args()
     if args.engine_speed:
         print(json.dumps(engine_speed(), indent=2))
         return 0
-    cmd = [sys.executable, "-m", "servebench.emulator.server", "--profile", args.profile]
+    cmd = [sys.executable, "-m", "servescope.emulator.server", "--profile", args.profile]
     if args.realtime_priority is not None:
         cmd += ["--realtime-priority", str(args.realtime_priority)]
     if args.server_nice is not None:
         cmd = ["nice", "-n", str(args.server_nice), *cmd]
-    proc = subprocess.Popen(cmd,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline().strip()

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from servebench.sim.catalog import GPUS, get_gpu, get_model
+from servescope.sim.catalog import GPUS, get_gpu, get_model
 
 
 def _linear_shapes(name: str, tp: int = 1) -> list[tuple[int, int]]:
@@ -37,8 +37,12 @@ def _linear_shapes(name: str, tp: int = 1) -> list[tuple[int, int]]:
         raise SystemExit(f"{name}: only dense GQA models (the decode GEMMs of an MoE depend on routing)")
     q = m.heads * m.head_dim
     kv = m.kv_heads * m.head_dim
-    layer = [(m.hidden, (q + 2 * kv) // tp), (q // tp, m.hidden), (m.hidden, 2 * m.intermediate // tp),
-             (m.intermediate // tp, m.hidden)]
+    layer = [
+        (m.hidden, (q + 2 * kv) // tp),
+        (q // tp, m.hidden),
+        (m.hidden, 2 * m.intermediate // tp),
+        (m.intermediate // tp, m.hidden),
+    ]
     return layer * m.layers + [(m.hidden, m.vocab // tp)]
 
 
@@ -64,8 +68,9 @@ def _copy(torch: Any, dev: Any, hbm: float, reps: int) -> dict[str, float]:
     return {"bytes": 2 * n, "s": t, "hbm_eff": 2 * n / t / hbm}
 
 
-def _linear_pass(torch: Any, dev: Any, weights: list[Any], shapes: list[tuple[int, int]], tokens: int,
-                 reps: int, fp8: bool) -> float:
+def _linear_pass(
+    torch: Any, dev: Any, weights: list[Any], shapes: list[tuple[int, int]], tokens: int, reps: int, fp8: bool
+) -> float:
     """Seconds for every linear layer over `tokens` rows, replayed from one CUDA graph. FP8: E4M3
     weights and activations through torch._scaled_mm (per-tensor scales, BF16 out), as FP8 checkpoints run."""
     dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
@@ -91,12 +96,13 @@ def _linear_pass(torch: Any, dev: Any, weights: list[Any], shapes: list[tuple[in
 
 
 def main(argv: list[str] | None = None) -> int:
-    import torch  # the GPU machine's; servebench does not depend on it
+    import torch  # the GPU machine's; servescope does not depend on it
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="Llama-3.1-8B")
-    ap.add_argument("--gpu", default=None,
-                    help="catalogue GPU whose datasheet figures to compare with [from the device's name]")
+    ap.add_argument(
+        "--gpu", default=None, help="catalogue GPU whose datasheet figures to compare with [from the device's name]"
+    )
     ap.add_argument("--tp", type=int, default=1, help="the shapes one GPU of a TP group multiplies [1]")
     ap.add_argument("--batches", default="1,8,32,64,128,256,512")
     ap.add_argument("--prefill-tokens", type=int, default=8192)
@@ -123,9 +129,18 @@ def main(argv: list[str] | None = None) -> int:
     weight_bytes = sum(w.numel() * w.element_size() for w in per_layer)
     params = sum(w.numel() for w in per_layer)
 
-    out: dict[str, object] = {"model": args.model, "tp": args.tp, "gpu_datasheet": gpu, "device": name,
-                              "torch": torch.__version__, "weight_bytes": weight_bytes, "params": params,
-                              "hbm_bytes_per_s": spec.hbm_bytes_per_s, "peak_flops": peak, "fp8": args.fp8}
+    out: dict[str, object] = {
+        "model": args.model,
+        "tp": args.tp,
+        "gpu_datasheet": gpu,
+        "device": name,
+        "torch": torch.__version__,
+        "weight_bytes": weight_bytes,
+        "params": params,
+        "hbm_bytes_per_s": spec.hbm_bytes_per_s,
+        "peak_flops": peak,
+        "fp8": args.fp8,
+    }
     copy = _copy(torch, dev, spec.hbm_bytes_per_s, args.reps)
     out["copy"] = copy
     rows = []
@@ -135,14 +150,24 @@ def main(argv: list[str] | None = None) -> int:
         except RuntimeError as exc:  # e.g. a shape _scaled_mm refuses
             print(f"tokens {batch:5d}: {str(exc).splitlines()[0]}", flush=True)
             continue
-        row = {"tokens": batch, "s": t, "hbm_eff": weight_bytes / t / spec.hbm_bytes_per_s,
-               "tc_eff": 2.0 * batch * params / t / peak, "prefill": batch == args.prefill_tokens}
+        row = {
+            "tokens": batch,
+            "s": t,
+            "hbm_eff": weight_bytes / t / spec.hbm_bytes_per_s,
+            "tc_eff": 2.0 * batch * params / t / peak,
+            "prefill": batch == args.prefill_tokens,
+        }
         rows.append(row)
-        print(f"tokens {batch:5d}: {t * 1e3:8.3f} ms  weight stream {row['hbm_eff']:6.1%} of HBM  "
-              f"tensor cores {row['tc_eff']:6.1%} of {'FP8' if args.fp8 else 'BF16'} peak", flush=True)
+        print(
+            f"tokens {batch:5d}: {t * 1e3:8.3f} ms  weight stream {row['hbm_eff']:6.1%} of HBM  "
+            f"tensor cores {row['tc_eff']:6.1%} of {'FP8' if args.fp8 else 'BF16'} peak",
+            flush=True,
+        )
     out["steps"] = rows
-    print(f"copy: {copy['hbm_eff']:.1%} of {spec.hbm_bytes_per_s / 1e12:.2f} TB/s "
-          f"({gpu} datasheet); {args.model} TP{args.tp}: {weight_bytes / 2**30:.1f} GiB of linear weights")
+    print(
+        f"copy: {copy['hbm_eff']:.1%} of {spec.hbm_bytes_per_s / 1e12:.2f} TB/s "
+        f"({gpu} datasheet); {args.model} TP{args.tp}: {weight_bytes / 2**30:.1f} GiB of linear weights"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1), encoding="utf-8")
     return 0

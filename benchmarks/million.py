@@ -10,7 +10,7 @@ no summary.json), then in fresh processes, one after the other:
    (which loads the run, recomputes the summary once and renders report.html and its charts); then
    the post-run checks (`checks`: the columns and the summary as a run ends, then `validate_columns`
    and `precision_block_columns`, timed alone);
-2. `servebench export DIR --format csv`, then `--format parquet`, then `--format jsonl`.
+2. `servescope export DIR --format csv`, then `--format parquet`, then `--format jsonl`.
 
 Each reports its wall time (from before its imports), its CPU time (user + system: the machine has 2
 cores shared with others, so the wall time of a busy machine says more about the others) and its
@@ -38,8 +38,8 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from servebench.results.columnar import JOIN_ROWS, PARQUET_OPTIONS, RECORDS  # noqa: E402
-from servebench.results.columns import SCHEMA  # noqa: E402
+from servescope.results.columnar import JOIN_ROWS, PARQUET_OPTIONS, RECORDS  # noqa: E402
+from servescope.results.columns import SCHEMA  # noqa: E402
 
 _GROUP = 2048  # records per part file of a run; joined into row groups of JOIN_ROWS
 
@@ -64,29 +64,50 @@ def synthesize(out: Path, n: int, tokens: int, concurrency: int = 512, seed: int
             slot_free[slots] = end  # (one request per slot per group: m <= concurrency*4 keeps it a loop)
             list_offsets = pa.array(np.arange(0, (m + 1) * tokens, tokens, dtype=np.int32))
             cols = {
-                "id": pa.array(np.arange(start, start + m)), "warmup": pa.array(np.zeros(m, bool)),
-                "t_sched_ns": pa.array(sched), "t_send_ns": pa.array(send), "t_first_ns": pa.array(send + ttft),
-                "t_first_answer_ns": pa.array(send + ttft), "t_last_ns": pa.array(last), "t_end_ns": pa.array(end),
-                "status": pa.array(["ok"] * m), "error_kind": pa.nulls(m, pa.string()),
-                "error_detail": pa.nulls(m, pa.string()), "http_status": pa.array(np.full(m, 200)),
-                "input_len": pa.array(np.full(m, 1024)), "output_len": pa.array(np.full(m, tokens)),
-                "input_tokens": pa.array(np.full(m, 1024)), "output_tokens": pa.array(np.full(m, tokens)),
-                "output_tokens_source": pa.array(["usage"] * m), "reasoning_tokens": pa.array(np.zeros(m, np.int64)),
+                "id": pa.array(np.arange(start, start + m)),
+                "warmup": pa.array(np.zeros(m, bool)),
+                "t_sched_ns": pa.array(sched),
+                "t_send_ns": pa.array(send),
+                "t_first_ns": pa.array(send + ttft),
+                "t_first_answer_ns": pa.array(send + ttft),
+                "t_last_ns": pa.array(last),
+                "t_end_ns": pa.array(end),
+                "status": pa.array(["ok"] * m),
+                "error_kind": pa.nulls(m, pa.string()),
+                "error_detail": pa.nulls(m, pa.string()),
+                "http_status": pa.array(np.full(m, 200)),
+                "input_len": pa.array(np.full(m, 1024)),
+                "output_len": pa.array(np.full(m, tokens)),
+                "input_tokens": pa.array(np.full(m, 1024)),
+                "output_tokens": pa.array(np.full(m, tokens)),
+                "output_tokens_source": pa.array(["usage"] * m),
+                "reasoning_tokens": pa.array(np.zeros(m, np.int64)),
                 "chunks": pa.array(np.full(m, tokens)),
                 "chunk_offsets_ns": pa.ListArray.from_arrays(list_offsets, pa.array(offs.ravel())),
                 "chunk_tokens": pa.nulls(m, pa.list_(pa.int32())),
                 "response_id": pa.array([f"cmpl-{i}" for i in range(start, start + m)]),
-                "session": pa.nulls(m, pa.int64()), "turn": pa.nulls(m, pa.int64()),
+                "session": pa.nulls(m, pa.int64()),
+                "turn": pa.nulls(m, pa.int64()),
             }
             pending.append(pa.Table.from_pydict(cols, schema=SCHEMA))
             if len(pending) * _GROUP >= JOIN_ROWS or start + m >= n:  # as columnar.join_parts joins them
                 writer.write_table(pa.concat_tables(pending), row_group_size=JOIN_ROWS * 2)
                 pending = []
-    (out / "manifest.json").write_text(json.dumps({
-        "run_id": "million",
-        "config": {"model": "synthetic", "url": "http://127.0.0.1:1/v1", "concurrency": concurrency,
-                   "input_len": 1024, "output_len": tokens},
-        "target": {"base_url": "http://127.0.0.1:1/v1", "model": "synthetic"}}))
+    (out / "manifest.json").write_text(
+        json.dumps(
+            {
+                "run_id": "million",
+                "config": {
+                    "model": "synthetic",
+                    "url": "http://127.0.0.1:1/v1",
+                    "concurrency": concurrency,
+                    "input_len": 1024,
+                    "output_len": tokens,
+                },
+                "target": {"base_url": "http://127.0.0.1:1/v1", "model": "synthetic"},
+            }
+        )
+    )
 
 
 _CHILD = """
@@ -94,13 +115,13 @@ import os, resource, sys, time
 t, cpu0 = time.perf_counter(), 0.0
 what, d = sys.argv[1], sys.argv[2]
 if what == "summary":
-    from servebench.results.store import load_run
+    from servescope.results.store import load_run
     load_run(d).summary  # no summary.json: recomputed from the columns
 elif what == "checks":
-    from servebench.results import precision
-    from servebench.results.colsummary import summarize_columns
-    from servebench.results.columnar import load_columns
-    from servebench.results.validation import validate_columns
+    from servescope.results import precision
+    from servescope.results.colsummary import summarize_columns
+    from servescope.results.columnar import load_columns
+    from servescope.results.validation import validate_columns
     cols = load_columns(d)  # as run/bench.py after a run: the columns, the summary, then the checks
     summary = summarize_columns(cols)
     r = resource.getrusage(resource.RUSAGE_SELF)
@@ -109,10 +130,10 @@ elif what == "checks":
     validate_columns(cols, summary)
     precision.precision_block_columns(cols)
 elif what == "summary+report":
-    from servebench.report.html import write_report
+    from servescope.report.html import write_report
     write_report(d)  # loads the run (the summary recomputed, once) and renders report.html + charts
 else:
-    from servebench.results.export import export_records
+    from servescope.results.export import export_records
     export_records(d, what, sys.argv[3])
 r = resource.getrusage(resource.RUSAGE_SELF)
 print(f"{time.perf_counter() - t:.3f} {r.ru_utime + r.ru_stime - cpu0:.3f} {r.ru_maxrss * 1024 / 1e6:.0f}")
@@ -121,8 +142,14 @@ print(f"{time.perf_counter() - t:.3f} {r.ru_utime + r.ru_stime - cpu0:.3f} {r.ru
 #: (what, wall-time limit s, peak-RSS limit MB) of issue 15, must-hold 1; None: no limit.
 #: "checks": the post-run checks of run/bench.py (validation, precision) after the summary, timed alone
 #: (wall and CPU); the peak RSS is the process's, the columns and the summary before them included.
-TARGETS = {"summary": (None, None), "summary+report": (5.0, 1000.0), "checks": (None, 1000.0), "csv": (10.0, None),
-           "parquet": (None, None), "jsonl": (None, None)}
+TARGETS = {
+    "summary": (None, None),
+    "summary+report": (5.0, 1000.0),
+    "checks": (None, 1000.0),
+    "csv": (10.0, None),
+    "parquet": (None, None),
+    "jsonl": (None, None),
+}
 
 
 def _run(what: str, d: Path, src: Path) -> tuple[float, float, float, int, str]:
@@ -130,8 +157,9 @@ def _run(what: str, d: Path, src: Path) -> tuple[float, float, float, int, str]:
     size of what it wrote, and what else it printed."""
     out = d / f"export.{what}"
     env = {"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([sys.executable, "-c", _CHILD, what, str(d), str(out)], capture_output=True, text=True,
-                          check=False, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, what, str(d), str(out)], capture_output=True, text=True, check=False, env=env
+    )
     if proc.returncode:
         raise SystemExit(proc.stderr[-3000:])
     wall, cpu, rss = (float(x) for x in proc.stdout.split()[-3:])
@@ -152,15 +180,21 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=Path("/tmp/sb-million"))
     ap.add_argument("--repeat", type=int, default=3, help="fresh processes per measurement (min and median shown)")
     ap.add_argument("--only", nargs="*", choices=list(TARGETS), help="measure only these")
-    ap.add_argument("--src", type=Path, default=ROOT / "src",
-                    help="the servebench source tree to measure (e.g. a worktree of an older commit, for before/after)")
+    ap.add_argument(
+        "--src",
+        type=Path,
+        default=ROOT / "src",
+        help="the servescope source tree to measure (e.g. a worktree of an older commit, for before/after)",
+    )
     args = ap.parse_args()
     d = args.dir
     if not (d / RECORDS).is_file():
         t = time.perf_counter()
         synthesize(d, args.requests, args.tokens)
-        print(f"synthesized {args.requests:,} requests x {args.tokens} tokens in {time.perf_counter() - t:.1f} s "
-              f"({(d / RECORDS).stat().st_size / 1e6:.0f} MB)")
+        print(
+            f"synthesized {args.requests:,} requests x {args.tokens} tokens in {time.perf_counter() - t:.1f} s "
+            f"({(d / RECORDS).stat().st_size / 1e6:.0f} MB)"
+        )
     (d / "summary.json").unlink(missing_ok=True)
     print(f"{os.cpu_count()} CPUs; load average before: {_load()}")
     verdicts = []
@@ -169,16 +203,20 @@ def main() -> None:
         walls, cpus, rsss = ([r[i] for r in runs] for i in range(3))
         size = f", {runs[-1][3] / 1e6:.0f} MB written" if runs[-1][3] else ""
         size += f" ({runs[-1][4]})" if runs[-1][4] else ""
-        label = what if what.startswith("summary") else "post-run checks" if what == "checks" else \
-            f"export --format {what}"
-        print(f"{label}: wall {' '.join(f'{w:.2f}' for w in walls)} s (min {min(walls):.2f}, median "
-              f"{statistics.median(walls):.2f}); CPU median {statistics.median(cpus):.2f} s; peak RSS max "
-              f"{max(rsss):.0f} MB{size}; load average {_load()}")
+        label = (
+            what if what.startswith("summary") else "post-run checks" if what == "checks" else f"export --format {what}"
+        )
+        print(
+            f"{label}: wall {' '.join(f'{w:.2f}' for w in walls)} s (min {min(walls):.2f}, median "
+            f"{statistics.median(walls):.2f}); CPU median {statistics.median(cpus):.2f} s; peak RSS max "
+            f"{max(rsss):.0f} MB{size}; load average {_load()}"
+        )
         wall_limit, rss_limit = TARGETS[what]
         if wall_limit is not None:
             ok = statistics.median(walls) < wall_limit
-            verdicts.append(f"{'PASS' if ok else 'FAIL'} {label}: median wall {statistics.median(walls):.2f} s "
-                            f"< {wall_limit:g} s")
+            verdicts.append(
+                f"{'PASS' if ok else 'FAIL'} {label}: median wall {statistics.median(walls):.2f} s < {wall_limit:g} s"
+            )
         if rss_limit is not None:
             ok = max(rsss) < rss_limit
             verdicts.append(f"{'PASS' if ok else 'FAIL'} {label}: peak RSS {max(rsss):.0f} MB < {rss_limit:g} MB")

@@ -44,9 +44,14 @@ def oracle(pairs_by_source: dict[str, list[tuple[float, float]]], bound: float) 
         f_cnt = max(_GRID, key=lambda f: _within([f * p / m - 1 for p, m in pairs], bound))
         by_median += [f_med * p / m - 1 for p, m in pairs]
         by_count += [f_cnt * p / m - 1 for p, m in pairs]
-    return {name: (_median(e), _within(e, bound)) for name, e in
-            (("as held out", as_is), ("factor per source, least median", by_median),
-             ("factor per source, most within", by_count))}
+    return {
+        name: (_median(e), _within(e, bound))
+        for name, e in (
+            ("as held out", as_is),
+            ("factor per source, least median", by_median),
+            ("factor per source, most within", by_count),
+        )
+    }
 
 
 def main() -> None:
@@ -65,8 +70,10 @@ def main() -> None:
         pairs[p["key"].split("/")[0]].append((float(got), float(meas[1])))
     n = sum(len(v) for v in pairs.values())
     bound = BOUNDS[args.metric]
-    print(f"{args.metric}: {n} held-out points from {len(pairs)} sources; bound {bound:.0%}, "
-          f"the median is within it once about {math.ceil(n / 2)} points are")
+    print(
+        f"{args.metric}: {n} held-out points from {len(pairs)} sources; bound {bound:.0%}, "
+        f"the median is within it once about {math.ceil(n / 2)} points are"
+    )
     for name, (med, within) in oracle(pairs, bound).items():
         print(f"  {name:34s} median |error| {med:6.1%}   within {bound:.0%}: {within}")
 

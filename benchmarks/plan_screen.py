@@ -22,15 +22,20 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 
-from servebench.deploy.calibration import load_calibration
-from servebench.plan.corpus import load_corpus
-from servebench.plan.validate import METRICS, Predictor
+from servescope.deploy.calibration import load_calibration
+from servescope.plan.corpus import load_corpus
+from servescope.plan.validate import METRICS, Predictor
 
 BOUNDS = {"tok_s": 0.20, "itl": 0.25, "ttft": 0.25}
 # The standard screen: the knob groups that carry TTFT (first-token latency, front end, a prompt
 # step's per-layer cost, compute efficiency, the prompt tokens' link share) at half and double.
-STANDARD = ("ttft.base=0.5,0.75,1.25,2", "admit.eng.=0.5,2", "pfl.eng.=0.5,0.7,1.4", "comp.base=0.8,1.25",
-            "comm.prefill.gpu.=0.7,1.4")
+STANDARD = (
+    "ttft.base=0.5,0.75,1.25,2",
+    "admit.eng.=0.5,2",
+    "pfl.eng.=0.5,0.7,1.4",
+    "comp.base=0.8,1.25",
+    "comm.prefill.gpu.=0.7,1.4",
+)
 
 
 def _parse(spec: str) -> tuple[str, bool, list[float]]:
@@ -43,26 +48,33 @@ def _parse(spec: str) -> tuple[str, bool, list[float]]:
     except ValueError:
         values = []
     if not prefix or not values or any(v <= 0 for v in values):
-        raise SystemExit(f"plan_screen: {spec!r} is not PREFIX=FACTOR[,FACTOR...] or PREFIX:=VALUE[,VALUE...] with "
-                         "numbers > 0 (e.g. admit.eng.=0.5,2 or ttft.eng.:=1)")
+        raise SystemExit(
+            f"plan_screen: {spec!r} is not PREFIX=FACTOR[,FACTOR...] or PREFIX:=VALUE[,VALUE...] with "
+            "numbers > 0 (e.g. admit.eng.=0.5,2 or ttft.eng.:=1)"
+        )
     return prefix, setting, values
 
 
 def scaled(prefix: str, factor: float, *, setting: bool = False) -> Callable[[Mapping[str, float]], dict[str, float]]:
     """Every knob whose name starts with `prefix`, times `factor` (or set to it)."""
+
     def apply(table: Mapping[str, float]) -> dict[str, float]:
         out = dict(table)
         for name in out:
             if name.startswith(prefix):
                 out[name] = factor if setting else out[name] * factor
         return out
+
     return apply
 
 
 def main(argv: list[str] | None = None) -> int:
     specs = (argv if argv is not None else sys.argv[1:]) or list(STANDARD)
-    rows = [(f"{prefix} {'=' if setting else 'x'}{f:g}", scaled(prefix, f, setting=setting))
-            for prefix, setting, fs in map(_parse, specs) for f in fs]
+    rows = [
+        (f"{prefix} {'=' if setting else 'x'}{f:g}", scaled(prefix, f, setting=setting))
+        for prefix, setting, fs in map(_parse, specs)
+        for f in fs
+    ]
     t0 = time.perf_counter()
     cal = load_calibration()
     points = load_corpus()
@@ -71,8 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     for p in points:
         if p.key in pred.settings:
             folds.setdefault(p.source.fold, []).append(p.key)
-    unknown = [prefix for prefix in (spec.partition("=")[0].removesuffix(":") for spec in specs)
-               if not any(n.startswith(prefix) for t in cal.held_out.values() for n in t)]
+    unknown = [
+        prefix
+        for prefix in (spec.partition("=")[0].removesuffix(":") for spec in specs)
+        if not any(n.startswith(prefix) for t in cal.held_out.values() for n in t)
+    ]
     if unknown:
         raise SystemExit(f"plan_screen: no knob in the held-out tables starts with {', '.join(unknown)}")
 

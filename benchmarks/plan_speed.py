@@ -1,4 +1,4 @@
-"""Timed target (run by hand): `servebench plan` what-if simulates 10,000 requests of DeepSeek-R1 on
+"""Timed target (run by hand): `servescope plan` what-if simulates 10,000 requests of DeepSeek-R1 on
 8xH200 (FP8, TP8, vLLM) on a virtual clock in under 2 s.
 
     .venv/bin/python benchmarks/plan_speed.py
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import time
 
-from servebench.plan.fit import PlanArgs, to_deployment
-from servebench.plan.whatif import engine_config, simulate_point
+from servescope.plan.fit import PlanArgs, to_deployment
+from servescope.plan.whatif import engine_config, simulate_point
 
 TARGET_S = 2.0
 
@@ -25,10 +25,12 @@ def main() -> int:
     ok = True
     for concurrency, wall_s, p in rows:
         ok &= wall_s < TARGET_S
-        print(f"10,000 requests, concurrency {concurrency}: {wall_s:.2f} s wall "
-              f"({'ok' if wall_s < TARGET_S else 'SLOW'}, target < {TARGET_S} s); simulated "
-              f"{p.output_tokens_per_s:,.0f} output tok/s, ITL p50 {p.itl_ms_p50:.1f} ms, "
-              f"TTFT p50 {p.ttft_ms_p50:.0f} ms")
+        print(
+            f"10,000 requests, concurrency {concurrency}: {wall_s:.2f} s wall "
+            f"({'ok' if wall_s < TARGET_S else 'SLOW'}, target < {TARGET_S} s); simulated "
+            f"{p.output_tokens_per_s:,.0f} output tok/s, ITL p50 {p.itl_ms_p50:.1f} ms, "
+            f"TTFT p50 {p.ttft_ms_p50:.0f} ms"
+        )
     return 0 if ok else 1
 
 

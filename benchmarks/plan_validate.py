@@ -25,10 +25,10 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from servebench.deploy.calibration import Calibration, corpus_digest, dump_calibration, load_calibration
-from servebench.plan.corpus import corpus_files, load_corpus
-from servebench.plan.fitting import by_source, fit_table, knob_sources, loso, published_bands, summarize
-from servebench.plan.validate import METRICS, Predictor, evaluate
+from servescope.deploy.calibration import Calibration, corpus_digest, dump_calibration, load_calibration
+from servescope.plan.corpus import corpus_files, load_corpus
+from servescope.plan.fitting import by_source, fit_table, knob_sources, loso, published_bands, summarize
+from servescope.plan.validate import METRICS, Predictor, evaluate
 
 BOUNDS = {"tok_s": 0.20, "itl": 0.25, "ttft": 0.25}
 _NAMES = {"tok_s": "output tok/s", "itl": "ITL", "ttft": "TTFT"}
@@ -45,20 +45,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="write the per-point results and summary as JSON")
     ap.add_argument("--quiet", action="store_true", help="summary only")
     ap.add_argument("--jobs", type=int, default=2, help="processes fitting the held-out folds [2]")
-    ap.add_argument("--only", nargs="+", default=[], metavar="PREFIX",
-                    help="with --refit: move only the knobs with these name prefixes, each table (all sources, "
-                         "every fold) starting from the committed calibration's")
-    ap.add_argument("--warm", action="store_true",
-                    help="with --refit: move every knob, each table starting from the committed calibration's "
-                         "(--only with the empty prefix)")
+    ap.add_argument(
+        "--only",
+        nargs="+",
+        default=[],
+        metavar="PREFIX",
+        help="with --refit: move only the knobs with these name prefixes, each table (all sources, "
+        "every fold) starting from the committed calibration's",
+    )
+    ap.add_argument(
+        "--warm",
+        action="store_true",
+        help="with --refit: move every knob, each table starting from the committed calibration's "
+        "(--only with the empty prefix)",
+    )
     ap.add_argument("--iterations", type=int, default=6, help="Gauss-Newton iterations per fit [6]")
-    ap.add_argument("--tol", type=float, default=0.01,
-                    help="with --refit: a fit stops after an iteration that improves its loss by less than this "
-                         "share of it [0.01]")
-    ap.add_argument("--by-source", action="store_true",
-                    help="print the median errors by source document as a markdown table (docs/plan.md's)")
-    ap.add_argument("--publish", action="store_true",
-                    help="write the held-out figures into the calibration (plan's uncertainty band; --refit does)")
+    ap.add_argument(
+        "--tol",
+        type=float,
+        default=0.01,
+        help="with --refit: a fit stops after an iteration that improves its loss by less than this share of it [0.01]",
+    )
+    ap.add_argument(
+        "--by-source",
+        action="store_true",
+        help="print the median errors by source document as a markdown table (docs/plan.md's)",
+    )
+    ap.add_argument(
+        "--publish",
+        action="store_true",
+        help="write the held-out figures into the calibration (plan's uncertainty band; --refit does)",
+    )
     args = ap.parse_args(argv)
     if (args.only or args.warm) and not args.refit:
         ap.error("--only and --warm choose how a refit starts and what it moves: give them with --refit")
@@ -71,30 +88,55 @@ def main(argv: list[str] | None = None) -> int:
     digest = corpus_digest(corpus_files())
     pred = Predictor(points)
     if args.refit:
-        log = (lambda s: print(s, file=sys.stderr, flush=True))
+        log = lambda s: print(s, file=sys.stderr, flush=True)
         base = load_calibration(args.write) if args.only else None
         log("fitting on all sources" + (f", only {' '.join(args.only)}" if args.only else ""))
-        full = fit_table(pred, sorted(pred.settings), iterations=args.iterations, progress=log,
-                         start=base.knobs if base else None, only=args.only, tol=args.tol)
-        folds = loso(pred, iterations=args.iterations, progress=log, jobs=args.jobs,
-                     starts=base.held_out if base else None, only=args.only, tol=args.tol)
-        cal = Calibration(knobs=full, held_out=folds, corpus_digest=digest,
-                          notes=f"{len(pred.settings)} expressible points of {len(points)}")
-        out = Path(args.write) if args.write else Path(str(resources.files("servebench.deploy") / "calibration.yaml"))
+        full = fit_table(
+            pred,
+            sorted(pred.settings),
+            iterations=args.iterations,
+            progress=log,
+            start=base.knobs if base else None,
+            only=args.only,
+            tol=args.tol,
+        )
+        folds = loso(
+            pred,
+            iterations=args.iterations,
+            progress=log,
+            jobs=args.jobs,
+            starts=base.held_out if base else None,
+            only=args.only,
+            tol=args.tol,
+        )
+        cal = Calibration(
+            knobs=full,
+            held_out=folds,
+            corpus_digest=digest,
+            notes=f"{len(pred.settings)} expressible points of {len(points)}",
+        )
+        out = Path(args.write) if args.write else Path(str(resources.files("servescope.deploy") / "calibration.yaml"))
         out.write_text(dump_calibration(cal), encoding="utf-8")
         log(f"wrote {out}")
     else:
         cal = load_calibration(args.write)
         if cal.corpus_digest and cal.corpus_digest != digest:
-            print(f"warning: calibration was fitted to corpus {cal.corpus_digest}, this corpus is {digest}; "
-                  "run with --refit", file=sys.stderr)
+            print(
+                f"warning: calibration was fitted to corpus {cal.corpus_digest}, this corpus is {digest}; "
+                "run with --refit",
+                file=sys.stderr,
+            )
     train = evaluate(pred, cal.knobs)
     held = []
     for r in train:
         table = cal.held_out.get(r.point.source.fold)
         held.append(pred.result(r.point, table) if table is not None and r.predicted else r)
-    summary = summarize([r for r in train if r.predicted], [r for r in held if r.predicted],
-                        total=len(points), expressible=len(pred.settings))
+    summary = summarize(
+        [r for r in train if r.predicted],
+        [r for r in held if r.predicted],
+        total=len(points),
+        expressible=len(pred.settings),
+    )
     if not args.quiet:
         print(f"{'source / point':70} {'setting':58} metric  measured (stat)       train  err   held-out  err")
         for tr, ho in zip(train, held):
@@ -107,49 +149,79 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 stat, val = tr.measured[m]
                 e_tr, e_ho = tr.error(m), ho.error(m)
-                print(f"{tr.point.key[:70]:70} {s.label[:58]:58} {m:6} {_fmt(val):>9} ({stat[:14]:14}) "
-                      f"{_fmt(tr.predicted[m]):>9} {e_tr:+5.0%} {_fmt(ho.predicted[m]):>9} {e_ho:+5.0%}")
+                print(
+                    f"{tr.point.key[:70]:70} {s.label[:58]:58} {m:6} {_fmt(val):>9} ({stat[:14]:14}) "
+                    f"{_fmt(tr.predicted[m]):>9} {e_tr:+5.0%} {_fmt(ho.predicted[m]):>9} {e_ho:+5.0%}"
+                )
     if args.by_source:
-        print("\n| source | metric | n | train median abs error | held-out median abs error | held-out median signed |"
-              "\n|---|---|---:|---:|---:|---:|")
+        print(
+            "\n| source | metric | n | train median abs error | held-out median abs error | held-out median signed |"
+            "\n|---|---|---:|---:|---:|---:|"
+        )
         for r in by_source(train, held):
-            print(f"| {r['source']} | {r['metric']} | {r['n']} | {r['train']:.0%} | {r['held_out']:.0%} "
-                  f"| {r['held_out_signed']:+.0%} |")
+            print(
+                f"| {r['source']} | {r['metric']} | {r['n']} | {r['train']:.0%} | {r['held_out']:.0%} "
+                f"| {r['held_out_signed']:+.0%} |"
+            )
     ok = True
     single = {n: v[0] for n, v in knob_sources(pred).items() if len(v) == 1}
-    print("\nknobs informed by one source only (when it is held out: an engine family's knob at the geometric "
-          "mean of the fitted families', any other at its prior): "
-          + "; ".join(f"{n} ({src})" for n, src in single.items()))
-    print(f"\ncoverage: {summary['expressible']} of {summary['points']} points expressible "
-          f"({summary['coverage']:.1%}; bound >= 90%)")
+    print(
+        "\nknobs informed by one source only (when it is held out: an engine family's knob at the geometric "
+        "mean of the fitted families', any other at its prior): "
+        + "; ".join(f"{n} ({src})" for n, src in single.items())
+    )
+    print(
+        f"\ncoverage: {summary['expressible']} of {summary['points']} points expressible "
+        f"({summary['coverage']:.1%}; bound >= 90%)"
+    )
     ok &= float(summary["coverage"]) >= 0.90  # type: ignore[arg-type]
     for m in METRICS:
         tr = summary["train"][m]  # type: ignore[index]
         ho = summary["held_out"][m]  # type: ignore[index]
-        line = (f"{_NAMES[m]:13} median |error|: train {tr['median_abs_error']:.1%} (n={tr['n']}), "
-                f"held-out by source {ho['median_abs_error']:.1%} (n={ho['n']}; bound {BOUNDS[m]:.0%})")
+        line = (
+            f"{_NAMES[m]:13} median |error|: train {tr['median_abs_error']:.1%} (n={tr['n']}), "
+            f"held-out by source {ho['median_abs_error']:.1%} (n={ho['n']}; bound {BOUNDS[m]:.0%})"
+        )
         ok &= ho["median_abs_error"] <= BOUNDS[m]
         print(line)
         if ho.get("interval_90_over_folds"):
             lo, hi = ho["interval_90_over_folds"]
             print(f"{'':13} held out, 90% of medians over resampled folds: {lo:.1%}-{hi:.1%}")
     for mode, stats in summary["held_out_by_mode"].items():  # type: ignore[attr-defined]
-        print(f"{'':13} held out, {mode} points: " + ", ".join(
-            f"{_NAMES[m]} {st['median_abs_error']:.1%} (n={st['n']})" for m, st in stats.items()
-            if st["median_abs_error"] is not None))
+        print(
+            f"{'':13} held out, {mode} points: "
+            + ", ".join(
+                f"{_NAMES[m]} {st['median_abs_error']:.1%} (n={st['n']})"
+                for m, st in stats.items()
+                if st["median_abs_error"] is not None
+            )
+        )
     print(f"({time.perf_counter() - t0:.1f} s) {'within the bounds' if ok else 'OUTSIDE the bounds'}")
     if args.refit or args.publish:
         band, by_mode = published_bands(summary)
-        cal = dataclasses.replace(cal, heldout_median_abs_error=band, heldout_by_mode=by_mode, heldout_source=(
-            f"held-out median |error| by source against {summary['expressible']} published measurements "
-            f"(leave-one-source-out, benchmarks/plan_validate.py): {band['output_tokens_per_s']:.0%} output tok/s, "
-            f"{band['itl_ms']:.0%} ITL, {band['ttft_ms']:.0%} TTFT"))
-        out = Path(args.write) if args.write else Path(str(resources.files("servebench.deploy") / "calibration.yaml"))
+        cal = dataclasses.replace(
+            cal,
+            heldout_median_abs_error=band,
+            heldout_by_mode=by_mode,
+            heldout_source=(
+                f"held-out median |error| by source against {summary['expressible']} published measurements "
+                f"(leave-one-source-out, benchmarks/plan_validate.py): {band['output_tokens_per_s']:.0%} output tok/s, "
+                f"{band['itl_ms']:.0%} ITL, {band['ttft_ms']:.0%} TTFT"
+            ),
+        )
+        out = Path(args.write) if args.write else Path(str(resources.files("servescope.deploy") / "calibration.yaml"))
         out.write_text(dump_calibration(cal), encoding="utf-8")
         print(f"wrote the held-out figures to {out}", file=sys.stderr)
     if args.json:
-        rows = [{"key": tr.point.key, "measured": {m: list(v) for m, v in tr.measured.items()},
-                 "train": tr.predicted, "held_out": ho.predicted} for tr, ho in zip(train, held)]
+        rows = [
+            {
+                "key": tr.point.key,
+                "measured": {m: list(v) for m, v in tr.measured.items()},
+                "train": tr.predicted,
+                "held_out": ho.predicted,
+            }
+            for tr, ho in zip(train, held)
+        ]
         Path(args.json).write_text(json.dumps({"summary": summary, "points": rows}, indent=1), encoding="utf-8")
     return 0 if ok else 1
 

@@ -25,11 +25,11 @@ import dataclasses
 import statistics
 import sys
 
-from servebench.deploy.calibration import load_calibration
-from servebench.plan import validate
-from servebench.plan.corpus import load_corpus
-from servebench.sim.request import SimRequest
-from servebench.sim.simulate import SimRun, simulate
+from servescope.deploy.calibration import load_calibration
+from servescope.plan import validate
+from servescope.plan.corpus import load_corpus
+from servescope.sim.request import SimRequest
+from servescope.sim.simulate import SimRun, simulate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,8 +38,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", default="", help="comma-separated batch token budgets to run it with as well")
     ap.add_argument("--fitted", action="store_true", help="the all-sources table instead of the held-out one")
     ap.add_argument("--waves", type=int, default=0, help="simulate this many waves of `concurrency` requests")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KNOB=VALUE",
-                    help="override a knob of the table (repeatable)")
+    ap.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KNOB=VALUE",
+        help="override a knob of the table (repeatable)",
+    )
     ap.add_argument("--steps", action="store_true", help="print the steps around a late wave's first tokens")
     args = ap.parse_args(argv)
     points = [p for p in load_corpus() if p.key.endswith(args.key)]
@@ -68,21 +74,24 @@ def main(argv: list[str] | None = None) -> int:
     print("measured: " + ", ".join(f"{m} {stat} {v:g}" for m, (stat, v) in measured.items()))
     budgets = [s.base.max_num_batched_tokens] + [int(b) for b in args.budget.split(",") if b]
     for budget in budgets:
-        base = dataclasses.replace(s.base, max_num_batched_tokens=budget,
-                                   max_num_seqs=min(s.base.max_num_seqs, budget))
+        base = dataclasses.replace(s.base, max_num_batched_tokens=budget, max_num_seqs=min(s.base.max_num_seqs, budget))
         run_s = dataclasses.replace(s, base=base)
         sim_knobs = validate._sim_knobs(run_s, knobs)
         cfg = validate._engine_for(run_s, sim_knobs)
         reqs, _ = validate.sim_requests(run_s, sim_knobs)  # the requests `predict` runs
         run = simulate(cfg, reqs, concurrency=s.concurrency)
         ttft = [run.first_token_s(r) - r.arrival_s + knobs.first_token_s for r in reqs]
-        print(f"\nbatch token budget {budget} (front end {1e3 * cfg.frontend_s:.1f} ms a request, "
-              f"first-token latency {1e3 * knobs.first_token_s:.1f} ms):")
+        print(
+            f"\nbatch token budget {budget} (front end {1e3 * cfg.frontend_s:.1f} ms a request, "
+            f"first-token latency {1e3 * knobs.first_token_s:.1f} ms):"
+        )
         c = s.concurrency
         for w in range(0, len(reqs), c):
-            t = ttft[w:w + c]
-            print(f"  wave {w // c}: TTFT mean {1e3 * statistics.fmean(t):8.1f} ms, median "
-                  f"{1e3 * statistics.median(t):8.1f}, min {1e3 * min(t):8.1f}, max {1e3 * max(t):8.1f}")
+            t = ttft[w : w + c]
+            print(
+                f"  wave {w // c}: TTFT mean {1e3 * statistics.fmean(t):8.1f} ms, median "
+                f"{1e3 * statistics.median(t):8.1f}, min {1e3 * min(t):8.1f}, max {1e3 * max(t):8.1f}"
+            )
         print(f"  all: mean {1e3 * statistics.fmean(ttft):.1f} ms, median {1e3 * statistics.median(ttft):.1f}")
         if args.steps:
             _print_steps(run, reqs, c)
@@ -96,7 +105,7 @@ def _print_steps(run: SimRun, reqs: list[SimRequest], c: int) -> None:
     waves = len(reqs) // c
     if waves < 2:
         return
-    wave = reqs[(waves - 2) * c:(waves - 1) * c]
+    wave = reqs[(waves - 2) * c : (waves - 1) * c]
     t0 = min(r.arrival_s for r in wave)
     first = min(r.first_token_step for r in wave)
     last = max(r.first_token_step for r in wave)
@@ -108,8 +117,10 @@ def _print_steps(run: SimRun, reqs: list[SimRequest], c: int) -> None:
         a, b = run.step_start_s[k], run.step_end_s[k]
         came = sum(1 for r in wave if a <= r.arrival_s < b)
         got = sum(1 for r in wave if r.first_token_step == k)
-        print(f"    step {k}: start {1e3 * (a - t0):8.1f}, {1e3 * (b - a):7.1f} ms long, "
-              f"{came:4d} arrived during it, {got:4d} first tokens at its end")
+        print(
+            f"    step {k}: start {1e3 * (a - t0):8.1f}, {1e3 * (b - a):7.1f} ms long, "
+            f"{came:4d} arrived during it, {got:4d} first tokens at its end"
+        )
 
 
 if __name__ == "__main__":

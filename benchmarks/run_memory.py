@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/run_memory.py [--requests 200000] [--concurrency 64] [--output-len 8] [--workers 1]
 
-Starts the scripted server (tests/support/scripted_server.py) with no delays, runs `servebench run`
+Starts the scripted server (tests/support/scripted_server.py) with no delays, runs `servescope run`
 against it in a child process (records to requests.parquet, no report), and samples the child's
 resident memory (/proc/PID/status VmRSS) every 0.2 s; prints the peak (VmHWM) and RSS at quarters of
 the run, so growth with the number of requests shows. With `--workers N` the figures are the run
@@ -10,7 +10,7 @@ process's (it receives and writes every record; each worker holds only its slice
 
 What the figures hold (200,000 requests, 8 tokens each): ~90 MB of imports, ~60 MB of encoded
 bodies and the schedule, ~55 MB of pandas where it is installed (pyarrow imports it at its first
-conversion: the dev environment's test extra, not a servebench dependency), flat during the run; the
+conversion: the dev environment's test extra, not a servescope dependency), flat during the run; the
 peak comes after the clock, reading the records back as columns for the summary and the checks.
 """
 
@@ -51,11 +51,35 @@ def main() -> None:
     try:
         t0 = time.perf_counter()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "servebench.cli", "run", "--url", srv.url, "--model", "m", "--no-probe",
-             "--num-requests", str(args.requests), "--concurrency", str(args.concurrency), "--input-len", "16",
-             "--output-len", str(args.output_len), "--workers", str(args.workers), "--no-report", "--quiet",
-             "--out", str(out)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-m",
+                "servescope.cli",
+                "run",
+                "--url",
+                srv.url,
+                "--model",
+                "m",
+                "--no-probe",
+                "--num-requests",
+                str(args.requests),
+                "--concurrency",
+                str(args.concurrency),
+                "--input-len",
+                "16",
+                "--output-len",
+                str(args.output_len),
+                "--workers",
+                str(args.workers),
+                "--no-report",
+                "--quiet",
+                "--out",
+                str(out),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         samples: list[tuple[float, float]] = []
         peak = 0.0
         while proc.poll() is None:
@@ -73,9 +97,11 @@ def main() -> None:
     import json
 
     s = json.loads((out / "summary.json").read_text())
-    print(f"{s['requests']['completed']:,} of {args.requests:,} requests completed in {wall:.0f} s "
-          f"({s['throughput']['requests_per_s']:.0f} req/s, {args.output_len} tokens each, concurrency "
-          f"{args.concurrency}, {args.workers} worker process{'es' if args.workers > 1 else ''})")
+    print(
+        f"{s['requests']['completed']:,} of {args.requests:,} requests completed in {wall:.0f} s "
+        f"({s['throughput']['requests_per_s']:.0f} req/s, {args.output_len} tokens each, concurrency "
+        f"{args.concurrency}, {args.workers} worker process{'es' if args.workers > 1 else ''})"
+    )
     print(f"client peak RSS (VmHWM): {peak:.0f} MB")
     for q in (0.25, 0.5, 0.75, 0.95):
         t, rss = samples[min(len(samples) - 1, int(q * len(samples)))]

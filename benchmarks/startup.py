@@ -1,9 +1,9 @@
-"""Startup cost of the command line: `servebench --help`, and a short run until its first request.
+"""Startup cost of the command line: `servescope --help`, and a short run until its first request.
 
     .venv/bin/python benchmarks/startup.py [--repeats 7] [--pythonpath DIR] [--python EXE]
 
-(a) `servebench --help`: wall time of the whole process (python -m servebench.cli --help), median of N.
-(b) `servebench run --url <local no-delay server> --num-requests 10 --concurrency 4`: wall time end to
+(a) `servescope --help`: wall time of the whole process (python -m servescope.cli --help), median of N.
+(b) `servescope run --url <local no-delay server> --num-requests 10 --concurrency 4`: wall time end to
     end, and the time to the first measured request: from just before the process is started to the
     moment the server read that request. The server is the scripted one (tests/support/scripted_server.py)
     with no delays, in its own process; it stamps each streamed request's arrival on CLOCK_MONOTONIC
@@ -45,8 +45,13 @@ def _env(pythonpath: str | None) -> dict[str, str]:
 
 
 def _which_code(python: str, env: dict[str, str]) -> str:
-    out = subprocess.run([python, "-c", "import servebench, os; print(os.path.dirname(servebench.__file__))"],
-                         capture_output=True, text=True, env=env, check=True)
+    out = subprocess.run(
+        [python, "-c", "import servescope, os; print(os.path.dirname(servescope.__file__))"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
     return out.stdout.strip()
 
 
@@ -54,7 +59,7 @@ def time_help(python: str, env: dict[str, str], repeats: int) -> list[float]:
     walls = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        subprocess.run([python, "-m", "servebench.cli", "--help"], capture_output=True, env=env, check=True)
+        subprocess.run([python, "-m", "servescope.cli", "--help"], capture_output=True, env=env, check=True)
         walls.append(time.perf_counter() - t0)
     return walls
 
@@ -72,9 +77,28 @@ def time_run(python: str, env: dict[str, str], repeats: int, n: int, concurrency
         srv = scripted("--ttft-ms", "0", "--itl-ms", "0")
         try:
             with tempfile.TemporaryDirectory() as tmp:
-                cmd = [python, "-m", "servebench.cli", "run", "--url", srv.url, "--model", "m",
-                       "--num-requests", str(n), "--concurrency", str(concurrency), "--input-len", "32",
-                       "--output-len", "16", "--quiet", "--no-report", "--out", str(Path(tmp) / "r")]
+                cmd = [
+                    python,
+                    "-m",
+                    "servescope.cli",
+                    "run",
+                    "--url",
+                    srv.url,
+                    "--model",
+                    "m",
+                    "--num-requests",
+                    str(n),
+                    "--concurrency",
+                    str(concurrency),
+                    "--input-len",
+                    "32",
+                    "--output-len",
+                    "16",
+                    "--quiet",
+                    "--no-report",
+                    "--out",
+                    str(Path(tmp) / "r"),
+                ]
                 t0_ns = time.perf_counter_ns()
                 proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
                 wall = (time.perf_counter_ns() - t0_ns) / 1e9
@@ -92,8 +116,11 @@ def time_run(python: str, env: dict[str, str], repeats: int, n: int, concurrency
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--python", default=sys.executable, help="interpreter of the child processes")
-    ap.add_argument("--pythonpath", default=os.environ.get("SERVEBENCH_PYTHONPATH"),
-                    help="put this first on the children's PYTHONPATH (another checkout's src/)")
+    ap.add_argument(
+        "--pythonpath",
+        default=os.environ.get("SERVESCOPE_PYTHONPATH"),
+        help="put this first on the children's PYTHONPATH (another checkout's src/)",
+    )
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--num-requests", type=int, default=10)
     ap.add_argument("--concurrency", type=int, default=4)
@@ -105,20 +132,25 @@ def main() -> None:
     runs = time_run(args.python, env, args.repeats, args.num_requests, args.concurrency)
     doc = {
         "code": code,
-        "help_s_median": statistics.median(helps), "help_s_min": min(helps),
+        "help_s_median": statistics.median(helps),
+        "help_s_min": min(helps),
         "run_wall_s_median": statistics.median(w for w, _ in runs),
         "first_request_s_median": statistics.median(f for _, f in runs),
         "first_request_s_min": min(f for _, f in runs),
-        "repeats": args.repeats, "num_requests": args.num_requests, "concurrency": args.concurrency,
+        "repeats": args.repeats,
+        "num_requests": args.num_requests,
+        "concurrency": args.concurrency,
     }
     if args.json:
         print(json.dumps(doc, indent=2))
         return
     print(f"code: {code}  (median of {args.repeats})")
-    print(f"servebench --help              {doc['help_s_median'] * 1e3:7.0f} ms   (min {doc['help_s_min'] * 1e3:.0f})")
+    print(f"servescope --help              {doc['help_s_median'] * 1e3:7.0f} ms   (min {doc['help_s_min'] * 1e3:.0f})")
     print(f"run {args.num_requests} requests, wall         {doc['run_wall_s_median'] * 1e3:7.0f} ms")
-    print(f"run: process start -> 1st req  {doc['first_request_s_median'] * 1e3:7.0f} ms   "
-          f"(min {doc['first_request_s_min'] * 1e3:.0f})")
+    print(
+        f"run: process start -> 1st req  {doc['first_request_s_median'] * 1e3:7.0f} ms   "
+        f"(min {doc['first_request_s_min'] * 1e3:.0f})"
+    )
 
 
 if __name__ == "__main__":

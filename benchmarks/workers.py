@@ -7,7 +7,7 @@ Starts the scripted server (tests/support/scripted_server.py) with no delays in 
 
 1. closed loop, `--concurrency` streams of `--output-len` tokens: the run's shard in this process
    (`client.shard.Shard`) and over 2 worker processes (`run.workers.ProcessShards`), interleaved
-   `--repeats` times, each writing its records to requests.parquet as `servebench run` does
+   `--repeats` times, each writing its records to requests.parquet as `servescope run` does
    (`RecordWriter`, Arrow warmed up before the clock; `--no-records`: records kept in memory, written
    nowhere). CPU is the shard's own measure over the run (getrusage from t0 to the end, every
    thread): one process's, or the sum of both workers' and this process's (which receives, unpickles
@@ -52,12 +52,12 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from servebench.client.openai import build_body, encode_body  # noqa: E402
-from servebench.client.shard import Shard  # noqa: E402
-from servebench.client.spec import Prepared, ShardResult, ShardSpec  # noqa: E402
-from servebench.results.store import RECORDS, RecordWriter, warm_up  # noqa: E402
-from servebench.run.workers import ProcessShards  # noqa: E402
-from servebench.workload.schedule import open_loop_offsets_ns  # noqa: E402
+from servescope.client.openai import build_body, encode_body  # noqa: E402
+from servescope.client.shard import Shard  # noqa: E402
+from servescope.client.spec import Prepared, ShardResult, ShardSpec  # noqa: E402
+from servescope.results.store import RECORDS, RecordWriter, warm_up  # noqa: E402
+from servescope.run.workers import ProcessShards  # noqa: E402
+from servescope.workload.schedule import open_loop_offsets_ns  # noqa: E402
 from tests.support.procs import scripted  # noqa: E402
 
 
@@ -72,11 +72,19 @@ def _run(coro: Awaitable[ShardResult]) -> ShardResult:
 
 
 def _spec(url: str, body: bytes, n: int, *, concurrency: int | None, offsets: list[int] | None = None) -> ShardSpec:
-    items = [Prepared(id=i, body=body, input_len=16, output_len=0, offset_ns=None if offsets is None else offsets[i])
-             for i in range(n)]
-    return ShardSpec(url=url, api="completions", headers={"Content-Type": "application/json"}, items=items,
-                     concurrency=concurrency, open_loop=offsets is not None,
-                     preconnect=min(concurrency or 256, 256))
+    items = [
+        Prepared(id=i, body=body, input_len=16, output_len=0, offset_ns=None if offsets is None else offsets[i])
+        for i in range(n)
+    ]
+    return ShardSpec(
+        url=url,
+        api="completions",
+        headers={"Content-Type": "application/json"},
+        items=items,
+        concurrency=concurrency,
+        open_loop=offsets is not None,
+        preconnect=min(concurrency or 256, 256),
+    )
 
 
 def _check(result: ShardResult) -> int:
@@ -119,17 +127,22 @@ def closed_loop(url: str, body: bytes, n: int, c: int, repeats: int, records: bo
             result, tokens = _closed_once(url, body, n, c, 1 if name == "1 process" else 2, records)
             runs[name].append((result.cpu_s * 1e6 / tokens, tokens / result.elapsed_s))
             parts = result.parts or [result]
-            detail[name].append(" + ".join(f"{p.cpu_s * 1e6 / tokens:.2f}" for p in parts)
-                                + (f" + run process {result.parent_cpu_s * 1e6 / tokens:.2f}" if result.parts else "")
-                                + f" (read pauses {sum(p.read_pauses for p in parts)})")
-    print(f"closed loop, concurrency {c}, {n} requests (median of {repeats}, interleaved), records "
-          + ("written to requests.parquet" if records else "kept in memory (--no-records)"))
+            detail[name].append(
+                " + ".join(f"{p.cpu_s * 1e6 / tokens:.2f}" for p in parts)
+                + (f" + run process {result.parent_cpu_s * 1e6 / tokens:.2f}" if result.parts else "")
+                + f" (read pauses {sum(p.read_pauses for p in parts)})"
+            )
+    print(
+        f"closed loop, concurrency {c}, {n} requests (median of {repeats}, interleaved), records "
+        + ("written to requests.parquet" if records else "kept in memory (--no-records)")
+    )
     base = float(np.median([x[0] for x in runs["1 process"]]))
     for name, xs in runs.items():
         us = float(np.median([x[0] for x in xs]))
-        print(f"  {name:>12}: {us:6.2f} us CPU/token ({us / base - 1:+.1%})  "
-              f"{np.median([x[1] for x in xs]):>10,.0f} tokens/s   runs: "
-              + ", ".join(f"{x[0]:.2f}" for x in xs))
+        print(
+            f"  {name:>12}: {us:6.2f} us CPU/token ({us / base - 1:+.1%})  "
+            f"{np.median([x[1] for x in xs]):>10,.0f} tokens/s   runs: " + ", ".join(f"{x[0]:.2f}" for x in xs)
+        )
         for d in detail[name]:
             print(f"{'':>16}us/token by process: {d}")
 
@@ -147,14 +160,20 @@ def open_loop(url: str, body: bytes, rate: float, seconds: float) -> None:
     achieved = (n - 1) / ((sends[-1] - sends[0]) / 1e9)
     planned = (n - 1) / ((offsets[-1] - offsets[0]) / 1e9)
     print(f"open loop, Poisson {rate:g} req/s over 2 workers, {n} requests")
-    print(f"  achieved {achieved:,.1f} req/s: {achieved / rate - 1:+.2%} of nominal, {achieved / planned - 1:+.2%} of "
-          f"the planned schedule ({planned:,.1f} req/s)")
-    print(f"  schedule lag ms: p50 {np.percentile(lag_ms, 50):.3f}  p90 {np.percentile(lag_ms, 90):.3f}  "
-          f"p99 {np.percentile(lag_ms, 99):.3f}  max {lag_ms.max():.3f}")
+    print(
+        f"  achieved {achieved:,.1f} req/s: {achieved / rate - 1:+.2%} of nominal, {achieved / planned - 1:+.2%} of "
+        f"the planned schedule ({planned:,.1f} req/s)"
+    )
+    print(
+        f"  schedule lag ms: p50 {np.percentile(lag_ms, 50):.3f}  p90 {np.percentile(lag_ms, 90):.3f}  "
+        f"p99 {np.percentile(lag_ms, 99):.3f}  max {lag_ms.max():.3f}"
+    )
     for p in result.parts:
-        print(f"  worker {p.index} (pid {p.pid}): cpu {p.cpu_s:.2f} s over {p.elapsed_s:.2f} s "
-              f"({p.cpu_s / p.elapsed_s:.0%} of a core), loop lag p99 {np.percentile(p.loop_lag_ms, 99):.2f} ms, "
-              f"woke {p.start_late_ms:.3f} ms late")
+        print(
+            f"  worker {p.index} (pid {p.pid}): cpu {p.cpu_s:.2f} s over {p.elapsed_s:.2f} s "
+            f"({p.cpu_s / p.elapsed_s:.0%} of a core), loop lag p99 {np.percentile(p.loop_lag_ms, 99):.2f} ms, "
+            f"woke {p.start_late_ms:.3f} ms late"
+        )
     print(f"  this process: cpu {result.parent_cpu_s:.2f} s")
 
 
@@ -167,18 +186,32 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=2000.0)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--open-output-len", type=int, default=16)
-    ap.add_argument("--itl-ms", type=float, default=0.0,
-                    help="the server's gap between tokens (0: none, each process's CPU is then at its ceiling)")
-    ap.add_argument("--server-writes", choices=("response", "token"), default="response",
-                    help="with --itl-ms 0: the server sends each response in one write (default: its CPU then "
-                         "leaves the cores to the clients) or each token in its own (see the docstring)")
+    ap.add_argument(
+        "--itl-ms",
+        type=float,
+        default=0.0,
+        help="the server's gap between tokens (0: none, each process's CPU is then at its ceiling)",
+    )
+    ap.add_argument(
+        "--server-writes",
+        choices=("response", "token"),
+        default="response",
+        help="with --itl-ms 0: the server sends each response in one write (default: its CPU then "
+        "leaves the cores to the clients) or each token in its own (see the docstring)",
+    )
     ap.add_argument("--skip-closed", action="store_true")
     ap.add_argument("--no-records", action="store_true", help="closed loop: keep records in memory, write none")
     ap.add_argument("--skip-open", action="store_true")
     args = ap.parse_args()
-    srv = scripted("--ttft-ms", "0", "--itl-ms", str(args.itl_ms), "--no-usage-chunk",
-                   *(["--write-whole"] if args.server_writes == "response" else []))
-    warm_up()  # as servebench run does before the clock
+    srv = scripted(
+        "--ttft-ms",
+        "0",
+        "--itl-ms",
+        str(args.itl_ms),
+        "--no-usage-chunk",
+        *(["--write-whole"] if args.server_writes == "response" else []),
+    )
+    warm_up()  # as servescope run does before the clock
     try:
         url = srv.url + "/v1/completions"
 

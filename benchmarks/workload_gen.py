@@ -19,20 +19,29 @@ from pathlib import Path
 
 from rich.console import Console
 
-from servebench.client import shard
-from servebench.emulator.server import EmulatorThread
-from servebench.run.bench import plan_requests, run_against
-from servebench.run.config import RunConfig
-from servebench.workload import prepare_workload
+from servescope.client import shard
+from servescope.emulator.server import EmulatorThread
+from servescope.run.bench import plan_requests, run_against
+from servescope.run.config import RunConfig
+from servescope.workload import prepare_workload
 
 TARGET_S = 10.0
 N = 10_000
 
 
 def _sharegpt(path: Path, n: int) -> None:
-    convs = [{"conversations": [
-        {"from": "human" if t % 2 == 0 else "gpt", "value": f"conversation {c} message {t} " + "word " * (20 + t * 5)}
-        for t in range(6)]} for c in range(n)]
+    convs = [
+        {
+            "conversations": [
+                {
+                    "from": "human" if t % 2 == 0 else "gpt",
+                    "value": f"conversation {c} message {t} " + "word " * (20 + t * 5),
+                }
+                for t in range(6)
+            ]
+        }
+        for c in range(n)
+    ]
     path.write_text(json.dumps(convs))
 
 
@@ -50,7 +59,7 @@ def _local_tokenizer(folder: Path) -> Path:
     import numpy as np
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from servebench.workload.random import WORDS
+    from servescope.workload.random import WORDS
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -65,7 +74,7 @@ def _local_tokenizer(folder: Path) -> Path:
 
 def main() -> int:
     ok = True
-    tmp = Path(tempfile.mkdtemp(prefix="servebench-wlgen-"))
+    tmp = Path(tempfile.mkdtemp(prefix="servescope-wlgen-"))
     chats = tmp / "chats.json"
     _sharegpt(chats, 3400)  # 3 user turns each: 10,200 requests
     local = _local_tokenizer(tmp)
@@ -76,8 +85,10 @@ def main() -> int:
         ("mixture 128/512/4096, chat", RunConfig(dataset="random:128:64@25%,512:128@50%,4096:256@25%")),
         ("shared-prefix preset, chat", RunConfig(dataset="shared-prefix", output_len=800)),
         ("random 1024 tokens, chat, --tokenizer (local)", RunConfig(input_len=1024, tokenizer=str(local))),
-        ("sharegpt multi-turn, chat, --tokenizer (local)",
-         RunConfig(dataset=f"sharegpt:{chats}", tokenizer=str(local))),
+        (
+            "sharegpt multi-turn, chat, --tokenizer (local)",
+            RunConfig(dataset=f"sharegpt:{chats}", tokenizer=str(local)),
+        ),
         ("sharegpt multi-turn, chat, server /tokenize", RunConfig(dataset=f"sharegpt:{chats}")),
     ]
     with EmulatorThread("tiny") as emu:
@@ -85,9 +96,11 @@ def main() -> int:
             wall, info = asyncio.run(_gen(emu.url, cfg))
             if "server /tokenize" not in name:  # one /tokenize call per dataset request: reported, not gated
                 ok &= wall < TARGET_S
-            print(f"{N:,} requests, {name}: {wall:.2f} s ({'ok' if wall < TARGET_S else 'SLOW'}, "
-                  f"target < {TARGET_S:.0f} s); lengths: {info['lengths']}; "
-                  f"/tokenize calls: {info.get('tokenize_calls')}")
+            print(
+                f"{N:,} requests, {name}: {wall:.2f} s ({'ok' if wall < TARGET_S else 'SLOW'}, "
+                f"target < {TARGET_S:.0f} s); lengths: {info['lengths']}; "
+                f"/tokenize calls: {info.get('tokenize_calls')}"
+            )
 
         # no tokenization in the request loop: count /tokenize calls while Shard.run is running
         app = emu.app
@@ -109,8 +122,15 @@ def main() -> int:
 
         app._tokenize = counting_tokenize
         shard.Shard.run = windowed_run  # type: ignore[method-assign]
-        cfg = RunConfig(url=emu.url, input_len=1024, output_len=16, num_requests=2000, concurrency=64, quiet=True,
-                        out=str(tmp / "run"))
+        cfg = RunConfig(
+            url=emu.url,
+            input_len=1024,
+            output_len=16,
+            num_requests=2000,
+            concurrency=64,
+            quiet=True,
+            out=str(tmp / "run"),
+        )
         t0 = time.perf_counter()
         outcome = asyncio.run(run_against(cfg.validate(), emu.url, Console(quiet=True), emulated=False))
         wall = time.perf_counter() - t0
@@ -118,9 +138,11 @@ def main() -> int:
         s = outcome.summary
         exact = s["tokens"]["input_total"] == 2000 * 1024
         ok &= calls["during"] == 0 and exact
-        print(f"run of 2,000 x 1024-token requests ({wall:.1f} s): /tokenize calls before the clock "
-              f"{calls['before']}, during the request loop {calls['during']} (must be 0); server-counted input "
-              f"tokens {s['tokens']['input_total']:,} = 2,000 x 1024: {exact}")
+        print(
+            f"run of 2,000 x 1024-token requests ({wall:.1f} s): /tokenize calls before the clock "
+            f"{calls['before']}, during the request loop {calls['during']} (must be 0); server-counted input "
+            f"tokens {s['tokens']['input_total']:,} = 2,000 x 1024: {exact}"
+        )
     return 0 if ok else 1
 
 

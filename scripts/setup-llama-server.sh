@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Build llama.cpp's `llama-server` (C++) for servebench's real-server test tier.
+# Build llama.cpp's `llama-server` (C++) for servescope's real-server test tier.
 #
 # Source: the llama.cpp tree vendored in the `llama-cpp-python` sdist on PyPI (Debian 12 has no
 # llama.cpp package). Idempotent: the binary is cached outside the repo, keyed on the version:
 #
-#   ${SERVEBENCH_CACHE:-$HOME/.cache/servebench}/llama-server-<version>/llama-server
+#   ${SERVESCOPE_CACHE:-$HOME/.cache/servescope}/llama-server-<version>/llama-server
 #
 # A second run finds the binary and exits at once. Prints the binary's path on the last line of stdout.
-# Env: SERVEBENCH_CACHE (cache root), LLAMA_CPP_PYTHON_VERSION (pinned below), BUILD_JOBS (default nproc),
+# Env: SERVESCOPE_CACHE (cache root), LLAMA_CPP_PYTHON_VERSION (pinned below), BUILD_JOBS (default nproc),
 #      PYTHON (a python with pip; default: the repo's .venv, else python3).
 set -euo pipefail
 
 VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
-CACHE="${SERVEBENCH_CACHE:-$HOME/.cache/servebench}"
+CACHE="${SERVESCOPE_CACHE:-$HOME/.cache/servescope}"
 DEST="$CACHE/llama-server-$VERSION"
 BIN="$DEST/llama-server"
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

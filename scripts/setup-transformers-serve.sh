@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Install Hugging Face `transformers serve` (CPU) into its own venv for servebench's real-server tests.
+# Install Hugging Face `transformers serve` (CPU) into its own venv for servescope's real-server tests.
 #
 # Idempotent; cached outside the repo, keyed on the versions:
 #
-#   ${SERVEBENCH_CACHE:-$HOME/.cache/servebench}/hf-serve-<transformers version>/bin/transformers
+#   ${SERVESCOPE_CACHE:-$HOME/.cache/servescope}/hf-serve-<transformers version>/bin/transformers
 #
 # torch is installed FIRST and explicitly as the CPU build (a local wheel in $TORCH_WHEELS_DIR, default
 # /opt/wheels; the script stops if there is none), so that pip never pulls a CUDA torch.
@@ -12,10 +12,10 @@ set -euo pipefail
 
 TRANSFORMERS_VERSION="${TRANSFORMERS_VERSION:-5.23.0}"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
-CACHE="${SERVEBENCH_CACHE:-$HOME/.cache/servebench}"
+CACHE="${SERVESCOPE_CACHE:-$HOME/.cache/servescope}"
 VENV="$CACHE/hf-serve-$TRANSFORMERS_VERSION"
 EXE="$VENV/bin/transformers"
-MARKER="$VENV/.servebench-complete-torch-$TORCH_VERSION"
+MARKER="$VENV/.servescope-complete-torch-$TORCH_VERSION"
 
 if [[ -f "$MARKER" && -x "$EXE" ]]; then
   echo "transformers serve $TRANSFORMERS_VERSION already installed (cached)" >&2

@@ -42,7 +42,7 @@ def _unavailable(why: str) -> None:
 
 @pytest.fixture(scope="session")
 def chromium_path() -> str:
-    path = os.environ.get("SERVEBENCH_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    path = os.environ.get("SERVESCOPE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
     if not Path(path).is_file():
         _unavailable("chromium not found")
     try:

@@ -6,19 +6,21 @@ from pathlib import Path
 
 import pytest
 
-from servebench.report.compare import compare_sides, load_side, write_compare_html
-from servebench.report.data import SweepResult, load_results
-from servebench.report.html import write_report
-from servebench.report.pareto import frontiers, interactivity_rows
-from servebench.results.interactivity import DEFAULT_LEVELS
+from servescope.report.compare import compare_sides, load_side, write_compare_html
+from servescope.report.data import SweepResult, load_results
+from servescope.report.html import write_report
+from servescope.report.pareto import frontiers, interactivity_rows
+from servescope.results.interactivity import DEFAULT_LEVELS
 from tests.browser.conftest import OfflinePage
 from tests.support.synth import synth_records, write_synth_run, write_synth_sweep
 
 pytestmark = pytest.mark.browser
 
 SCRIPT_BODY = "<script>window.__pwned = 'script'</script>upstream exploded"
-HTML_BODY = ('<html><body><h1>502 Bad Gateway</h1><img src="x" onerror="window.__pwned=\'img\'">'
-             '<svg onload="window.__pwned=\'svg\'"></svg></body></html>')
+HTML_BODY = (
+    '<html><body><h1>502 Bad Gateway</h1><img src="x" onerror="window.__pwned=\'img\'">'
+    "<svg onload=\"window.__pwned='svg'\"></svg></body></html>"
+)
 
 
 def _charts_ok(page: OfflinePage) -> int:
@@ -31,7 +33,8 @@ def _charts_ok(page: OfflinePage) -> int:
         assert box is not None and box["width"] > 100 and box["height"] > 50, i
         drawn = svg.evaluate(
             "s => Array.from(s.querySelectorAll('path,circle,polygon'))"
-            ".filter(e => { const b = e.getBBox(); return b.width > 0 || b.height > 0; }).length")
+            ".filter(e => { const b = e.getBBox(); return b.width > 0 || b.height > 0; }).length"
+        )
         assert drawn > 0, f"chart {i} ({svg.get_attribute('aria-label')}) drew nothing"
     return n
 
@@ -47,14 +50,16 @@ def _clean(page: OfflinePage) -> None:
     assert all(u.startswith("file://") for u in page.requests)
 
 
-def test_run_report_renders_offline_and_server_text_is_inert(offline_page: OfflinePage, tmp_path: Path,
-                                                             artifacts: Path) -> None:
+def test_run_report_renders_offline_and_server_text_is_inert(
+    offline_page: OfflinePage, tmp_path: Path, artifacts: Path
+) -> None:
     recs = synth_records(160, seed=4, concurrency=8, fail_every=16, error_detail=SCRIPT_BODY)
     for r in recs:  # a second, HTML-looking body on the timeouts
         if r.error_kind == "timeout":
             r.error_detail = HTML_BODY
-    run = write_synth_run(tmp_path / "run", recs, concurrency=8, model="<b>evil-model</b>",
-                          slo={"ttft_ms": 250.0, "tpot_ms": 30.0})
+    run = write_synth_run(
+        tmp_path / "run", recs, concurrency=8, model="<b>evil-model</b>", slo={"ttft_ms": 250.0, "tpot_ms": 30.0}
+    )
     _open(offline_page, write_report(run))
     page = offline_page.page
     assert _charts_ok(offline_page) == 9
@@ -104,8 +109,7 @@ def _pareto_ok(page: OfflinePage, expected: list[str], col: int) -> None:
 
 def test_sweep_and_compare_reports_render(offline_page: OfflinePage, tmp_path: Path, artifacts: Path) -> None:
     a = write_synth_sweep(tmp_path / "a", [1, 2, 4, 8, 16, 32], n=50, seed=1, gpus=2, usd_per_hour=5.0)
-    b = write_synth_sweep(tmp_path / "b", [1, 2, 4, 8, 16, 32], n=50, seed=2, time_scale=1.3, gpus=2,
-                          usd_per_hour=5.0)
+    b = write_synth_sweep(tmp_path / "b", [1, 2, 4, 8, 16, 32], n=50, seed=2, time_scale=1.3, gpus=2, usd_per_hour=5.0)
     _open(offline_page, write_report(a))
     assert _charts_ok(offline_page) == 11  # the sweep's 9, the cost chart, and the Pareto chart
     _pareto_ok(offline_page, _expected_readings([("a", a)]), col=1)  # tok/s per user, then the value

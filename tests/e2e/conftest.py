@@ -30,7 +30,7 @@ def _in_ci() -> bool:
 def require_binary(path: Path | None, what: str, setup: str) -> Path:
     if path is not None:
         return path
-    msg = f"{what} is not installed; run `{setup}` (cached under $SERVEBENCH_CACHE, default ~/.cache/servebench)"
+    msg = f"{what} is not installed; run `{setup}` (cached under $SERVESCOPE_CACHE, default ~/.cache/servescope)"
     if _in_ci():
         pytest.fail(f"CI is set and {msg}", pytrace=False)
     pytest.skip(msg)

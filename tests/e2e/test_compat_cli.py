@@ -1,4 +1,4 @@
-"""`vllm bench serve` and SGLang `bench_serving` command lines run unchanged as `servebench run ...` (a real
+"""`vllm bench serve` and SGLang `bench_serving` command lines run unchanged as `servescope run ...` (a real
 subprocess, as a user's script would run it) against the built-in emulator and llama.cpp's llama-server;
 their result files land where their tools put them, with the recorded keys and our summary's numbers."""
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.procs import ServerProcess, servebench
+from tests.support.procs import ServerProcess, servescope
 from tests.support.real_servers import RealServer
 
 pytestmark = pytest.mark.e2e
@@ -22,22 +22,68 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "foreign"
 
 def vllm_argv(base_url: str, model: str) -> list[str]:
     """The issue's command line, word for word."""
-    return ["--backend", "vllm", "--base-url", base_url, "--endpoint", "/v1/completions", "--model", model,
-            "--dataset-name", "random", "--random-input-len", "128", "--random-output-len", "16",
-            "--num-prompts", "20", "--max-concurrency", "4", "--ignore-eos",
-            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
-            "--save-result", "--result-dir", "out"]
+    return [
+        "--backend",
+        "vllm",
+        "--base-url",
+        base_url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        model,
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        "128",
+        "--random-output-len",
+        "16",
+        "--num-prompts",
+        "20",
+        "--max-concurrency",
+        "4",
+        "--ignore-eos",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        "50,99",
+        "--save-result",
+        "--result-dir",
+        "out",
+    ]
 
 
 def sglang_argv(port: int, model: str) -> list[str]:
-    return ["--backend", "sglang", "--host", "127.0.0.1", "--port", str(port), "--model", model,
-            "--dataset-name", "random", "--random-input-len", "128", "--random-output-len", "16",
-            "--random-range-ratio", "1", "--num-prompts", "20", "--max-concurrency", "4", "--request-rate", "inf",
-            "--output-file", "sglang.jsonl", "--disable-tqdm"]
+    return [
+        "--backend",
+        "sglang",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--model",
+        model,
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        "128",
+        "--random-output-len",
+        "16",
+        "--random-range-ratio",
+        "1",
+        "--num-prompts",
+        "20",
+        "--max-concurrency",
+        "4",
+        "--request-rate",
+        "inf",
+        "--output-file",
+        "sglang.jsonl",
+        "--disable-tqdm",
+    ]
 
 
 def _run(cwd: Path, argv: list[str]) -> None:
-    p = servebench("run", *argv, timeout_s=240, cwd=cwd)
+    p = servescope("run", *argv, timeout_s=240, cwd=cwd)
     assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}"
 
 
@@ -47,7 +93,7 @@ def check_vllm(cwd: Path) -> dict[str, Any]:
     doc = json.loads(files[0].read_text())
     recorded = json.loads((FIXTURES / "vllm_result.json").read_text())
     assert list(doc) == list(recorded)
-    ours = cwd / "out" / files[0].stem  # servebench's result directory beside it, same stem
+    ours = cwd / "out" / files[0].stem  # servescope's result directory beside it, same stem
     summary = json.loads((ours / "summary.json").read_text())
     lat = summary["latency_ms"]
     assert doc["completed"] == summary["requests"]["completed"] == 20 and doc["failed"] == 0
@@ -60,8 +106,14 @@ def check_vllm(cwd: Path) -> dict[str, Any]:
     assert doc["max_concurrency"] == 4 and doc["request_rate"] == "inf" and doc["num_prompts"] == 20
     manifest = json.loads((ours / "manifest.json").read_text())
     cfg = manifest["config"]
-    assert (cfg["api"], cfg["concurrency"], cfg["rate"], cfg["input_len"], cfg["output_len"], cfg["ignore_eos"]) == \
-        ("completions", 4, None, 128, 16, True)
+    assert (cfg["api"], cfg["concurrency"], cfg["rate"], cfg["input_len"], cfg["output_len"], cfg["ignore_eos"]) == (
+        "completions",
+        4,
+        None,
+        128,
+        16,
+        True,
+    )
     return doc
 
 
@@ -71,7 +123,7 @@ def check_sglang(cwd: Path) -> dict[str, Any]:
     doc = json.loads(lines[0])
     recorded = json.loads((FIXTURES / "sglang_result.jsonl").read_text().splitlines()[0])
     assert list(doc) == list(recorded)
-    (ours,) = (cwd / "servebench-results").iterdir()
+    (ours,) = (cwd / "servescope-results").iterdir()
     summary = json.loads((ours / "summary.json").read_text())
     assert doc["completed"] == summary["requests"]["completed"] == 20
     assert doc["total_output_tokens"] == summary["tokens"]["output_total"] == 320
@@ -84,7 +136,7 @@ def check_sglang(cwd: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def emulator() -> Iterator[ServerProcess]:
-    s = ServerProcess([sys.executable, "-m", "servebench.emulator.server", "--profile", "tiny", "--port", "0"])
+    s = ServerProcess([sys.executable, "-m", "servescope.emulator.server", "--profile", "tiny", "--port", "0"])
     yield s
     s.stop()
 
@@ -119,8 +171,9 @@ def test_a_refused_flag_stops_the_cli_before_any_connection(tmp_path: Path) -> N
     srv.setblocking(False)
     port = srv.getsockname()[1]
     try:
-        p = servebench("run", *vllm_argv(f"http://127.0.0.1:{port}", "m"), "--save-detailed", cwd=tmp_path,
-                       timeout_s=60)
+        p = servescope(
+            "run", *vllm_argv(f"http://127.0.0.1:{port}", "m"), "--save-detailed", cwd=tmp_path, timeout_s=60
+        )
         with pytest.raises(BlockingIOError):
             srv.accept()  # nobody connected
     finally:

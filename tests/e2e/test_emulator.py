@@ -23,7 +23,7 @@ pytestmark = pytest.mark.e2e
 
 
 def _emulator(*args: str) -> ServerProcess:
-    return ServerProcess([sys.executable, "-m", "servebench.emulator.server", *args])
+    return ServerProcess([sys.executable, "-m", "servescope.emulator.server", *args])
 
 
 @pytest.fixture(scope="module")
@@ -41,16 +41,16 @@ def reasoning() -> Iterator[str]:
 
 
 class Resp:
-    def __init__(self, status: int, headers: dict[str, str], body: bytes, events: list[Any] | None,
-                 done: bool) -> None:
+    def __init__(self, status: int, headers: dict[str, str], body: bytes, events: list[Any] | None, done: bool) -> None:
         self.status, self.headers, self.body, self.events, self.done = status, headers, body, events, done
 
     def json(self) -> Any:
         return json.loads(self.body)
 
 
-def call(url: str, method: str, path: str, body: Any = None, *, timeout: float = 30.0,
-         headers: dict[str, str] | None = None) -> Resp:
+def call(
+    url: str, method: str, path: str, body: Any = None, *, timeout: float = 30.0, headers: dict[str, str] | None = None
+) -> Resp:
     u = urlparse(url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
     data = json.dumps(body).encode() if body is not None else None
@@ -74,8 +74,13 @@ def call(url: str, method: str, path: str, body: Any = None, *, timeout: float =
 
 
 def chat(url: str, content: str = "Say something.", headers: dict[str, str] | None = None, **kw: Any) -> Resp:
-    return call(url, "POST", "/v1/chat/completions", {"model": "tiny", "messages": [
-        {"role": "user", "content": content}], **kw}, headers=headers)
+    return call(
+        url,
+        "POST",
+        "/v1/chat/completions",
+        {"model": "tiny", "messages": [{"role": "user", "content": content}], **kw},
+        headers=headers,
+    )
 
 
 def test_models_health_version(tiny: str) -> None:
@@ -118,15 +123,23 @@ def test_chat_non_streaming(tiny: str) -> None:
 
 
 def test_completions_streaming_and_not(tiny: str) -> None:
-    r = call(tiny, "POST", "/v1/completions", {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 9,
-                                                 "ignore_eos": True, "stream": True})
+    r = call(
+        tiny,
+        "POST",
+        "/v1/completions",
+        {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 9, "ignore_eos": True, "stream": True},
+    )
     assert r.done and r.events
     assert sum(1 for e in r.events if e["choices"] and e["choices"][0]["text"]) == 9
     assert all(e["object"] == "text_completion" for e in r.events)
     r2 = call(tiny, "POST", "/v1/completions", {"prompt": [1000, 2000, 3000], "max_tokens": 5, "ignore_eos": True})
     body = r2.json()
-    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8,
-                             "prompt_tokens_details": None}
+    assert body["usage"] == {
+        "prompt_tokens": 3,
+        "completion_tokens": 5,
+        "total_tokens": 8,
+        "prompt_tokens_details": None,
+    }
 
 
 def test_eos_ends_early_without_ignore_eos(tiny: str) -> None:
@@ -180,9 +193,16 @@ def test_exact_length_prompt_from_word_tokens(tiny: str) -> None:
 
 
 def test_reasoning_channel(reasoning: str) -> None:
-    r = call(reasoning, "POST", "/v1/chat/completions", {
-        "messages": [{"role": "user", "content": "9.11 and 9.8, which is greater?"}], "stream": True,
-        "stream_options": {"include_usage": True}})
+    r = call(
+        reasoning,
+        "POST",
+        "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": "9.11 and 9.8, which is greater?"}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
     assert r.done and r.events
     deltas = [e["choices"][0]["delta"] for e in r.events if e["choices"]]
     kinds = ["r" if d.get("reasoning_content") else "c" if d.get("content") else "-" for d in deltas]
@@ -192,8 +212,12 @@ def test_reasoning_channel(reasoning: str) -> None:
     usage = r.events[-1]["usage"]
     assert usage["completion_tokens_details"]["reasoning_tokens"] == seq.count("r")
     assert usage["completion_tokens"] == len(seq)
-    body = call(reasoning, "POST", "/v1/chat/completions", {
-        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 200, "ignore_eos": True}).json()
+    body = call(
+        reasoning,
+        "POST",
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 200, "ignore_eos": True},
+    ).json()
     msg = body["choices"][0]["message"]
     assert msg["reasoning_content"] and msg["content"]
     assert body["usage"]["completion_tokens"] == 200
@@ -250,8 +274,12 @@ def test_metrics_parse_and_match_usage() -> None:
         text = call(s.url, "GET", "/metrics").body.decode()
         info = next(f for f in text_string_to_metric_families(text) if f.name == "vllm:cache_config_info")
         assert info.samples[0].labels["num_gpu_blocks"] == str(524288 // 16)
-        for name in ("vllm:kv_cache_usage_perc", "vllm:num_preemptions_total", "vllm:prefix_cache_hits_total",
-                     "vllm:request_time_per_output_token_seconds_count"):
+        for name in (
+            "vllm:kv_cache_usage_perc",
+            "vllm:num_preemptions_total",
+            "vllm:prefix_cache_hits_total",
+            "vllm:request_time_per_output_token_seconds_count",
+        ):
             assert name in after
     finally:
         s.stop()
@@ -273,7 +301,7 @@ def test_truth_matches_client_view(tiny: str) -> None:
     r = chat(tiny, max_tokens=12, ignore_eos=True, stream=True, headers={"x-request-id": rid})
     t1 = time.perf_counter_ns()
     assert r.headers["x-request-id"] == rid
-    truth = call(tiny, "GET", "/_servebench/truth").json()
+    truth = call(tiny, "GET", "/_servescope/truth").json()
     assert truth["clock"] == "perf_counter_ns"
     rec = next(x for x in truth["requests"] if x["id"] == rid)
     assert rec["status"] == "ok" and rec["completion_tokens"] == 12 and len(rec["token_ns"]) == 12
@@ -287,28 +315,39 @@ def test_truth_matches_client_view(tiny: str) -> None:
 def test_cli_contract_errors() -> None:
     import subprocess
 
-    p = subprocess.run([sys.executable, "-m", "servebench.emulator.server", "--profile", "no-such-profile"],
-                       capture_output=True, text=True, timeout=30)
+    p = subprocess.run(
+        [sys.executable, "-m", "servescope.emulator.server", "--profile", "no-such-profile"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert p.returncode == 2 and p.stdout == "" and "unknown profile" in p.stderr
-    p = subprocess.run([sys.executable, "-m", "servebench.emulator.server",
-                        "--fault-500", "0.8", "--fault-drop", "0.5"],
-                       capture_output=True, text=True, timeout=30)
+    p = subprocess.run(
+        [sys.executable, "-m", "servescope.emulator.server", "--fault-500", "0.8", "--fault-drop", "0.5"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert p.returncode == 2 and "fault" in p.stderr
-    p = subprocess.run([sys.executable, "-m", "servebench.emulator.server", "--realtime-priority", "120"],
-                       capture_output=True, text=True, timeout=30)
+    p = subprocess.run(
+        [sys.executable, "-m", "servescope.emulator.server", "--realtime-priority", "120"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert p.returncode == 2 and p.stdout == "" and "--realtime-priority must be 1-99" in p.stderr
 
 
 def test_default_profile_is_the_one_run_serves() -> None:
-    """`servebench emulate` with no --profile (nor --model) serves the same profile as `servebench run`
+    """`servescope emulate` with no --profile (nor --model) serves the same profile as `servescope run`
     without --url: one default, `deploy.DEFAULT_PROFILE`."""
-    from servebench.deploy import DEFAULT_PROFILE
-    from servebench.target import preflight
+    from servescope.deploy import DEFAULT_PROFILE
+    from servescope.target import preflight
 
     assert preflight.EmulatorProcess().profile == DEFAULT_PROFILE == "llama-3.1-8b"
     s = _emulator()
     try:
-        info = call(s.url, "GET", "/_servebench/info").json()
+        info = call(s.url, "GET", "/_servescope/info").json()
     finally:
         s.stop()
     assert info["profile"] == DEFAULT_PROFILE
@@ -326,9 +365,10 @@ def _fifo_permitted() -> bool:
 def test_realtime_priority_is_taken_or_its_refusal_reported() -> None:
     s = _emulator("--profile", "tiny", "--realtime-priority", "5")
     try:
-        r = chat(s.url, "hello there", max_tokens=8, ignore_eos=True, stream=True,
-                 stream_options={"include_usage": True})
-        pacing = call(s.url, "GET", "/_servebench/pacing").json()
+        r = chat(
+            s.url, "hello there", max_tokens=8, ignore_eos=True, stream=True, stream_options={"include_usage": True}
+        )
+        pacing = call(s.url, "GET", "/_servescope/pacing").json()
     finally:
         s.stop()
     assert r.status == 200 and r.done and r.events[-1]["usage"]["completion_tokens"] == 8
@@ -342,8 +382,9 @@ def _stream_outcome(url: str, max_tokens: int, timeout: float) -> str:
     """'ok', 'http_500', 'http_429', 'dropped' (connection closed early) or 'stalled' (timed out)."""
     u = urlparse(url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
-    body = json.dumps({"messages": [{"role": "user", "content": "x"}], "max_tokens": max_tokens,
-                       "ignore_eos": True, "stream": True}).encode()
+    body = json.dumps(
+        {"messages": [{"role": "user", "content": "x"}], "max_tokens": max_tokens, "ignore_eos": True, "stream": True}
+    ).encode()
     conn.request("POST", "/v1/chat/completions", body=body, headers={"content-type": "application/json"})
     r = conn.getresponse()
     if r.status != 200:
@@ -363,11 +404,23 @@ def _stream_outcome(url: str, max_tokens: int, timeout: float) -> str:
 
 
 def test_faults_are_produced_and_seeded() -> None:
-    s = _emulator("--profile", "tiny", "--fault-500", "0.2", "--fault-429", "0.2", "--fault-drop", "0.2",
-                  "--fault-stall", "0.2", "--fault-seed", "11")
+    s = _emulator(
+        "--profile",
+        "tiny",
+        "--fault-500",
+        "0.2",
+        "--fault-429",
+        "0.2",
+        "--fault-drop",
+        "0.2",
+        "--fault-stall",
+        "0.2",
+        "--fault-seed",
+        "11",
+    )
     try:
         outcomes = [_stream_outcome(s.url, 30, timeout=0.8) for _ in range(30)]
-        truth = call(s.url, "GET", "/_servebench/truth").json()["requests"]
+        truth = call(s.url, "GET", "/_servescope/truth").json()["requests"]
     finally:
         s.stop()
     counts = {k: outcomes.count(k) for k in ("ok", "http_500", "http_429", "dropped", "stalled")}
@@ -381,8 +434,20 @@ def test_faults_are_produced_and_seeded() -> None:
         if x["status"] in ("dropped", "stalled"):
             assert 1 <= len(x["token_ns"]) < 30
     # the same seed gives the same fault sequence
-    s2 = _emulator("--profile", "tiny", "--fault-500", "0.2", "--fault-429", "0.2", "--fault-drop", "0.2",
-                   "--fault-stall", "0.2", "--fault-seed", "11")
+    s2 = _emulator(
+        "--profile",
+        "tiny",
+        "--fault-500",
+        "0.2",
+        "--fault-429",
+        "0.2",
+        "--fault-drop",
+        "0.2",
+        "--fault-stall",
+        "0.2",
+        "--fault-seed",
+        "11",
+    )
     try:
         again = [_stream_outcome(s2.url, 30, timeout=0.8) for _ in range(12)]
     finally:
@@ -396,8 +461,16 @@ def test_kv_pressure_preempts_and_completes_everything() -> None:
         results: list[Resp] = []
 
         def one(i: int) -> None:
-            results.append(chat(s.url, f"request number {i} " * 8, max_tokens=200, ignore_eos=True, stream=True,
-                                stream_options={"include_usage": True}))
+            results.append(
+                chat(
+                    s.url,
+                    f"request number {i} " * 8,
+                    max_tokens=200,
+                    ignore_eos=True,
+                    stream=True,
+                    stream_options={"include_usage": True},
+                )
+            )
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(16)]
         for t in threads:
@@ -425,7 +498,7 @@ def test_kv_pressure_preempts_and_completes_everything() -> None:
 
 
 def test_in_process_thread_server() -> None:
-    from servebench.emulator.server import EmulatorThread
+    from servescope.emulator.server import EmulatorThread
 
     with EmulatorThread("tiny") as emu:
         r = chat(emu.url, max_tokens=5, ignore_eos=True)
@@ -438,8 +511,9 @@ def _token_times(url: str, max_tokens: int) -> tuple[list[float], float]:
     [DONE] event's."""
     u = urlparse(url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
-    body = json.dumps({"model": "tiny", "prompt": "hello there", "max_tokens": max_tokens, "ignore_eos": True,
-                       "stream": True}).encode()
+    body = json.dumps(
+        {"model": "tiny", "prompt": "hello there", "max_tokens": max_tokens, "ignore_eos": True, "stream": True}
+    ).encode()
     t0 = time.perf_counter()
     conn.request("POST", "/v1/completions", body=body, headers={"content-type": "application/json"})
     r = conn.getresponse()
@@ -461,7 +535,7 @@ def test_first_token_latency_is_added_to_ttft_only(tmp_path: Path) -> None:
     """A profile's `first_token_s` (a deployment's: its knobs' first-token latency, which plan adds to
     TTFT) holds a stream's first tokens: the client's TTFT grows by it, the tokens made meanwhile
     arrive together, and the response ends when it would have without the hold."""
-    from servebench.emulator.server import EmulatorThread
+    from servescope.emulator.server import EmulatorThread
 
     prof = tmp_path / "held.yaml"
     prof.write_text("extends: tiny\nname: tiny\nfirst_token_s: 0.06\n")
@@ -475,6 +549,7 @@ def test_first_token_latency_is_added_to_ttft_only(tmp_path: Path) -> None:
     assert base[0] < 0.03
     assert held[0] - base[0] == pytest.approx(0.06, abs=0.015)
     assert held_done == pytest.approx(base_done, abs=0.02)  # the end does not move
+
     def together(times: list[float]) -> int:
         return sum(1 for a, b in itertools.pairwise(times) if b - a < 0.0005)
 
@@ -492,7 +567,7 @@ def test_a_burst_shares_the_front_end(tmp_path: Path) -> None:
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from servebench.emulator.server import EmulatorThread
+    from servescope.emulator.server import EmulatorThread
 
     prof = tmp_path / "fe.yaml"
     prof.write_text("extends: tiny\nname: tiny\nfrontend_s: 0.05\n")

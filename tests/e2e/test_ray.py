@@ -1,7 +1,7 @@
 """`--ray`: one run's shards as Ray actors on the nodes of a real Ray cluster (run/ray_run.py).
 
 The cluster is three Ray nodes in network namespaces on this machine (tests/support/raynet.py, after
-../shared/RAY-NETNS.md): the head with the built-in emulator and the servebench CLI (the driver), two
+../shared/RAY-NETNS.md): the head with the built-in emulator and the servescope CLI (the driver), two
 worker nodes that host the shards (`--ray-resource`). Everything crosses real sockets between the
 namespaces' addresses; nothing leaves the machine. Skipped, with the reason printed, where the
 namespaces cannot be made (not root, not Linux) or Ray is not installed.
@@ -28,10 +28,10 @@ from typing import Any, cast
 
 import pytest
 
-from servebench.client.split import shard_of
-from servebench.results.metrics import summarize
-from servebench.results.schema import RunInfo
-from servebench.results.store import MANIFEST, RECORDS, SUMMARY, load_run
+from servescope.client.split import shard_of
+from servescope.results.metrics import summarize
+from servescope.results.schema import RunInfo
+from servescope.results.store import MANIFEST, RECORDS, SUMMARY, load_run
 from tests.e2e.test_workers import _same
 from tests.support.raynet import WORKER_RESOURCE, RayNet, ray_cluster, unavailable
 
@@ -48,9 +48,12 @@ def net() -> Iterator[RayNet]:
         print(f"\ntest_ray skipped: {why}", file=sys.stderr)
         pytest.skip(why)
     with ray_cluster(2) as cluster:
-        emulator = cluster.popen(cluster.head, [str(_BIN / "servebench"), "emulate", "--profile", "tiny",
-                                                "--host", cluster.head_ip, "--port", str(_PORT)],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        emulator = cluster.popen(
+            cluster.head,
+            [str(_BIN / "servescope"), "emulate", "--profile", "tiny", "--host", cluster.head_ip, "--port", str(_PORT)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             cluster.wait_port(cluster.head, cluster.head_ip, _PORT, timeout=60)
             yield cluster
@@ -60,9 +63,25 @@ def net() -> Iterator[RayNet]:
 
 
 def _argv(net: RayNet, out: Path, *args: str) -> list[str]:
-    return [str(_BIN / "servebench"), "run", "--url", f"http://{net.head_ip}:{_PORT}", "--ray", net.address,
-            "--ray-resource", WORKER_RESOURCE, "--out", str(out), "--input-len", "16", "--output-len", "8",
-            "--no-report", "--quiet", *args]
+    return [
+        str(_BIN / "servescope"),
+        "run",
+        "--url",
+        f"http://{net.head_ip}:{_PORT}",
+        "--ray",
+        net.address,
+        "--ray-resource",
+        WORKER_RESOURCE,
+        "--out",
+        str(out),
+        "--input-len",
+        "16",
+        "--output-len",
+        "8",
+        "--no-report",
+        "--quiet",
+        *args,
+    ]
 
 
 def _read(path: Path) -> Any:
@@ -116,16 +135,23 @@ def test_ten_thousand_requests_over_two_nodes_all_accounted(net: RayNet, tmp_pat
         # one CLOCK_MONOTONIC under every namespace: the true offset is 0, inside the measured bound
         assert s["clock_error_ms"] is not None and 0 < s["clock_error_ms"] < 50
         assert abs(s["clock_offset_ms"]) <= s["clock_error_ms"], s
-        print(f"  shard {s['index']} on {s['host']}: clock offset {s['clock_offset_ms']:+.3f} ms "
-              f"± {s['clock_error_ms']:.3f} ms, CPU {s['cpu_share']:.0%}, started {s['start_late_ms']:.2f} ms late",
-              file=sys.stderr)
+        print(
+            f"  shard {s['index']} on {s['host']}: clock offset {s['clock_offset_ms']:+.3f} ms "
+            f"± {s['clock_error_ms']:.3f} ms, CPU {s['cpu_share']:.0%}, started {s['start_late_ms']:.2f} ms late",
+            file=sys.stderr,
+        )
 
 
 def test_a_worker_node_killed_mid_run_loses_only_what_it_had(net: RayNet, tmp_path: Path) -> None:
     out = tmp_path / "k"
     n = 3000
-    proc = net.popen(net.head, _argv(net, out, "--num-requests", str(n), "--rate", "500", "--concurrency", "256"),
-                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = net.popen(
+        net.head,
+        _argv(net, out, "--num-requests", str(n), "--rate", "500", "--concurrency", "256"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     victim = net.workers[1]
     try:
         deadline = time.monotonic() + 120
@@ -148,8 +174,10 @@ def test_a_worker_node_killed_mid_run_loses_only_what_it_had(net: RayNet, tmp_pa
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    print(f"\n--ray: killed node {victim} ({len(killed)} processes); the run ended {after_kill:.1f} s later",
-          file=sys.stderr)
+    print(
+        f"\n--ray: killed node {victim} ({len(killed)} processes); the run ended {after_kill:.1f} s later",
+        file=sys.stderr,
+    )
     assert proc.returncode == 1, stderr[-4000:]
     dead = next(s for s in doc["shards"] if s["host"] == net.worker_ip(1))["index"]
     assert f"ray shard {dead} on {net.worker_ip(1)}" in stderr and "died" in stderr, stderr[-4000:]
@@ -177,20 +205,25 @@ def test_a_worker_node_killed_mid_run_loses_only_what_it_had(net: RayNet, tmp_pa
     assert shard["died"] and shard["lost"] == len(lost) and shard["not_sent"] == workers["not_sent"]
     assert not workers["shards"][1 - dead]["died"]
     assert any(f"ray shard {dead}" in note for note in summary["notes"])
-    print(f"  dead shard: {len(kept)} finished records kept, {len(lost)} lost in flight, "
-          f"{workers['not_sent']} never sent; {summary['client']['failure']}", file=sys.stderr)
+    print(
+        f"  dead shard: {len(kept)} finished records kept, {len(lost)} lost in flight, "
+        f"{workers['not_sent']} never sent; {summary['client']['failure']}",
+        file=sys.stderr,
+    )
 
 
 def test_without_ray_the_flag_says_what_to_install(tmp_path: Path) -> None:
     """No Ray importable (blocked here as Python documents: `sys.modules['ray'] = None`): a clear error
     before anything is sent, not a traceback."""
-    code = ("import sys; sys.modules['ray'] = None\n"
-            "from servebench.cli import main\n"
-            f"sys.argv = ['servebench', 'run', '--ray', '--num-requests', '5', '--out', {str(tmp_path / 'x')!r}]\n"
-            "main()")
+    code = (
+        "import sys; sys.modules['ray'] = None\n"
+        "from servescope.cli import main\n"
+        f"sys.argv = ['servescope', 'run', '--ray', '--num-requests', '5', '--out', {str(tmp_path / 'x')!r}]\n"
+        "main()"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr[-3000:]
-    assert "--ray needs Ray: pip install 'servebench[ray]'" in proc.stderr
+    assert "--ray needs Ray: pip install 'servescope[ray]'" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "x").exists()
 
 
@@ -198,18 +231,24 @@ def test_remote_shard_speaks_the_worker_protocol_without_ray() -> None:
     """client.remote.RemoteShard, the class the Ray actors are made of, driven by plain calls: `ready` once its
     connections are open, the start instant delivered in its clock, batches of sent requests and finished
     records pulled during the run, `done` with its result; every request once, none twice."""
-    from servebench.client.host import dumps, record_from_fields
-    from servebench.client.openai import build_body, encode_body
-    from servebench.client.remote import RemoteShard
-    from servebench.client.spec import Prepared, ShardSpec
+    from servescope.client.host import dumps, record_from_fields
+    from servescope.client.openai import build_body, encode_body
+    from servescope.client.remote import RemoteShard
+    from servescope.client.spec import Prepared, ShardSpec
     from tests.support.procs import scripted
 
     srv = scripted("--ttft-ms", "5", "--itl-ms", "2")
     try:
         body = encode_body(build_body(api="completions", model="m", prompt="hi", max_tokens=8))
         items = [Prepared(id=i, body=body, input_len=1, output_len=8) for i in range(60)]
-        spec = ShardSpec(url=srv.url + "/v1/completions", api="completions",
-                         headers={"Content-Type": "application/json"}, items=items, concurrency=4, preconnect=4)
+        spec = ShardSpec(
+            url=srv.url + "/v1/completions",
+            api="completions",
+            headers={"Content-Type": "application/json"},
+            items=items,
+            concurrency=4,
+            preconnect=4,
+        )
         shard = RemoteShard(dumps(spec), 3)
         msgs: list[tuple[Any, ...]] = []
         deadline = time.monotonic() + 30
@@ -248,9 +287,22 @@ def test_an_address_nothing_answers_at_fails_at_once(tmp_path: Path) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
         t = time.monotonic()
-        proc = subprocess.run([str(_BIN / "servebench"), "run", "--ray", f"127.0.0.1:{port}", "--num-requests", "5",
-                               "--out", str(tmp_path / "x"), "--no-report"], capture_output=True, text=True,
-                              timeout=120)
+        proc = subprocess.run(
+            [
+                str(_BIN / "servescope"),
+                "run",
+                "--ray",
+                f"127.0.0.1:{port}",
+                "--num-requests",
+                "5",
+                "--out",
+                str(tmp_path / "x"),
+                "--no-report",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert f"--ray 127.0.0.1:{port}: nothing answers there" in " ".join(proc.stderr.split())
     assert time.monotonic() - t < 60 and not (tmp_path / "x").exists()

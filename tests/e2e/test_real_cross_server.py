@@ -26,8 +26,9 @@ def _complete(srv: RealServer, model: str, api: str, extra: dict) -> dict:
     else:
         body["prompt"] = "the quick brown fox"
         path = "/v1/completions"
-    req = urllib.request.Request(srv.root + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        srv.root + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=120) as r:
         return json.loads(r.read())
 

@@ -1,4 +1,4 @@
-"""servebench against llama.cpp's real `llama-server` (C++), tiny random model, 127.0.0.1 only.
+"""servescope against llama.cpp's real `llama-server` (C++), tiny random model, 127.0.0.1 only.
 
 What must hold: output tokens equal the server's own counts (usage AND its /metrics counter), TTFT/TPOT
 agree with the server's own `timings`, zero failures at concurrency 8, and with `--parallel 4` a
@@ -17,16 +17,16 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from servebench.client.openai import (
+from servescope.client.openai import (
     API_PATHS,
     StreamAccumulator,
     build_body,
     encode_body,
 )
-from servebench.client.sse import SSEDecoder
-from servebench.results.store import load_run
-from servebench.target.capabilities import probe
-from tests.support.procs import servebench
+from servescope.client.sse import SSEDecoder
+from servescope.results.store import load_run
+from servescope.target.capabilities import probe
+from tests.support.procs import servescope
 from tests.support.real_servers import RealServer
 
 pytestmark = pytest.mark.e2e
@@ -46,12 +46,25 @@ def scrape(srv: RealServer) -> dict[str, float]:
 
 
 def run(srv: RealServer, out: Path, *args: str, timeout_s: float = 240) -> dict[str, Any]:
-    proc = servebench("run", "--url", srv.url, "--model", MODEL, "--out", str(out), "--quiet", "--seed", "1",
-                      *args, timeout_s=timeout_s)
+    proc = servescope(
+        "run",
+        "--url",
+        srv.url,
+        "--model",
+        MODEL,
+        "--out",
+        str(out),
+        "--quiet",
+        "--seed",
+        "1",
+        *args,
+        timeout_s=timeout_s,
+    )
     if proc.returncode != 0:  # aiohttp's "Unclosed connector" dumps drown the real message: drop them
-        err = "\n".join(ln[:500] for ln in proc.stderr.splitlines()
-                        if not ln.startswith(("connections:", "connector:")))
-        pytest.fail(f"servebench exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{err[-4000:]}")
+        err = "\n".join(
+            ln[:500] for ln in proc.stderr.splitlines() if not ln.startswith(("connections:", "connector:"))
+        )
+        pytest.fail(f"servescope exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{err[-4000:]}")
     return json.loads((out / "summary.json").read_text())
 
 
@@ -62,9 +75,12 @@ async def _stream(url: str, api: str, max_tokens: int, prompt: str) -> tuple[Str
     last: dict[str, Any] = {}
     async with aiohttp.ClientSession() as s:
         t_send = time.perf_counter_ns()
-        async with s.post(url + API_PATHS[api], data=encode_body(body),
-                          headers={"Content-Type": "application/json"},
-                          timeout=aiohttp.ClientTimeout(total=60)) as r:
+        async with s.post(
+            url + API_PATHS[api],
+            data=encode_body(body),
+            headers={"Content-Type": "application/json"},
+            timeout=aiohttp.ClientTimeout(total=60),
+        ) as r:
             assert r.status == 200, await r.text()
             async for piece in r.content.iter_any():
                 t = time.perf_counter_ns()
@@ -122,8 +138,20 @@ def test_every_request_runs_to_max_tokens_one_chunk_per_token(llama_server: Real
 def test_run_concurrency_8_counts_match_the_server(llama_server: RealServer, tmp_path: Path, api: str) -> None:
     n_req, out_len = 32, 24
     before = scrape(llama_server)
-    s = run(llama_server, tmp_path, "--api", api, "--concurrency", "8", "--num-requests", str(n_req),
-            "--input-len", "32", "--output-len", str(out_len))
+    s = run(
+        llama_server,
+        tmp_path,
+        "--api",
+        api,
+        "--concurrency",
+        "8",
+        "--num-requests",
+        str(n_req),
+        "--input-len",
+        "32",
+        "--output-len",
+        str(out_len),
+    )
     after = scrape(llama_server)
 
     assert s["requests"]["completed"] == n_req and s["requests"]["failed"] == 0, s["requests"]
@@ -144,12 +172,17 @@ def test_run_concurrency_8_counts_match_the_server(llama_server: RealServer, tmp
     pre_clock = generated - s["tokens"]["output_total"] - caps["probe_output_tokens"]
     assert 0 <= pre_clock <= 4, (generated, s["tokens"]["output_total"], caps["probe_output_tokens"])
     # Server-side decode time per token (summed over slots) bounds the client's TPOT from below.
-    server_ms_per_token = 1e3 * (after["llamacpp:tokens_predicted_seconds"]
-                                 - before["llamacpp:tokens_predicted_seconds"]) / generated
+    server_ms_per_token = (
+        1e3 * (after["llamacpp:tokens_predicted_seconds"] - before["llamacpp:tokens_predicted_seconds"]) / generated
+    )
     # Seen here: client TPOT within 20 % of it at every concurrency.
     tpot_ms = s["latency_ms"]["tpot"]["mean"]
     assert 0.6 * server_ms_per_token - 0.1 <= tpot_ms <= 1.4 * server_ms_per_token + 0.5, (
-        tpot_ms, server_ms_per_token, s["client"]["loop_lag_ms_p99"], s["client"]["reasons"])
+        tpot_ms,
+        server_ms_per_token,
+        s["client"]["loop_lag_ms_p99"],
+        s["client"]["reasons"],
+    )
     assert s["latency_ms"]["ttft"]["median"] > 0
 
 
@@ -157,8 +190,20 @@ def test_parallel_4_queues_beyond_4(llama_server: RealServer, tmp_path: Path) ->
     """--parallel 4: up to 4 in flight TTFT is a prefill; at 8, half the requests wait for a free slot."""
     ttft, e2e = {}, {}
     for c in (1, 2, 4, 8):
-        s = run(llama_server, tmp_path / f"c{c}", "--api", "completions", "--concurrency", str(c),
-                "--num-requests", str(max(8, 4 * c)), "--input-len", "16", "--output-len", "128")
+        s = run(
+            llama_server,
+            tmp_path / f"c{c}",
+            "--api",
+            "completions",
+            "--concurrency",
+            str(c),
+            "--num-requests",
+            str(max(8, 4 * c)),
+            "--input-len",
+            "16",
+            "--output-len",
+            "128",
+        )
         assert s["requests"]["failed"] == 0
         ttft[c] = s["latency_ms"]["ttft"]["median"]
         e2e[c] = s["latency_ms"]["e2e"]["median"]

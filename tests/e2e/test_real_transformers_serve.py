@@ -1,4 +1,4 @@
-"""servebench against Hugging Face `transformers serve` (CPU torch), the tiny model, 127.0.0.1 only.
+"""servescope against Hugging Face `transformers serve` (CPU torch), the tiny model, 127.0.0.1 only.
 
 A second dialect: no `data: [DONE]`, usage always on the finish chunk, and unknown request fields
 (`ignore_eos`, `min_tokens`) refused with HTTP 422. The probe must adapt before the clock, so the run
@@ -16,16 +16,16 @@ from typing import Any
 import aiohttp
 import pytest
 
-from servebench.client.openai import (
+from servescope.client.openai import (
     API_PATHS,
     StreamAccumulator,
     build_body,
     encode_body,
 )
-from servebench.client.sse import SSEDecoder
-from servebench.results.store import load_run
-from servebench.target.capabilities import probe
-from tests.support.procs import servebench
+from servescope.client.sse import SSEDecoder
+from servescope.results.store import load_run
+from servescope.target.capabilities import probe
+from tests.support.procs import servescope
 from tests.support.real_servers import RealServer
 from tests.support.tiny_model import HUB_REPO_ID
 
@@ -34,22 +34,38 @@ MODEL = HUB_REPO_ID
 
 
 def run(srv: RealServer, out: Path, *args: str, timeout_s: float = 300) -> tuple[int, str, dict[str, Any] | None]:
-    proc = servebench("run", "--url", srv.url, "--model", MODEL, "--out", str(out), "--quiet", "--seed", "2",
-                      *args, timeout_s=timeout_s)
+    proc = servescope(
+        "run",
+        "--url",
+        srv.url,
+        "--model",
+        MODEL,
+        "--out",
+        str(out),
+        "--quiet",
+        "--seed",
+        "2",
+        *args,
+        timeout_s=timeout_s,
+    )
     summary = out / "summary.json"
     doc = json.loads(summary.read_text()) if summary.is_file() else None
     return proc.returncode, proc.stdout + proc.stderr, doc
 
 
 async def _stream(url: str, api: str, max_tokens: int) -> tuple[StreamAccumulator, int]:
-    body = build_body(api=api, model=MODEL, prompt="hello there " * 3, max_tokens=max_tokens,
-                      ignore_eos=False, min_tokens=False)
+    body = build_body(
+        api=api, model=MODEL, prompt="hello there " * 3, max_tokens=max_tokens, ignore_eos=False, min_tokens=False
+    )
     dec, acc = SSEDecoder(), StreamAccumulator(api)
     async with aiohttp.ClientSession() as s:
         t_send = time.perf_counter_ns()
-        async with s.post(url + API_PATHS[api], data=encode_body(body),
-                          headers={"Content-Type": "application/json"},
-                          timeout=aiohttp.ClientTimeout(total=120)) as r:
+        async with s.post(
+            url + API_PATHS[api],
+            data=encode_body(body),
+            headers={"Content-Type": "application/json"},
+            timeout=aiohttp.ClientTimeout(total=120),
+        ) as r:
             assert r.status == 200, await r.text()
             async for piece in r.content.iter_any():
                 t = time.perf_counter_ns()
@@ -89,8 +105,20 @@ def test_stream_shape_one_chunk_per_token_no_done(hf_serve: RealServer, api: str
 @pytest.mark.parametrize("api", ["chat", "completions"])
 def test_run_adapts_and_counts_match_usage(hf_serve: RealServer, tmp_path: Path, api: str) -> None:
     n_req, out_len = 16, 12
-    rc, output, s = run(hf_serve, tmp_path, "--api", api, "--concurrency", "8", "--num-requests", str(n_req),
-                        "--input-len", "16", "--output-len", str(out_len))
+    rc, output, s = run(
+        hf_serve,
+        tmp_path,
+        "--api",
+        api,
+        "--concurrency",
+        "8",
+        "--num-requests",
+        str(n_req),
+        "--input-len",
+        "16",
+        "--output-len",
+        str(out_len),
+    )
     assert rc == 0, output[-3000:]
     assert s is not None
     assert s["requests"]["completed"] == n_req and s["requests"]["failed"] == 0, s["requests"]
@@ -109,7 +137,7 @@ def test_run_adapts_and_counts_match_usage(hf_serve: RealServer, tmp_path: Path,
 
 def test_probe_stops_before_the_clock_on_a_refused_extra_field(hf_serve: RealServer) -> None:
     """A field only --extra-body adds, and that the server refuses, ends the probe with the server's words."""
-    from servebench.errors import ProtocolError
+    from servescope.errors import ProtocolError
 
     async def main() -> Any:
         async with aiohttp.ClientSession() as s:

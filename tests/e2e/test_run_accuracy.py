@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from servebench.client.transport import KERNEL_RX_TIMESTAMPS
-from servebench.results.metrics import LOOP_LAG_P99_MS, READ_TOGETHER_SHARE, itl_gaps_ms, summarize
-from servebench.results.store import load_run
-from tests.support.procs import servebench
+from servescope.client.transport import KERNEL_RX_TIMESTAMPS
+from servescope.results.metrics import LOOP_LAG_P99_MS, READ_TOGETHER_SHARE, itl_gaps_ms, summarize
+from servescope.results.store import load_run
+from tests.support.procs import servescope
 from tests.support.truth import truth_twin, truth_vs_client
 
 TRUE_TTFT_MS = 100.0
@@ -21,18 +21,43 @@ TRUE_ITL_MS = 20.0
 
 
 def _run(url: str, out: Path, *args: str) -> dict:
-    proc = servebench("run", "--url", url, "--model", "m", "--out", str(out), "--quiet", *args)
+    proc = servescope("run", "--url", url, "--model", "m", "--out", str(out), "--quiet", *args)
     assert proc.returncode == 0, proc.stderr
     return json.loads((out / "summary.json").read_text())
 
 
 def test_concurrency_64_matches_truth(scripted_server, tmp_path: Path) -> None:
     srv = scripted_server("--ttft-ms", str(TRUE_TTFT_MS), "--itl-ms", str(TRUE_ITL_MS))
-    s = _run(srv.url, tmp_path, "--api", "completions", "--concurrency", "64", "--num-requests", "500",
-             "--input-len", "128", "--output-len", "128")
-    assert s["schema"] == "servebench.summary/1"
-    for key in ("run_id", "started_at", "duration_s", "target", "load", "workload", "requests", "throughput",
-                "latency_ms", "tokens", "per_user_output_tokens_per_s", "goodput", "client"):
+    s = _run(
+        srv.url,
+        tmp_path,
+        "--api",
+        "completions",
+        "--concurrency",
+        "64",
+        "--num-requests",
+        "500",
+        "--input-len",
+        "128",
+        "--output-len",
+        "128",
+    )
+    assert s["schema"] == "servescope.summary/1"
+    for key in (
+        "run_id",
+        "started_at",
+        "duration_s",
+        "target",
+        "load",
+        "workload",
+        "requests",
+        "throughput",
+        "latency_ms",
+        "tokens",
+        "per_user_output_tokens_per_s",
+        "goodput",
+        "client",
+    ):
         assert key in s, key
     assert set(s["latency_ms"]) == {"ttft", "tpot", "itl", "e2e", "ttfat"}
     assert s["requests"]["completed"] == 500 and s["requests"]["failed"] == 0
@@ -81,8 +106,11 @@ def _judge_512(srv_url: str, tmp_path: Path, s: dict) -> bool:
     records, _ = truth_twin(srv_url, tmp_path)  # the share of gaps read together is the records' zero gaps
     gaps = np.concatenate([itl_gaps_ms(r) for r in records])
     assert client["tokens_read_together"] == pytest.approx(float(np.mean(gaps == 0)), abs=1e-12)
-    errors = {"ttft_median": abs(e["ttft_median"] - e["true_ttft_median"]),
-              "itl_p99": abs(e["itl_p99"] - e["true_itl_p99"]), "gap_error_p99": e["gap_error_p99"]}
+    errors = {
+        "ttft_median": abs(e["ttft_median"] - e["true_ttft_median"]),
+        "itl_p99": abs(e["itl_p99"] - e["true_itl_p99"]),
+        "gap_error_p99": e["gap_error_p99"],
+    }
     # One set of bounds for "the figures are right". ITL's P99 sits where the gap distribution is steep, so
     # a few tail gaps move it: seen 3.04 ms off with every gap but 1% within 0.07 ms of the truth.
     right = errors["ttft_median"] <= 5.0 and errors["itl_p99"] <= 5.0 and errors["gap_error_p99"] <= 3.0
@@ -90,15 +118,19 @@ def _judge_512(srv_url: str, tmp_path: Path, s: dict) -> bool:
     # cannot tell which side a run is on: the share of tokens read together that it reads also holds the
     # tokens a starved server wrote together (results.metrics.READ_TOGETHER_SHARE; docs/metrics.md).
     if 0.005 <= e["gaps_off_3ms"] <= 0.02 and right == client["saturated"]:
-        pytest.skip(f"{e['gaps_off_3ms']:.2%} of gaps more than 3 ms off, near the line: verdict not judged "
-                    f"({client['reasons']}, {errors})")
+        pytest.skip(
+            f"{e['gaps_off_3ms']:.2%} of gaps more than 3 ms off, near the line: verdict not judged "
+            f"({client['reasons']}, {errors})"
+        )
     # ...and where the client's own evidence sits within 10% of the verdict's line, the verdict is a coin flip
     # on the probe's noise, whatever the truth (CI on f463623: loop lag p99 19.6 ms against a 20 ms TPOT,
     # 3.3% of gaps read together, 2.25% of gaps more than 3 ms off, not flagged)
     near = _near_the_verdicts_line(client, s["latency_ms"]["tpot"]["median"])
     if near and right == client["saturated"]:
-        pytest.skip(f"the client's evidence is near its verdict's line ({near}): verdict not judged "
-                    f"({e['gaps_off_3ms']:.2%} of gaps more than 3 ms off, {client['reasons']}, {errors})")
+        pytest.skip(
+            f"the client's evidence is near its verdict's line ({near}): verdict not judged "
+            f"({e['gaps_off_3ms']:.2%} of gaps more than 3 ms off, {client['reasons']}, {errors})"
+        )
     if right:
         # the figures are right, token gap by token gap: the client did not limit them, and must not say it
         # did. (ITL's P99 alone can agree while 1-5% of gaps were read together: seen with busy processes
@@ -110,8 +142,10 @@ def _judge_512(srv_url: str, tmp_path: Path, s: dict) -> bool:
     # and only the figures that show the host could not keep up may excuse the run: sends that lagged (slots
     # not refilled, the closed loop's concurrency_held), a client CPU at its ceiling, or stalls longer than
     # the gap between tokens (tokens read together under one stamp).
-    assert client["saturated"], (f"the figures are wrong and the client did not say it limited them: {errors}, "
-                                 f"{e['gaps_off_3ms']:.2%} of gaps more than 3 ms off, {client}")
+    assert client["saturated"], (
+        f"the figures are wrong and the client did not say it limited them: {errors}, "
+        f"{e['gaps_off_3ms']:.2%} of gaps more than 3 ms off, {client}"
+    )
     assert any("sends lag" in r or "CPU" in r or "read together" in r for r in client["reasons"]), client
     return False
 
@@ -121,8 +155,20 @@ def test_concurrency_512_matches_truth(scripted_server, tmp_path: Path) -> None:
     # Truth is when the server really wrote each chunk: a Python server pacing 512 streams on
     # two cores is itself some ms late at its P99, and that is not the client's error.
     srv = scripted_server("--ttft-ms", str(TRUE_TTFT_MS), "--itl-ms", str(PACED_ITL_MS))
-    s = _run(srv.url, tmp_path, "--api", "completions", "--concurrency", "512", "--num-requests", "1024",
-             "--input-len", "128", "--output-len", "128")
+    s = _run(
+        srv.url,
+        tmp_path,
+        "--api",
+        "completions",
+        "--concurrency",
+        "512",
+        "--num-requests",
+        "1024",
+        "--input-len",
+        "128",
+        "--output-len",
+        "128",
+    )
     if not _judge_512(srv.url, tmp_path, s):
         pytest.skip(f"the host could not keep up ({'; '.join(s['client']['reasons'])}): accuracy not judged")
     client = s["client"]
@@ -131,17 +177,31 @@ def test_concurrency_512_matches_truth(scripted_server, tmp_path: Path) -> None:
 
 
 def test_concurrency_512_beside_a_busy_process_is_called_saturated_when_it_merges_tokens(
-        scripted_server, tmp_path: Path) -> None:
+    scripted_server, tmp_path: Path
+) -> None:
     """512 streams of 20 ms tokens with a process spinning beside the client and the server on two cores:
     the client is descheduled for longer than a token gap, reads tokens together, and must say so (2026-11-27,
     6 runs: 2.4-18.5% of gaps more than 3 ms off, loop lag p99 27-42 ms, 33-50% of gaps read together,
     every run flagged). A host with cores to spare may keep the figures right: then the verdict must be clear."""
     srv = scripted_server("--ttft-ms", str(TRUE_TTFT_MS), "--itl-ms", str(TRUE_ITL_MS))
-    spin = subprocess.Popen([sys.executable, "-c", "import time\nend = time.monotonic() + 60\n"
-                             "while time.monotonic() < end:\n    pass"])
+    spin = subprocess.Popen(
+        [sys.executable, "-c", "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end:\n    pass"]
+    )
     try:
-        s = _run(srv.url, tmp_path, "--api", "completions", "--concurrency", "512", "--num-requests", "1024",
-                 "--input-len", "128", "--output-len", "128")
+        s = _run(
+            srv.url,
+            tmp_path,
+            "--api",
+            "completions",
+            "--concurrency",
+            "512",
+            "--num-requests",
+            "1024",
+            "--input-len",
+            "128",
+            "--output-len",
+            "128",
+        )
     finally:
         spin.kill()
         spin.wait()
@@ -152,8 +212,22 @@ def test_concurrency_512_sends_that_lag_are_called_saturated(scripted_server, tm
     """The same server and 512 streams, but an open-loop rate (20,000 requests/s) no client process
     can send at: the schedule runs ahead of the sends, and the verdict says so, naming the figure."""
     srv = scripted_server("--ttft-ms", str(TRUE_TTFT_MS), "--itl-ms", str(TRUE_ITL_MS))
-    s = _run(srv.url, tmp_path, "--api", "completions", "--rate", "20000", "--concurrency", "512",
-             "--num-requests", "1024", "--input-len", "16", "--output-len", "16")
+    s = _run(
+        srv.url,
+        tmp_path,
+        "--api",
+        "completions",
+        "--rate",
+        "20000",
+        "--concurrency",
+        "512",
+        "--num-requests",
+        "1024",
+        "--input-len",
+        "16",
+        "--output-len",
+        "16",
+    )
     client = s["client"]
     assert client["schedule_lag_ms"]["p99"] > 10, client  # the sends really lagged...
     assert client["saturated"], client  # ...and the verdict says so, and why
@@ -161,8 +235,9 @@ def test_concurrency_512_sends_that_lag_are_called_saturated(scripted_server, tm
 
 
 @pytest.mark.skipif(not KERNEL_RX_TIMESTAMPS, reason="read coalescing needs kernel receive timestamps")
-def test_read_coalescing_pauses_for_sub_millisecond_streams_and_keeps_arrivals_true(scripted_server,
-                                                                                    tmp_path: Path) -> None:
+def test_read_coalescing_pauses_for_sub_millisecond_streams_and_keeps_arrivals_true(
+    scripted_server, tmp_path: Path
+) -> None:
     """Streams faster than a chunk a millisecond make the loop pause between polls (so reads carry
     several chunks); arrivals stay the kernel's stamps: never before the write, at most a pause or
     two after it. Streams paced like decoding (test above, 20 ms) make it pause (next to) never.
@@ -174,14 +249,27 @@ def test_read_coalescing_pauses_for_sub_millisecond_streams_and_keeps_arrivals_t
     P99 0.13-3.66 ms, each within ~1 ms of the run's loop-lag P99 (0.49-4.60 ms). Longer runs are no
     cure: at 1,500 requests the client reached its CPU ceiling and flagged itself in 3 runs of 4."""
     srv = scripted_server("--ttft-ms", "5", "--itl-ms", "0.5")
-    s = _run(srv.url, tmp_path, "--api", "completions", "--concurrency", "32", "--num-requests", "300",
-             "--input-len", "16", "--output-len", "64")
+    s = _run(
+        srv.url,
+        tmp_path,
+        "--api",
+        "completions",
+        "--concurrency",
+        "32",
+        "--num-requests",
+        "300",
+        "--input-len",
+        "16",
+        "--output-len",
+        "64",
+    )
     assert s["tokens"]["output_total"] == 300 * 64
     assert load_run(tmp_path).manifest["clock"]["read_coalescing"] is True
     assert s["client"]["read_pauses"] > 0 and s["client"]["read_pause_ms"] > 0, s["client"]
     e = truth_vs_client(srv.url, tmp_path)  # (and every token was seen after its write)
-    accurate = (e["arrival_delay_median"] <= 0.5 and e["arrival_delay_p99"] <= LOOP_LAG_P99_MS
-                and e["gap_error_p99"] <= 3.0)
+    accurate = (
+        e["arrival_delay_median"] <= 0.5 and e["arrival_delay_p99"] <= LOOP_LAG_P99_MS and e["gap_error_p99"] <= 3.0
+    )
     if not accurate:
         assert s["client"]["saturated"], f"inaccurate and not flagged as client-limited: {e} {s['client']}"
         pytest.skip(f"client saturated on this host: accuracy not judged: {e}")
@@ -189,13 +277,38 @@ def test_read_coalescing_pauses_for_sub_millisecond_streams_and_keeps_arrivals_t
 
 def test_paced_streams_and_the_flag_turn_read_coalescing_off(scripted_server, tmp_path: Path) -> None:
     srv = scripted_server("--ttft-ms", "20", "--itl-ms", str(TRUE_ITL_MS))
-    s = _run(srv.url, tmp_path / "paced", "--api", "completions", "--concurrency", "64", "--num-requests", "128",
-             "--input-len", "16", "--output-len", "32")
+    s = _run(
+        srv.url,
+        tmp_path / "paced",
+        "--api",
+        "completions",
+        "--concurrency",
+        "64",
+        "--num-requests",
+        "128",
+        "--input-len",
+        "16",
+        "--output-len",
+        "32",
+    )
     # a stream's last chunks (finish, [DONE], end) come together: the odd quick read, no more
     assert s["client"]["read_pause_ms"] <= 0.005 * s["duration_s"] * 1e3, s["client"]
     fast = scripted_server("--ttft-ms", "5", "--itl-ms", "0.5")
-    s = _run(fast.url, tmp_path / "off", "--api", "completions", "--concurrency", "32", "--num-requests", "64",
-             "--input-len", "16", "--output-len", "64", "--no-read-coalescing")
+    s = _run(
+        fast.url,
+        tmp_path / "off",
+        "--api",
+        "completions",
+        "--concurrency",
+        "32",
+        "--num-requests",
+        "64",
+        "--input-len",
+        "16",
+        "--output-len",
+        "64",
+        "--no-read-coalescing",
+    )
     assert s["client"]["read_pauses"] == 0
     assert load_run(tmp_path / "off").manifest["clock"]["read_coalescing"] is False
 
@@ -203,8 +316,22 @@ def test_paced_streams_and_the_flag_turn_read_coalescing_off(scripted_server, tm
 def test_read_time_stamps_at_concurrency_64(scripted_server, tmp_path: Path) -> None:
     """--rx-timestamps read (the portable path: a read is stamped when its callback runs)."""
     srv = scripted_server("--ttft-ms", str(TRUE_TTFT_MS), "--itl-ms", str(TRUE_ITL_MS))
-    _run(srv.url, tmp_path, "--api", "completions", "--concurrency", "64", "--num-requests", "256",
-         "--input-len", "16", "--output-len", "64", "--rx-timestamps", "read")
+    _run(
+        srv.url,
+        tmp_path,
+        "--api",
+        "completions",
+        "--concurrency",
+        "64",
+        "--num-requests",
+        "256",
+        "--input-len",
+        "16",
+        "--output-len",
+        "64",
+        "--rx-timestamps",
+        "read",
+    )
     assert load_run(tmp_path).manifest["clock"]["rx_timestamps"] == "read"
     e = truth_vs_client(srv.url, tmp_path)
     assert abs(e["ttft_median"] - e["true_ttft_median"]) <= 5.0, e
@@ -213,10 +340,8 @@ def test_read_time_stamps_at_concurrency_64(scripted_server, tmp_path: Path) -> 
 
 def test_three_token_chunks_role_chunk_reasoning_and_usage_chunk(scripted_server, tmp_path: Path) -> None:
     """Chat with a role-only first chunk, 12 reasoning tokens first, 3 tokens per chunk, usage-only last chunk."""
-    srv = scripted_server("--ttft-ms", "100", "--itl-ms", "20", "--tokens-per-chunk", "3",
-                          "--reasoning-tokens", "12")
-    s = _run(srv.url, tmp_path, "--api", "chat", "--concurrency", "4", "--num-requests", "8",
-             "--output-len", "60")
+    srv = scripted_server("--ttft-ms", "100", "--itl-ms", "20", "--tokens-per-chunk", "3", "--reasoning-tokens", "12")
+    s = _run(srv.url, tmp_path, "--api", "chat", "--concurrency", "4", "--num-requests", "8", "--output-len", "60")
     assert s["tokens"]["output_total"] == 8 * 60 and s["tokens"]["reasoning_total"] == 8 * 12
     client, true = truth_twin(srv.url, tmp_path)
     assert all(r.chunk_tokens == [3] * 20 for r in client)
@@ -246,8 +371,24 @@ def test_non_streaming_run(scripted_server, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_poisson_200_rps_for_20_s_achieves_its_rate(scripted_server, tmp_path: Path) -> None:
     srv = scripted_server("--ttft-ms", "2", "--itl-ms", "1")
-    s = _run(srv.url, tmp_path, "--api", "completions", "--rate", "200", "--burstiness", "1",
-             "--num-requests", "4000", "--input-len", "16", "--output-len", "4", "--seed", "1")
+    s = _run(
+        srv.url,
+        tmp_path,
+        "--api",
+        "completions",
+        "--rate",
+        "200",
+        "--burstiness",
+        "1",
+        "--num-requests",
+        "4000",
+        "--input-len",
+        "16",
+        "--output-len",
+        "4",
+        "--seed",
+        "1",
+    )
     assert s["requests"]["completed"] == 4000
     run = load_run(tmp_path)
     sends = sorted(r.t_send_ns for r in run.records)

@@ -15,10 +15,10 @@ import duckdb
 import pandas as pd
 import pyarrow.parquet as pq
 
-from servebench.client.openai import build_body, encode_body
-from servebench.client.shard import Shard
-from servebench.client.spec import Prepared, ShardSpec
-from servebench.results.store import load_run, read_records
+from servescope.client.openai import build_body, encode_body
+from servescope.client.shard import Shard
+from servescope.client.spec import Prepared, ShardSpec
+from servescope.results.store import load_run, read_records
 
 
 def _body(turn: int) -> bytes:
@@ -27,9 +27,19 @@ def _body(turn: int) -> bytes:
 
 def test_multi_turn_sessions_send_turns_in_order_with_think_time(scripted_server) -> None:
     srv = scripted_server("--ttft-ms", "20", "--itl-ms", "5")
-    items = [Prepared(id=s * 3 + t, body=_body(t), input_len=t + 1, output_len=5, session=s, turn=t,
-                      think_ns=50_000_000 if t else 0)
-             for s in range(4) for t in range(3)]
+    items = [
+        Prepared(
+            id=s * 3 + t,
+            body=_body(t),
+            input_len=t + 1,
+            output_len=5,
+            session=s,
+            turn=t,
+            think_ns=50_000_000 if t else 0,
+        )
+        for s in range(4)
+        for t in range(3)
+    ]
     spec = ShardSpec(url=srv.url + "/v1/completions", api="completions", headers={}, items=items, concurrency=2)
     result = asyncio.run(Shard(spec).run())
     assert len(result.records) == 12 and all(r.status == "ok" for r in result.records)
@@ -53,9 +63,30 @@ def test_multi_turn_sessions_send_turns_in_order_with_think_time(scripted_server
 
 def _start_run(srv_url: str, out: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "servebench.cli", "run", "--url", srv_url, "--model", "m", "--concurrency", "8",
-         "--num-requests", "400", "--output-len", "40", "--no-probe", "--out", str(out), "--quiet"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "servescope.cli",
+            "run",
+            "--url",
+            srv_url,
+            "--model",
+            "m",
+            "--concurrency",
+            "8",
+            "--num-requests",
+            "400",
+            "--output-len",
+            "40",
+            "--no-probe",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _wait_for_records(run_dir: Path, n: int, timeout_s: float = 30) -> None:
@@ -94,7 +125,7 @@ def test_sigkill_leaves_every_completed_record_readable(scripted_server, tmp_pat
     proc.wait(10)
     parts = sorted((tmp_path / "requests.parts").glob("part-*.parquet"))
     assert parts and not (tmp_path / "requests.parquet").exists()
-    # every part written is a whole Parquet file, readable without servebench
+    # every part written is a whole Parquet file, readable without servescope
     rows = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
     records = read_records(tmp_path)
     assert len(records) >= 24
@@ -110,16 +141,31 @@ def test_sigkill_leaves_every_completed_record_readable(scripted_server, tmp_pat
 
 
 def test_run_writes_a_report_that_re_renders_byte_identical(scripted_server, tmp_path: Path) -> None:
-    from tests.support.procs import servebench
+    from tests.support.procs import servescope
 
     srv = scripted_server("--ttft-ms", "5", "--itl-ms", "1")
-    proc = servebench("run", "--url", srv.url, "--model", "m", "--concurrency", "4", "--num-requests", "20",
-                      "--output-len", "16", "--no-probe", "--out", str(tmp_path), "--quiet")
+    proc = servescope(
+        "run",
+        "--url",
+        srv.url,
+        "--model",
+        "m",
+        "--concurrency",
+        "4",
+        "--num-requests",
+        "20",
+        "--output-len",
+        "16",
+        "--no-probe",
+        "--out",
+        str(tmp_path),
+        "--quiet",
+    )
     assert proc.returncode == 0, proc.stderr
     first = (tmp_path / "report.html").read_bytes()
     charts = {p.name: p.read_bytes() for p in (tmp_path / "charts").glob("*.svg")}
     assert charts
-    again = servebench("report", str(tmp_path))
+    again = servescope("report", str(tmp_path))
     assert again.returncode == 0, again.stderr
     assert (tmp_path / "report.html").read_bytes() == first
     assert {p.name: p.read_bytes() for p in (tmp_path / "charts").glob("*.svg")} == charts
@@ -128,11 +174,27 @@ def test_run_writes_a_report_that_re_renders_byte_identical(scripted_server, tmp
 def test_idle_workers_do_not_spin_while_the_last_requests_finish(scripted_server, tmp_path: Path) -> None:
     """6 requests at concurrency 4: two workers run out of work after the first wave while two
     more requests stream for ~2 s. The client must sit idle then (a wait loop once spun at 98%)."""
-    from tests.support.procs import servebench
+    from tests.support.procs import servescope
 
     srv = scripted_server("--ttft-ms", "20", "--itl-ms", "20")
-    proc = servebench("run", "--url", srv.url, "--model", "m", "--concurrency", "4", "--num-requests", "6",
-                      "--output-len", "100", "--no-probe", "--no-report", "--out", str(tmp_path), "--quiet")
+    proc = servescope(
+        "run",
+        "--url",
+        srv.url,
+        "--model",
+        "m",
+        "--concurrency",
+        "4",
+        "--num-requests",
+        "6",
+        "--output-len",
+        "100",
+        "--no-probe",
+        "--no-report",
+        "--out",
+        str(tmp_path),
+        "--quiet",
+    )
     assert proc.returncode == 0, proc.stderr
     client = json.loads((tmp_path / "summary.json").read_text())["client"]
     assert client["cpu_busy_peak"] < 0.5, client

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from servebench.run import bench
-from servebench.run.bench import run_benchmark_sync
-from servebench.run.config import RunConfig
+from servescope.run import bench
+from servescope.run.bench import run_benchmark_sync
+from servescope.run.config import RunConfig
 
 _PAUSE_S = 0.6  # no accepts for this long after /metrics (the client's connects come in it)
 _CONNECT_TIMEOUT_S = 0.8  # the client's; < 1 s, when a dropped SYN is sent again
@@ -81,15 +81,23 @@ class _LimitedServer:
                 head, _, buf = buf.partition(b"\r\n\r\n")
                 lines = head.split(b"\r\n")
                 method, path = lines[0].split(b" ")[:2]
-                length = next((int(v) for k, _, v in (ln.partition(b":") for ln in lines[1:])
-                               if k.strip().lower() == b"content-length"), 0)
+                length = next(
+                    (
+                        int(v)
+                        for k, _, v in (ln.partition(b":") for ln in lines[1:])
+                        if k.strip().lower() == b"content-length"
+                    ),
+                    0,
+                )
                 while len(buf) < length:
                     buf += conn.recv(65536)
                 buf = buf[length:]
                 if method == b"GET" and path == b"/v1/models":
                     body = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
-                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                                 % (len(body), body))
+                    conn.sendall(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                        % (len(body), body)
+                    )
                 elif method == b"POST" and path.endswith(b"/completions"):
                     conn.sendall(_stream(8))
                 else:
@@ -112,11 +120,23 @@ def limited_server() -> Iterator[_LimitedServer]:
 
 
 def test_connections_not_opened_before_the_clock_are_recorded(
-        limited_server: _LimitedServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    limited_server: _LimitedServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setattr(bench, "_CONNECT_TIMEOUT_S", _CONNECT_TIMEOUT_S)
     n = 8
-    cfg = RunConfig(url=limited_server.url, model="m", api="completions", concurrency=n, num_requests=2 * n,
-                    input_len=16, output_len=8, probe=False, quiet=True, report=False, out=str(tmp_path))
+    cfg = RunConfig(
+        url=limited_server.url,
+        model="m",
+        api="completions",
+        concurrency=n,
+        num_requests=2 * n,
+        input_len=16,
+        output_len=8,
+        probe=False,
+        quiet=True,
+        report=False,
+        out=str(tmp_path),
+    )
     outcome = run_benchmark_sync(cfg)
     assert outcome.exit_code == 0 and outcome.failure is None
     manifest = json.loads((tmp_path / "manifest.json").read_text())
@@ -132,8 +152,17 @@ def test_connections_not_opened_before_the_clock_are_recorded(
 
 def test_a_run_that_opened_every_connection_says_so(scripted_server, tmp_path: Path) -> None:
     srv = scripted_server("--ttft-ms", "5", "--itl-ms", "1")
-    cfg = RunConfig(url=srv.url, model="m", concurrency=4, num_requests=8, output_len=8, probe=False, quiet=True,
-                    report=False, out=str(tmp_path))
+    cfg = RunConfig(
+        url=srv.url,
+        model="m",
+        concurrency=4,
+        num_requests=8,
+        output_len=8,
+        probe=False,
+        quiet=True,
+        report=False,
+        out=str(tmp_path),
+    )
     assert run_benchmark_sync(cfg).exit_code == 0
     assert json.loads((tmp_path / "manifest.json").read_text())["connections"] == {"requested": 4, "preconnected": 4}
     s = json.loads((tmp_path / "summary.json").read_text())

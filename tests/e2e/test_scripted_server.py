@@ -19,8 +19,10 @@ def _exchange(port: int, body: dict[str, object]) -> bytes:
     """One POST on a fresh connection; the whole response (the server closes nothing: read to the last chunk)."""
     payload = json.dumps(body).encode()
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload))
+        s.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload)
+        )
         got = b""
         while not got.endswith(b"\r\n0\r\n\r\n"):
             part = s.recv(65536)

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from tests.support.procs import servebench
+from tests.support.procs import servescope
 from tests.support.real_servers import RealServer
 
 
 def _run(out: Path, *args: str, timeout_s: float = 300) -> dict[str, Any]:
-    proc = servebench("run", "--out", str(out), "--no-report", *args, timeout_s=timeout_s)
+    proc = servescope("run", "--out", str(out), "--no-report", *args, timeout_s=timeout_s)
     assert proc.returncode == 0, proc.stderr[-3000:]
     s = json.loads((out / "summary.json").read_text())
     s["_stdout"] = proc.stdout
@@ -29,8 +29,9 @@ def _statuses(s: dict[str, Any]) -> dict[str, str]:
 def test_every_check_passes_on_the_emulator(tmp_path: Path) -> None:
     # 400 requests: enough for a P99 (368); the emulator's deployment (Llama-3.1-8B on one H100) is known
     s = _run(tmp_path, "--num-requests", "400", "--concurrency", "32", "--input-len", "64", "--output-len", "32")
-    assert _statuses(s) == dict.fromkeys(("token_counts", "littles_law", "e2e_consistency", "physical_bounds",
-                                          "percentile_floors"), "pass"), s["validation"]
+    assert _statuses(s) == dict.fromkeys(
+        ("token_counts", "littles_law", "e2e_consistency", "physical_bounds", "percentile_floors"), "pass"
+    ), s["validation"]
     bounds = next(c for c in s["validation"] if c["name"] == "physical_bounds")["figures"]
     assert bounds["deployment"] == "emulator profile llama-3.1-8b"
     assert 0 < bounds["itl_floor_ms"] < bounds["itl_mean_ms"]  # 16 GB of weights at 3.35 TB/s: ~4.8 ms
@@ -43,8 +44,19 @@ def test_every_check_passes_on_the_emulator(tmp_path: Path) -> None:
 
 
 def test_a_short_run_says_its_p99_is_under_sampled(tmp_path: Path) -> None:
-    s = _run(tmp_path, "--profile", "tiny", "--num-requests", "100", "--concurrency", "8", "--input-len", "16",
-             "--output-len", "8")
+    s = _run(
+        tmp_path,
+        "--profile",
+        "tiny",
+        "--num-requests",
+        "100",
+        "--concurrency",
+        "8",
+        "--input-len",
+        "16",
+        "--output-len",
+        "8",
+    )
     floors = next(c for c in s["validation"] if c["name"] == "percentile_floors")
     assert floors["status"] == "marked" and "TTFT P99 from 100" in floors["why"], floors
     assert s["precision"]["metrics"]["ttft"]["p99"]["high"] is None  # the data cannot bound it
@@ -63,8 +75,25 @@ def test_target_precision_stops_once_the_headline_percentiles_are_known(scripted
     rule may run to the limit: its TTFT drifts with the host's load, and the interval, batched in send
     order, says so."""
     srv = scripted_server("--ttft-ms", "100", "--ttft-spread-ms", "5", "--itl-ms", "20")
-    s = _run(tmp_path, "--url", srv.url, "--model", "m", "--api", "completions", "--num-requests", "30000",
-             "--concurrency", "64", "--input-len", "16", "--output-len", "8", "--target-precision", "10%")
+    s = _run(
+        tmp_path,
+        "--url",
+        srv.url,
+        "--model",
+        "m",
+        "--api",
+        "completions",
+        "--num-requests",
+        "30000",
+        "--concurrency",
+        "64",
+        "--input-len",
+        "16",
+        "--output-len",
+        "8",
+        "--target-precision",
+        "10%",
+    )
     # 10%, not 5%: on a loaded 2-core CI host the P99 of TTFT carries the host's own stalls; the rule is
     # the same
     p = s["precision"]
@@ -80,12 +109,25 @@ def test_target_precision_stops_once_the_headline_percentiles_are_known(scripted
 
 
 def test_target_precision_the_limit_comes_first(tmp_path: Path) -> None:
-    s = _run(tmp_path, "--profile", "tiny", "--num-requests", "120", "--concurrency", "8", "--input-len", "16",
-             "--output-len", "8", "--target-precision", "0.5")
+    s = _run(
+        tmp_path,
+        "--profile",
+        "tiny",
+        "--num-requests",
+        "120",
+        "--concurrency",
+        "8",
+        "--input-len",
+        "16",
+        "--output-len",
+        "8",
+        "--target-precision",
+        "0.5",
+    )
     p = s["precision"]
     assert p["met"] is False and s["requests"]["total"] == 120
     assert p["stop_reason"].startswith("the limit came first") and "ttft p99" in p["stop_reason"], p
-    proc = servebench("run", "--profile", "tiny", "--target-precision", "5%", "--out", str(tmp_path / "x"))
+    proc = servescope("run", "--profile", "tiny", "--target-precision", "5%", "--out", str(tmp_path / "x"))
     assert proc.returncode != 0 and "needs a limit" in proc.stderr
 
 
@@ -93,10 +135,32 @@ def test_target_precision_the_limit_comes_first(tmp_path: Path) -> None:
 def test_every_check_passes_against_llama_server(llama_server: RealServer, tmp_path: Path) -> None:
     """A real engine: the server's usage and its own /metrics counter agree with the client's count;
     its deployment is not known here, so the physical bounds are skipped and say why."""
-    s = _run(tmp_path, "--url", llama_server.url, "--model", "tiny-llama", "--seed", "1", "--api", "completions",
-             "--concurrency", "8", "--num-requests", "400", "--input-len", "16", "--output-len", "8")
+    s = _run(
+        tmp_path,
+        "--url",
+        llama_server.url,
+        "--model",
+        "tiny-llama",
+        "--seed",
+        "1",
+        "--api",
+        "completions",
+        "--concurrency",
+        "8",
+        "--num-requests",
+        "400",
+        "--input-len",
+        "16",
+        "--output-len",
+        "8",
+    )
     assert s["requests"]["failed"] == 0
-    assert _statuses(s) == {"token_counts": "pass", "littles_law": "pass", "e2e_consistency": "pass",
-                            "physical_bounds": "skipped", "percentile_floors": "pass"}, s["validation"]
+    assert _statuses(s) == {
+        "token_counts": "pass",
+        "littles_law": "pass",
+        "e2e_consistency": "pass",
+        "physical_bounds": "skipped",
+        "percentile_floors": "pass",
+    }, s["validation"]
     tokens = next(c for c in s["validation"] if c["name"] == "token_counts")["figures"]
     assert tokens["server_generation_tokens"] == tokens["client_output_tokens"] == 400 * 8, tokens

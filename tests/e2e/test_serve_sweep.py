@@ -1,6 +1,6 @@
 """`sweep --serve` and `run --serve` over the real llama-server: each configuration launched, measured,
 stopped; failed starts reported with their log's tail; no process group left behind after a normal end,
-a failed start, a readiness timeout or Ctrl-C (SIGINT to servebench)."""
+a failed start, a readiness timeout or Ctrl-C (SIGINT to servescope)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from servebench.run.command import run_command
-from servebench.sweep.command import sweep_command
-from servebench.target.launch import ServerProcess, ServerStartError, free_port
+from servescope.run.command import run_command
+from servescope.sweep.command import sweep_command
+from servescope.target.launch import ServerProcess, ServerStartError, free_port
 from tests.support.tiny_model import TinyModel
 
 
@@ -35,8 +35,10 @@ def group_gone(pgid: int) -> bool:
 
 
 def llama_cmd(binary: Path, gguf: Path | str, parallel: str = "{p}") -> str:
-    return (f"{binary} -m {gguf} --host {{host}} --port {{port}} --alias tiny-llama --parallel {parallel} "
-            "-c 4096 --metrics -t 2")
+    return (
+        f"{binary} -m {gguf} --host {{host}} --port {{port}} --alias tiny-llama --parallel {parallel} "
+        "-c 4096 --metrics -t 2"
+    )
 
 
 LOAD = ["--concurrency", "1,4", "--input-len", "32", "--output-len", "16", "--num-requests", "16", "--no-probe"]
@@ -48,19 +50,21 @@ def sweep(*args: str) -> tuple[int, str]:
 
 
 def test_serve_sweep_launches_measures_and_stops_each_configuration(
-        llama_server_bin: Path, tiny_model: TinyModel, tmp_path: Path) -> None:
+    llama_server_bin: Path, tiny_model: TinyModel, tmp_path: Path
+) -> None:
     out = tmp_path / "served"
-    code, text = sweep("--serve", llama_cmd(llama_server_bin, tiny_model.gguf_path), "--serve-param", "p=2,4",
-                       *LOAD, "--out", str(out))
+    code, text = sweep(
+        "--serve", llama_cmd(llama_server_bin, tiny_model.gguf_path), "--serve-param", "p=2,4", *LOAD, "--out", str(out)
+    )
     assert code == 0, text
     doc = load(out / "serve.json")
-    assert doc["schema"] == "servebench.sweep.serve/1" and doc["status"] == "complete"
+    assert doc["schema"] == "servescope.sweep.serve/1" and doc["status"] == "complete"
     assert [c["name"] for c in doc["configurations"]] == ["p2", "p4"]
     for conf, p in zip(doc["configurations"], ("2", "4")):
         assert conf["status"] == "complete" and conf["params"] == {"p": p}
         sub = out / conf["dir"]
         server = load(sub / "server.json")
-        # the command line as run: the placeholders filled, the port the one servebench targeted
+        # the command line as run: the placeholders filled, the port the one servescope targeted
         assert f"--parallel {p} " in server["command"] and f"--port {server['port']} " in server["command"]
         assert server["url"] == f"http://127.0.0.1:{server['port']}/v1"
         assert server["version"]  # llama.cpp's /props build_info
@@ -84,18 +88,35 @@ def test_serve_sweep_launches_measures_and_stops_each_configuration(
     assert "p2" in svgs and "p4" in svgs  # one curve each, on shared axes
 
     # --resume: both configurations are complete: nothing is started again
-    code, text = sweep("--serve", llama_cmd(llama_server_bin, tiny_model.gguf_path), "--serve-param", "p=2,4",
-                       *LOAD, "--out", str(out), "--resume")
+    code, text = sweep(
+        "--serve",
+        llama_cmd(llama_server_bin, tiny_model.gguf_path),
+        "--serve-param",
+        "p=2,4",
+        *LOAD,
+        "--out",
+        str(out),
+        "--resume",
+    )
     assert code == 0, text
     assert all(c.get("skipped") for c in load(out / "serve.json")["configurations"])
 
 
 def test_a_configuration_that_fails_to_start_is_reported_and_the_sweep_goes_on(
-        llama_server_bin: Path, tiny_model: TinyModel, tmp_path: Path) -> None:
+    llama_server_bin: Path, tiny_model: TinyModel, tmp_path: Path
+) -> None:
     out = tmp_path / "served"
     cmd = f"{llama_server_bin} -m {{m}} --host 127.0.0.1 --port {{port}} --parallel {{p}} -c 4096 -t 2"
-    code, text = sweep("--serve", cmd, "--serve-param", f"p,m=(2,{tmp_path}/missing.gguf),(2,{tiny_model.gguf_path})",
-                       *LOAD, "--no-report", "--out", str(out))
+    code, text = sweep(
+        "--serve",
+        cmd,
+        "--serve-param",
+        f"p,m=(2,{tmp_path}/missing.gguf),(2,{tiny_model.gguf_path})",
+        *LOAD,
+        "--no-report",
+        "--out",
+        str(out),
+    )
     assert code == 1, text  # one configuration measured nothing
     bad, good = load(out / "serve.json")["configurations"]
     assert bad["status"] == "failed" and "exited with status" in bad["error"]
@@ -118,17 +139,20 @@ def test_a_server_not_ready_in_time_is_stopped(tmp_path: Path) -> None:
 
 def _http_server_cmd(root: Path, port: int) -> str:
     """A static HTTP server of `root` that ignores SIGTERM (only SIGKILL ends it)."""
-    code = ("import functools, signal, http.server as h; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-            f"handler = functools.partial(h.SimpleHTTPRequestHandler, directory='{root}'); "
-            f"h.ThreadingHTTPServer(('127.0.0.1', {port}), handler).serve_forever()")
+    code = (
+        "import functools, signal, http.server as h; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        f"handler = functools.partial(h.SimpleHTTPRequestHandler, directory='{root}'); "
+        f"h.ThreadingHTTPServer(('127.0.0.1', {port}), handler).serve_forever()"
+    )
     return f'{sys.executable} -c "{code}"'
 
 
 def test_readiness_and_a_server_that_ignores_sigterm(tmp_path: Path) -> None:
     # /health is a 404 there: not ready until /v1/models answers 200
     port = free_port()
-    srv = ServerProcess(_http_server_cmd(tmp_path, port), log_path=tmp_path / "s.log", port=port, grace_s=0.5,
-                        ready_timeout_s=1.5)
+    srv = ServerProcess(
+        _http_server_cmd(tmp_path, port), log_path=tmp_path / "s.log", port=port, grace_s=0.5, ready_timeout_s=1.5
+    )
     with pytest.raises(ServerStartError, match=r"not ready within 1\.5 s"):
         srv.start()
     assert srv.pgid is not None and group_gone(srv.pgid)
@@ -136,8 +160,9 @@ def test_readiness_and_a_server_that_ignores_sigterm(tmp_path: Path) -> None:
     (tmp_path / "v1").mkdir()
     (tmp_path / "v1" / "models").write_text('{"data": [{"id": "m"}]}')
     port = free_port()
-    srv = ServerProcess(_http_server_cmd(tmp_path, port), log_path=tmp_path / "s2.log", port=port, grace_s=0.5,
-                        ready_timeout_s=20)
+    srv = ServerProcess(
+        _http_server_cmd(tmp_path, port), log_path=tmp_path / "s2.log", port=port, grace_s=0.5, ready_timeout_s=20
+    )
     srv.start()
     pgid = srv.pgid
     assert pgid is not None and not group_gone(pgid)
@@ -147,8 +172,11 @@ def test_readiness_and_a_server_that_ignores_sigterm(tmp_path: Path) -> None:
 
 
 def test_a_start_that_exits_at_once_says_why(tmp_path: Path) -> None:
-    srv = ServerProcess(f"{sys.executable} -c 'import sys; print(\"no GPU here\"); sys.exit(3)'",
-                        log_path=tmp_path / "s.log", port=free_port())
+    srv = ServerProcess(
+        f"{sys.executable} -c 'import sys; print(\"no GPU here\"); sys.exit(3)'",
+        log_path=tmp_path / "s.log",
+        port=free_port(),
+    )
     with pytest.raises(ServerStartError) as e:
         srv.start()
     assert "status 3" in e.value.reason and "no GPU here" in e.value.log_tail
@@ -170,15 +198,33 @@ def _wait_for(path: Path, status: str, timeout_s: float = 60) -> dict[str, Any]:
 
 
 def _sweep_process(args: list[str]) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "servebench.cli", "sweep", *args, "--no-report", "--quiet"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "servescope.cli", "sweep", *args, "--no-report", "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_ctrl_c_during_a_run_stops_the_server(llama_server_bin: Path, tiny_model: TinyModel, tmp_path: Path) -> None:
     out = tmp_path / "o"
-    proc = _sweep_process(["--serve", llama_cmd(llama_server_bin, tiny_model.gguf_path, "2"), "--concurrency", "2",
-                           "--input-len", "32", "--output-len", "16", "--duration", "60", "--no-probe",
-                           "--out", str(out)])
+    proc = _sweep_process(
+        [
+            "--serve",
+            llama_cmd(llama_server_bin, tiny_model.gguf_path, "2"),
+            "--concurrency",
+            "2",
+            "--input-len",
+            "32",
+            "--output-len",
+            "16",
+            "--duration",
+            "60",
+            "--no-probe",
+            "--out",
+            str(out),
+        ]
+    )
     try:
         server = _wait_for(out / "server" / "server.json", "running")
         time.sleep(1.0)  # inside the measured window
@@ -195,8 +241,9 @@ def test_ctrl_c_during_a_run_stops_the_server(llama_server_bin: Path, tiny_model
 
 def test_ctrl_c_while_waiting_for_readiness_stops_the_server(tmp_path: Path) -> None:
     out = tmp_path / "o"
-    proc = _sweep_process(["--serve", f"{sys.executable} -c 'import time; time.sleep(300)' {{port}}", *LOAD,
-                           "--out", str(out)])
+    proc = _sweep_process(
+        ["--serve", f"{sys.executable} -c 'import time; time.sleep(300)' {{port}}", *LOAD, "--out", str(out)]
+    )
     try:
         server = _wait_for(out / "server" / "server.json", "starting")
         time.sleep(0.5)
@@ -211,10 +258,28 @@ def test_ctrl_c_while_waiting_for_readiness_stops_the_server(tmp_path: Path) -> 
 
 def test_run_serve_one_configuration(llama_server_bin: Path, tiny_model: TinyModel, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    res = CliRunner().invoke(run_command, ["--serve", llama_cmd(llama_server_bin, tiny_model.gguf_path),
-                                           "--serve-param", "p=3", "--concurrency", "3", "--input-len", "32",
-                                           "--output-len", "16", "--num-requests", "12", "--no-probe", "--quiet",
-                                           "--out", str(out)], catch_exceptions=False)
+    res = CliRunner().invoke(
+        run_command,
+        [
+            "--serve",
+            llama_cmd(llama_server_bin, tiny_model.gguf_path),
+            "--serve-param",
+            "p=3",
+            "--concurrency",
+            "3",
+            "--input-len",
+            "32",
+            "--output-len",
+            "16",
+            "--num-requests",
+            "12",
+            "--no-probe",
+            "--quiet",
+            "--out",
+            str(out),
+        ],
+        catch_exceptions=False,
+    )
     assert res.exit_code == 0, res.output
     server = load(out / "server.json")
     assert "--parallel 3 " in server["command"] and server["status"] == "complete"
@@ -223,9 +288,9 @@ def test_run_serve_one_configuration(llama_server_bin: Path, tiny_model: TinyMod
 
 
 def test_serve_params_cross_product_tied_lists_and_names() -> None:
-    from servebench.errors import ConfigError
-    from servebench.sweep.configs import expand
-    from servebench.target.launch import render, split_command
+    from servescope.errors import ConfigError
+    from servescope.sweep.configs import expand
+    from servescope.target.launch import render, split_command
 
     configs = expand(["tp,dp=(1,4),(2,2)", "q=fp8,bf16"])
     assert [c.name for c in configs] == ["tp1-dp4-qfp8", "tp1-dp4-qbf16", "tp2-dp2-qfp8", "tp2-dp2-qbf16"]

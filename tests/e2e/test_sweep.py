@@ -1,4 +1,4 @@
-"""`servebench sweep` against the built-in emulator: plateau, capacity search vs brute force, resume, auto.
+"""`servescope sweep` against the built-in emulator: plateau, capacity search vs brute force, resume, auto.
 
 Profiles are written per test (`extends: tiny`) with a step time of `step + seq × batch` and a small
 max_num_seqs, so throughput plateaus within a few points and the ITL at concurrency c is known:
@@ -14,13 +14,15 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from servebench.sweep.command import sweep_command
+from servescope.sweep.command import sweep_command
 
 
 def profile(tmp_path: Path, name: str, *, max_num_seqs: int, step_s: float, seq_s: float) -> str:
     p = tmp_path / f"{name}.yaml"
-    p.write_text(f"extends: tiny\nname: {name}\nmax_num_seqs: {max_num_seqs}\n"
-                 f"cost:\n  step_overhead_s: {step_s}\n  seq_overhead_s: {seq_s}\n")
+    p.write_text(
+        f"extends: tiny\nname: {name}\nmax_num_seqs: {max_num_seqs}\n"
+        f"cost:\n  step_overhead_s: {step_s}\n  seq_overhead_s: {seq_s}\n"
+    )
     return str(p)
 
 
@@ -69,12 +71,29 @@ def test_concurrency_sweep_rises_then_plateaus(tmp_path: Path) -> None:
     # its usual throughput); the shape must hold in one of two independent sweeps.
     for attempt in range(2):
         out = tmp_path / f"sweep-{attempt}"
-        code, text = sweep("--profile", prof, "--concurrency", "1,2,4,8,16,32,64", "--input-len", "16",
-                           "--output-len", "16", "--duration", "0.8", "--gpu-hour-price", "2.5", "--gpus", "8",
-                           "--emulator-args", "--max-num-seqs 8", "--out", str(out))
+        code, text = sweep(
+            "--profile",
+            prof,
+            "--concurrency",
+            "1,2,4,8,16,32,64",
+            "--input-len",
+            "16",
+            "--output-len",
+            "16",
+            "--duration",
+            "0.8",
+            "--gpu-hour-price",
+            "2.5",
+            "--gpus",
+            "8",
+            "--emulator-args",
+            "--max-num-seqs 8",
+            "--out",
+            str(out),
+        )
         assert code == 0, text
         doc = load(out / "sweep.json")
-        assert doc["schema"] == "servebench.sweep.command/1" and doc["status"] == "complete"
+        assert doc["schema"] == "servescope.sweep.command/1" and doc["status"] == "complete"
         assert doc["x_key"] == "concurrency"
         pts = by_load(doc)
         assert sorted(pts) == [1, 2, 4, 8, 16, 32, 64]
@@ -96,8 +115,22 @@ def test_concurrency_sweep_rises_then_plateaus(tmp_path: Path) -> None:
 def test_find_max_matches_brute_force(tmp_path: Path) -> None:
     # ITL at concurrency c ≈ 1 + 3c ms (c = 5: 16 ms, c = 6: 19 ms); the limit 17.5 ms sits between.
     prof = profile(tmp_path, "search", max_num_seqs=16, step_s=0.001, seq_s=0.003)
-    common = ["--profile", prof, "--input-len", "16", "--output-len", "8", "--duration", "0.4",
-              "--slo", "itl_median_ms=17.5", "--gpu-hour-price", "3", "--gpus", "2"]
+    common = [
+        "--profile",
+        prof,
+        "--input-len",
+        "16",
+        "--output-len",
+        "8",
+        "--duration",
+        "0.4",
+        "--slo",
+        "itl_median_ms=17.5",
+        "--gpu-hour-price",
+        "3",
+        "--gpus",
+        "2",
+    ]
     for attempt in range(2):  # one retry: a shared machine can disturb a point (see the plateau test)
         out = tmp_path / f"search-{attempt}"
         code, text = sweep(*common, "--find-max", "concurrency", "--max-load", "8", "--out", str(out))
@@ -125,8 +158,20 @@ def test_find_max_matches_brute_force(tmp_path: Path) -> None:
 
 def test_resume_runs_only_missing_points(tmp_path: Path) -> None:
     out = tmp_path / "resume"
-    args = ["--profile", "tiny", "--concurrency", "1,2,4", "--input-len", "16", "--output-len", "4",
-            "--num-requests", "8", "--out", str(out)]
+    args = [
+        "--profile",
+        "tiny",
+        "--concurrency",
+        "1,2,4",
+        "--input-len",
+        "16",
+        "--output-len",
+        "4",
+        "--num-requests",
+        "8",
+        "--out",
+        str(out),
+    ]
     code, text = sweep(*args)
     assert code == 0, text
     pts = by_load(load(out / "sweep.json"))
@@ -153,8 +198,24 @@ def test_resume_runs_only_missing_points(tmp_path: Path) -> None:
 
 def test_rate_auto_spreads_rates_below_saturation(tmp_path: Path) -> None:
     out = tmp_path / "auto"
-    code, text = sweep("--profile", "tiny", "--rate", "auto", "--auto-points", "3", "--input-len", "16",
-                       "--output-len", "4", "--num-requests", "16", "--seed", "1", "--out", str(out))
+    code, text = sweep(
+        "--profile",
+        "tiny",
+        "--rate",
+        "auto",
+        "--auto-points",
+        "3",
+        "--input-len",
+        "16",
+        "--output-len",
+        "4",
+        "--num-requests",
+        "16",
+        "--seed",
+        "1",
+        "--out",
+        str(out),
+    )
     assert code == 0, text
     doc = load(out / "sweep.json")
     kinds = [p["kind"] for p in doc["points"]]
@@ -171,8 +232,22 @@ def test_cost_without_gpus_charges_the_emulated_deployment(tmp_path: Path) -> No
     """No --gpus: the cost charges the GPUs the emulator says it serves on (llama-3.1-70b: 4xH100),
     the same count as the throughput per GPU, not one."""
     out = tmp_path / "sweep"
-    code, text = sweep("--profile", "llama-3.1-70b", "--concurrency", "2", "--input-len", "16",
-                       "--output-len", "8", "--num-requests", "4", "--gpu-hour-price", "2.5", "--out", str(out))
+    code, text = sweep(
+        "--profile",
+        "llama-3.1-70b",
+        "--concurrency",
+        "2",
+        "--input-len",
+        "16",
+        "--output-len",
+        "8",
+        "--num-requests",
+        "4",
+        "--gpu-hour-price",
+        "2.5",
+        "--out",
+        str(out),
+    )
     assert code == 0, text
     doc = load(out / "sweep.json")
     (point,) = doc["points"]

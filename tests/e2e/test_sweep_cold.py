@@ -17,17 +17,33 @@ from typing import Any
 import orjson
 from click.testing import CliRunner
 
-from servebench.report.html import write_report
-from servebench.sweep.command import sweep_command
-from tests.support.procs import servebench
+from servescope.report.html import write_report
+from servescope.sweep.command import sweep_command
+from tests.support.procs import servescope
 
 CONC = (1, 4, 16, 64)
 
 
 def sweep(out: Path, *args: str, conc: tuple[int, ...] = CONC) -> tuple[dict[str, Any], dict[int, Path], str]:
-    res = CliRunner().invoke(sweep_command, [
-        "--no-report", "--no-probe", "--concurrency", ",".join(map(str, conc)), "--input-len", "1024",
-        "--output-len", "8", "--num-requests", "64", "--out", str(out), *args], catch_exceptions=False)
+    res = CliRunner().invoke(
+        sweep_command,
+        [
+            "--no-report",
+            "--no-probe",
+            "--concurrency",
+            ",".join(map(str, conc)),
+            "--input-len",
+            "1024",
+            "--output-len",
+            "8",
+            "--num-requests",
+            "64",
+            "--out",
+            str(out),
+            *args,
+        ],
+        catch_exceptions=False,
+    )
     assert res.exit_code == 0, res.output
     doc = orjson.loads((out / "sweep.json").read_bytes())
     dirs = {p["concurrency"]: out / p["dir"] for p in doc["points"]}
@@ -90,9 +106,16 @@ def test_same_prompts_with_reset_cache_is_cold_again(tmp_path: Path) -> None:
     for c, d in dirs.items():
         assert hit_rate(d) < 0.05, c
         reset = load(d / "manifest.json")["cache_reset"]
-        assert reset["ok"] is True and reset["engine"] == "servebench-emulator", reset
-        assert reset["attempts"] == [{"method": "POST", "path": "/reset_prefix_cache", "status": 200, "body_head": "",
-                                      "elapsed_ms": reset["attempts"][0]["elapsed_ms"]}]
+        assert reset["ok"] is True and reset["engine"] == "servescope-emulator", reset
+        assert reset["attempts"] == [
+            {
+                "method": "POST",
+                "path": "/reset_prefix_cache",
+                "status": 200,
+                "body_head": "",
+                "elapsed_ms": reset["attempts"][0]["elapsed_ms"],
+            }
+        ]
 
 
 def _stats(url: str) -> dict[str, Any]:
@@ -105,10 +128,30 @@ def test_reset_cache_on_vllm_and_sglang_endpoints_per_sweep_point(scripted_serve
     for engine, (path, body) in replies.items():
         srv = scripted_server("--ttft-ms", "5", "--itl-ms", "1", "--cache-reset", engine)
         out = tmp_path / engine
-        res = CliRunner().invoke(sweep_command, [
-            "--url", srv.url, "--model", "m", "--api", "completions", "--no-report", "--concurrency", "1,2",
-            "--num-requests", "4", "--input-len", "16", "--output-len", "4", "--reset-cache", "--out", str(out)],
-            catch_exceptions=False)
+        res = CliRunner().invoke(
+            sweep_command,
+            [
+                "--url",
+                srv.url,
+                "--model",
+                "m",
+                "--api",
+                "completions",
+                "--no-report",
+                "--concurrency",
+                "1,2",
+                "--num-requests",
+                "4",
+                "--input-len",
+                "16",
+                "--output-len",
+                "4",
+                "--reset-cache",
+                "--out",
+                str(out),
+            ],
+            catch_exceptions=False,
+        )
         assert res.exit_code == 0, res.output
         points = orjson.loads((out / "sweep.json").read_bytes())["points"]
         for p in points:
@@ -123,9 +166,32 @@ def test_reset_cache_on_vllm_and_sglang_endpoints_per_sweep_point(scripted_serve
 
 def test_repeats_get_their_own_prompts_and_resets(scripted_server, tmp_path: Path) -> None:
     srv = scripted_server("--ttft-ms", "5", "--itl-ms", "1", "--cache-reset", "sglang")
-    proc = servebench("run", "--url", srv.url, "--model", "m", "--api", "completions", "--quiet", "--no-report",
-                      "--concurrency", "2", "--num-requests", "4", "--input-len", "16", "--output-len", "4",
-                      "--repeat", "2", "--reset-cache", "--seed", "7", "--out", str(tmp_path))
+    proc = servescope(
+        "run",
+        "--url",
+        srv.url,
+        "--model",
+        "m",
+        "--api",
+        "completions",
+        "--quiet",
+        "--no-report",
+        "--concurrency",
+        "2",
+        "--num-requests",
+        "4",
+        "--input-len",
+        "16",
+        "--output-len",
+        "4",
+        "--repeat",
+        "2",
+        "--reset-cache",
+        "--seed",
+        "7",
+        "--out",
+        str(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr
     seeds = [load(tmp_path / f"repeat-{k}" / "manifest.json")["config"]["seed"] for k in (1, 2)]
     assert seeds[0] == 7 and seeds[1] not in (0, 7)
@@ -136,9 +202,28 @@ def test_repeats_get_their_own_prompts_and_resets(scripted_server, tmp_path: Pat
 
 def test_reset_cache_on_a_server_without_an_endpoint_says_so(scripted_server, tmp_path: Path) -> None:
     srv = scripted_server("--ttft-ms", "5", "--itl-ms", "1")
-    proc = servebench("run", "--url", srv.url, "--model", "m", "--api", "completions", "--quiet", "--no-report",
-                      "--concurrency", "2", "--num-requests", "4", "--input-len", "16", "--output-len", "4",
-                      "--reset-cache", "--out", str(tmp_path))
+    proc = servescope(
+        "run",
+        "--url",
+        srv.url,
+        "--model",
+        "m",
+        "--api",
+        "completions",
+        "--quiet",
+        "--no-report",
+        "--concurrency",
+        "2",
+        "--num-requests",
+        "4",
+        "--input-len",
+        "16",
+        "--output-len",
+        "4",
+        "--reset-cache",
+        "--out",
+        str(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr
     reset = load(tmp_path / "manifest.json")["cache_reset"]
     assert reset["ok"] is False and [a["status"] for a in reset["attempts"]] == [404, 404]
@@ -149,9 +234,27 @@ def test_reset_cache_on_a_server_without_an_endpoint_says_so(scripted_server, tm
 def test_closed_loop_offered_rate_with_one_wave(scripted_server, tmp_path: Path) -> None:
     # num-requests = concurrency: the whole run is one wave sent within a few ms
     srv = scripted_server("--ttft-ms", "50", "--itl-ms", "5")
-    proc = servebench("run", "--url", srv.url, "--model", "m", "--api", "completions", "--quiet", "--no-report",
-                      "--concurrency", "32", "--num-requests", "32", "--input-len", "16", "--output-len", "8",
-                      "--out", str(tmp_path))
+    proc = servescope(
+        "run",
+        "--url",
+        srv.url,
+        "--model",
+        "m",
+        "--api",
+        "completions",
+        "--quiet",
+        "--no-report",
+        "--concurrency",
+        "32",
+        "--num-requests",
+        "32",
+        "--input-len",
+        "16",
+        "--output-len",
+        "8",
+        "--out",
+        str(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr
     tp = load(tmp_path / "summary.json")["throughput"]
     assert tp["requests_per_s"] > 0

@@ -18,8 +18,8 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from servebench.run.command import run_command
-from servebench.target.telemetry import DCGM_FIELDS, TELEMETRY_FILE, parse_dcgm
+from servescope.run.command import run_command
+from servescope.target.telemetry import DCGM_FIELDS, TELEMETRY_FILE, parse_dcgm
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "dcgm" / "h100x2.prom"
 POWER_W = {"0": 412.375, "1": 287.125}  # the fixture's DCGM_FI_DEV_POWER_USAGE per GPU
@@ -58,8 +58,9 @@ class FakeExporter:
 
     def page(self) -> str:
         dt = time.perf_counter() - self.t0
-        return _ENERGY.sub(lambda m: f"{m.group(1)} {int(m.group(3)) + round(POWER_W[m.group(2)] * dt * 1000)}",
-                           self.text)
+        return _ENERGY.sub(
+            lambda m: f"{m.group(1)} {int(m.group(3)) + round(POWER_W[m.group(2)] * dt * 1000)}", self.text
+        )
 
     def close(self) -> None:
         self.httpd.shutdown()
@@ -78,10 +79,28 @@ def load(path: Path) -> Any:
 
 
 def run(tmp_path: Path, *extra: str) -> dict[str, Any]:
-    res = CliRunner().invoke(run_command, ["--profile", "tiny", "--concurrency", "4", "--num-requests", "48",
-                                           "--input-len", "32", "--output-len", "64", "--no-probe", "--quiet",
-                                           "--no-report", "--out", str(tmp_path / "run"), *extra],
-                             catch_exceptions=False)
+    res = CliRunner().invoke(
+        run_command,
+        [
+            "--profile",
+            "tiny",
+            "--concurrency",
+            "4",
+            "--num-requests",
+            "48",
+            "--input-len",
+            "32",
+            "--output-len",
+            "64",
+            "--no-probe",
+            "--quiet",
+            "--no-report",
+            "--out",
+            str(tmp_path / "run"),
+            *extra,
+        ],
+        catch_exceptions=False,
+    )
     assert res.exit_code == 0, res.output
     return dict(load(tmp_path / "run" / "summary.json"))
 
@@ -97,14 +116,20 @@ def test_the_fixture_parses_as_prometheus_client_reads_it() -> None:
                 oracle.setdefault(s.labels["UUID"], {})[field[0]] = s.value * field[1]
     assert values == oracle and len(values) == 2
     gpu0 = values["GPU-5e6b2a1c-8f3d-4c77-9a0e-1b2c3d4e5f60"]
-    assert gpu0 == {"power_w": 412.375, "energy_j": 3519874215.046, "util_pct": 97, "mem_used_mib": 75895,
-                    "sm_clock_mhz": 1980}
+    assert gpu0 == {
+        "power_w": 412.375,
+        "energy_j": 3519874215.046,
+        "util_pct": 97,
+        "mem_used_mib": 75895,
+        "sm_clock_mhz": 1980,
+    }
     assert {i["modelName"] for i in info.values()} == {"NVIDIA H100 80GB HBM3"}
 
 
 @pytest.mark.parametrize("with_counter", [True, False], ids=["energy-counter", "power-integral"])
 def test_energy_per_token_from_a_dcgm_exporter_agrees_with_a_hand_computation(
-        tmp_path: Path, with_counter: bool) -> None:
+    tmp_path: Path, with_counter: bool
+) -> None:
     srv = FakeExporter(with_counter=with_counter)
     try:
         s = run(tmp_path, "--gpu-metrics-url", srv.url)
@@ -136,7 +161,7 @@ def test_energy_per_token_from_a_dcgm_exporter_agrees_with_a_hand_computation(
     assert len(ts) >= 2 and srv.hits >= len(ts)
     assert all(x["power_w"] in (412.375, 287.125) for x in doc["samples"])
     # the report: the energy cards and the GPU time series beside the request timeline
-    from servebench.report.html import write_report
+    from servescope.report.html import write_report
 
     html = write_report(tmp_path / "run").read_text()
     assert "Energy per output token" in html and "GPU power" in html
@@ -146,8 +171,10 @@ def test_energy_per_token_from_a_dcgm_exporter_agrees_with_a_hand_computation(
 
 def test_without_a_telemetry_source_the_summary_says_so(tmp_path: Path) -> None:
     s = run(tmp_path)
-    assert s["energy"] == {"available": False, "why": "no GPU telemetry source (--gpu-metrics-url URL of a DCGM "
-                                                      "exporter, or nvml)"}
+    assert s["energy"] == {
+        "available": False,
+        "why": "no GPU telemetry source (--gpu-metrics-url URL of a DCGM exporter, or nvml)",
+    }
     assert not (tmp_path / "run" / TELEMETRY_FILE).exists()
     assert s["requests"]["completed"] == 48
 

@@ -12,16 +12,32 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.procs import servebench
+from tests.support.procs import servescope
 
 
 @pytest.mark.parametrize("plain_metrics", ["404", "json"])
 def test_trtllm_server_figures_reach_the_summary(scripted_server, tmp_path: Path, plain_metrics: str) -> None:
     n, out_len, ttft_ms = 12, 8, 20
     srv = scripted_server("--ttft-ms", str(ttft_ms), "--itl-ms", "1", "--trtllm-metrics", plain_metrics)
-    proc = servebench("run", "--url", srv.url, "--model", "m", "--concurrency", "4", "--num-requests", str(n),
-                      "--input-len", "16", "--output-len", str(out_len), "--out", str(tmp_path), "--quiet",
-                      "--no-report")
+    proc = servescope(
+        "run",
+        "--url",
+        srv.url,
+        "--model",
+        "m",
+        "--concurrency",
+        "4",
+        "--num-requests",
+        str(n),
+        "--input-len",
+        "16",
+        "--output-len",
+        str(out_len),
+        "--out",
+        str(tmp_path),
+        "--quiet",
+        "--no-report",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     caps = manifest["target"]["capabilities"]

@@ -20,13 +20,13 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
-from servebench.client.split import shard_of
-from servebench.results.metrics import summarize
-from servebench.results.records import RequestRecord
-from servebench.results.schema import RunInfo
-from servebench.results.store import MANIFEST, SUMMARY, load_run
-from servebench.workload.schedule import open_loop_offsets_ns
-from tests.support.procs import servebench
+from servescope.client.split import shard_of
+from servescope.results.metrics import summarize
+from servescope.results.records import RequestRecord
+from servescope.results.schema import RunInfo
+from servescope.results.store import MANIFEST, SUMMARY, load_run
+from servescope.workload.schedule import open_loop_offsets_ns
+from tests.support.procs import servescope
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the start instant is CLOCK_MONOTONIC")
 
@@ -38,7 +38,7 @@ def _read(path: Path) -> Any:
 
 
 def _run(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    proc = servebench("run", "--out", str(out), *_SMALL, *args, timeout_s=240)
+    proc = servescope("run", "--out", str(out), *_SMALL, *args, timeout_s=240)
     return proc
 
 
@@ -59,8 +59,9 @@ def _same(a: Any, b: Any, where: str) -> None:
 
 
 def _in_flight_max(records: list[RequestRecord]) -> int:
-    events = sorted([(r.t_send_ns or 0, 1) for r in records] + [(r.t_end_ns or 0, -1) for r in records],
-                    key=lambda e: (e[0], e[1]))
+    events = sorted(
+        [(r.t_send_ns or 0, 1) for r in records] + [(r.t_end_ns or 0, -1) for r in records], key=lambda e: (e[0], e[1])
+    )
     level = peak = 0
     for _, step in events:
         level += step
@@ -81,8 +82,15 @@ def test_closed_loop_merged_summary_is_the_pooled_records_summary(tmp_path: Path
     pooled = by_shard[1] + by_shard[0]
     run = cast(RunInfo, {k: doc[k] for k in RunInfo.__annotations__ if k in doc})
     again = summarize(pooled, run=run)
-    for block in ("duration_s", "requests", "throughput", "latency_ms", "latency_ms_error_adjusted", "tokens",
-                  "per_user_output_tokens_per_s"):
+    for block in (
+        "duration_s",
+        "requests",
+        "throughput",
+        "latency_ms",
+        "latency_ms_error_adjusted",
+        "tokens",
+        "per_user_output_tokens_per_s",
+    ):
         _same(again[block], doc[block], block)  # type: ignore[literal-required]
     assert doc["requests"]["completed"] == 90 and doc["requests"]["warmup"] == 4
 
@@ -128,8 +136,23 @@ def test_open_loop_sends_the_planned_stream_from_one_start(tmp_path: Path) -> No
 
 def test_killed_worker_loses_only_its_in_flight_requests(tmp_path: Path) -> None:
     out = tmp_path / "k"
-    cmd = [sys.executable, "-m", "servebench.cli", "run", "--out", str(out), *_SMALL, "--workers", "2",
-           "--concurrency", "8", "--num-requests", "400", "--output-len", "32"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "servescope.cli",
+        "run",
+        "--out",
+        str(out),
+        *_SMALL,
+        "--workers",
+        "2",
+        "--concurrency",
+        "8",
+        "--num-requests",
+        "400",
+        "--output-len",
+        "32",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -178,9 +201,9 @@ def test_stop_rule_is_asked_of_the_merged_records_and_forwarded() -> None:
     from sending; what is in flight then finishes (nothing is cancelled)."""
     import asyncio
 
-    from servebench.client.openai import build_body, encode_body
-    from servebench.client.spec import Prepared, ShardSpec
-    from servebench.run.workers import ProcessShards
+    from servescope.client.openai import build_body, encode_body
+    from servescope.client.spec import Prepared, ShardSpec
+    from servescope.run.workers import ProcessShards
     from tests.support.procs import scripted
 
     class Enough:
@@ -201,8 +224,14 @@ def test_stop_rule_is_asked_of_the_merged_records_and_forwarded() -> None:
     try:
         body = encode_body(build_body(api="completions", model="m", prompt="hi", max_tokens=16))
         items = [Prepared(id=i, body=body, input_len=1, output_len=16) for i in range(400)]
-        spec = ShardSpec(url=srv.url + "/v1/completions", api="completions",
-                         headers={"Content-Type": "application/json"}, items=items, concurrency=4, preconnect=4)
+        spec = ShardSpec(
+            url=srv.url + "/v1/completions",
+            api="completions",
+            headers={"Content-Type": "application/json"},
+            items=items,
+            concurrency=4,
+            preconnect=4,
+        )
         shards = ProcessShards(spec, workers=2, enough=enough)
         result = asyncio.run(shards.run())
     finally:

@@ -15,26 +15,42 @@ from typing import Any
 
 import pytest
 
-from servebench.results.store import load_run
-from tests.support.procs import servebench
+from servescope.results.store import load_run
+from tests.support.procs import servescope
 from tests.support.real_servers import RealServer
 
 pytestmark = pytest.mark.e2e
 
 
 def _run(out: Path, *args: str, timeout_s: float = 300) -> tuple[dict[str, Any], Any]:
-    proc = servebench("run", "--out", str(out), "--quiet", *args, timeout_s=timeout_s)
+    proc = servescope("run", "--out", str(out), "--quiet", *args, timeout_s=timeout_s)
     # stderr's head holds the error; its tail may be only interpreter-exit warnings
-    assert proc.returncode == 0, (f"servebench failed:\n{proc.stdout[-2000:]}\n{proc.stderr[:3000]}"
-                                  f"\n...\n{proc.stderr[-1000:]}")
+    assert proc.returncode == 0, (
+        f"servescope failed:\n{proc.stdout[-2000:]}\n{proc.stderr[:3000]}\n...\n{proc.stderr[-1000:]}"
+    )
     return json.loads((out / "summary.json").read_text()), load_run(out)
 
 
 # ------------------------------------------------------------------ (1) exact lengths
 @pytest.mark.parametrize("api", ["chat", "completions"])
 def test_input_len_1024_is_exact_on_the_emulator(tmp_path: Path, api: str) -> None:
-    s, run = _run(tmp_path, "--profile", "tiny", "--api", api, "--input-len", "1024", "--output-len", "4",
-                  "--num-requests", "40", "--concurrency", "8", "--range-ratio", "0")
+    s, run = _run(
+        tmp_path,
+        "--profile",
+        "tiny",
+        "--api",
+        api,
+        "--input-len",
+        "1024",
+        "--output-len",
+        "4",
+        "--num-requests",
+        "40",
+        "--concurrency",
+        "8",
+        "--range-ratio",
+        "0",
+    )
     wl = s["workload"]
     assert wl["lengths"] == "exact (server /tokenize)", wl
     counts = [r.input_tokens for r in run.records]
@@ -43,8 +59,17 @@ def test_input_len_1024_is_exact_on_the_emulator(tmp_path: Path, api: str) -> No
 
 
 def test_length_mixture_is_exact_per_request(tmp_path: Path) -> None:
-    s, run = _run(tmp_path, "--profile", "tiny", "--dataset", "random:128:4@25%,512:8@75%",
-                  "--num-requests", "40", "--concurrency", "8")
+    s, run = _run(
+        tmp_path,
+        "--profile",
+        "tiny",
+        "--dataset",
+        "random:128:4@25%,512:8@75%",
+        "--num-requests",
+        "40",
+        "--concurrency",
+        "8",
+    )
     pairs = sorted((r.input_tokens, r.output_tokens) for r in run.records)
     assert pairs.count((128, 4)) == 10 and pairs.count((512, 8)) == 30, pairs
     assert s["workload"]["mix"][0] == {"input_len": 128, "output_len": 4, "weight": 0.25}
@@ -52,8 +77,23 @@ def test_length_mixture_is_exact_per_request(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("api", ["chat", "completions"])
 def test_input_len_1024_is_exact_on_llama_server(llama_server: RealServer, tmp_path: Path, api: str) -> None:
-    s, run = _run(tmp_path, "--url", llama_server.url, "--model", "tiny-llama", "--api", api,
-                  "--input-len", "1024", "--output-len", "4", "--num-requests", "12", "--concurrency", "4")
+    s, run = _run(
+        tmp_path,
+        "--url",
+        llama_server.url,
+        "--model",
+        "tiny-llama",
+        "--api",
+        api,
+        "--input-len",
+        "1024",
+        "--output-len",
+        "4",
+        "--num-requests",
+        "12",
+        "--concurrency",
+        "4",
+    )
     assert s["workload"]["lengths"] == "exact (server /tokenize)", s["workload"]
     counts = [r.input_tokens for r in run.records]
     assert len(counts) == 12 and set(counts) == {1024}, counts
@@ -74,7 +114,9 @@ def test_shared_prefix_preset_hits_as_intended_and_lowers_ttft(tmp_path: Path) -
     assert plain["server"]["prefix_cache_hit_rate"] < 0.02
     assert shared["tokens"]["input_total"] == plain["tokens"]["input_total"] == 60 * 3200
     assert shared["latency_ms"]["ttft"]["median"] < 0.8 * plain["latency_ms"]["ttft"]["median"], (
-        shared["latency_ms"]["ttft"], plain["latency_ms"]["ttft"])
+        shared["latency_ms"]["ttft"],
+        plain["latency_ms"]["ttft"],
+    )
 
 
 # ------------------------------------------------------------------ (3) multi-turn
@@ -92,8 +134,19 @@ def _sharegpt(path: Path, n: int) -> None:
 def test_sharegpt_three_turns_send_every_turn_with_growing_history(tmp_path: Path) -> None:
     data = tmp_path / "chats.json"
     _sharegpt(data, 6)
-    s, run = _run(tmp_path / "out", "--profile", "tiny", "--dataset", f"sharegpt:{data}:think=0.05",
-                  "--num-requests", "18", "--concurrency", "3", "--output-len", "8")
+    s, run = _run(
+        tmp_path / "out",
+        "--profile",
+        "tiny",
+        "--dataset",
+        f"sharegpt:{data}:think=0.05",
+        "--num-requests",
+        "18",
+        "--concurrency",
+        "3",
+        "--output-len",
+        "8",
+    )
     assert s["requests"]["completed"] == 18 and s["workload"]["sessions"] == 6
     by_session: dict[int, list] = defaultdict(list)
     for r in run.records:
@@ -118,11 +171,24 @@ def test_hf_parquet_dataset_runs(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = [{"problem": f"Let n be the smallest integer with {k} divisors. Find n mod 1000.", "answer": str(k)}
-            for k in range(30)]
+    rows = [
+        {"problem": f"Let n be the smallest integer with {k} divisors. Find n mod 1000.", "answer": str(k)}
+        for k in range(30)
+    ]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "aime.parquet")
-    s, run = _run(tmp_path / "out", "--profile", "tiny", "--dataset", f"hf:{tmp_path / 'aime.parquet'}",
-                  "--num-requests", "30", "--concurrency", "4", "--output-len", "8")
+    s, run = _run(
+        tmp_path / "out",
+        "--profile",
+        "tiny",
+        "--dataset",
+        f"hf:{tmp_path / 'aime.parquet'}",
+        "--num-requests",
+        "30",
+        "--concurrency",
+        "4",
+        "--output-len",
+        "8",
+    )
     assert s["requests"]["completed"] == 30
     assert s["workload"]["records"] == 30 and s["workload"]["lengths"].startswith("dataset text; counted with server")
     assert all(r.input_tokens == r.input_len for r in run.records), [(r.input_len, r.input_tokens) for r in run.records]
@@ -130,22 +196,57 @@ def test_hf_parquet_dataset_runs(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("api", ["chat", "completions"])
 def test_input_len_1024_is_exact_on_llama_server_with_local_tokenizer(
-        llama_server: RealServer, tiny_model: Any, tmp_path: Path, api: str) -> None:
+    llama_server: RealServer, tiny_model: Any, tmp_path: Path, api: str
+) -> None:
     """--tokenizer: the model's own tokenizer.json counts locally; one probe request learns the template."""
-    s, run = _run(tmp_path, "--url", llama_server.url, "--model", "tiny-llama", "--api", api,
-                  "--tokenizer", str(tiny_model.hf_dir), "--input-len", "1024", "--output-len", "4",
-                  "--num-requests", "8", "--concurrency", "4")
+    s, run = _run(
+        tmp_path,
+        "--url",
+        llama_server.url,
+        "--model",
+        "tiny-llama",
+        "--api",
+        api,
+        "--tokenizer",
+        str(tiny_model.hf_dir),
+        "--input-len",
+        "1024",
+        "--output-len",
+        "4",
+        "--num-requests",
+        "8",
+        "--concurrency",
+        "4",
+    )
     assert s["workload"]["lengths"].startswith("exact (local tokenizer"), s["workload"]
     assert s["workload"]["probe_requests"] == 1
     assert [r.input_tokens for r in run.records] == [1024] * 8
 
 
 def test_input_len_exact_on_transformers_serve_with_local_tokenizer(
-        hf_serve: RealServer, tiny_model: Any, tmp_path: Path) -> None:
+    hf_serve: RealServer, tiny_model: Any, tmp_path: Path
+) -> None:
     """A second real server with no /tokenize at all: --tokenizer + one usage probe still give exact lengths."""
-    s, run = _run(tmp_path, "--url", hf_serve.url, "--model", tiny_model.repo_id, "--api", "chat",
-                  "--tokenizer", str(tiny_model.hf_dir), "--input-len", "300", "--output-len", "4",
-                  "--num-requests", "4", "--concurrency", "1", timeout_s=400)
+    s, run = _run(
+        tmp_path,
+        "--url",
+        hf_serve.url,
+        "--model",
+        tiny_model.repo_id,
+        "--api",
+        "chat",
+        "--tokenizer",
+        str(tiny_model.hf_dir),
+        "--input-len",
+        "300",
+        "--output-len",
+        "4",
+        "--num-requests",
+        "4",
+        "--concurrency",
+        "1",
+        timeout_s=400,
+    )
     assert s["workload"]["lengths"].startswith("exact (local tokenizer"), s["workload"]
     assert [r.input_tokens for r in run.records] == [300] * 4
 
@@ -153,11 +254,14 @@ def test_input_len_exact_on_transformers_serve_with_local_tokenizer(
 # ------------------------------------------------------------------ trace replay
 def test_trace_replay_sends_at_recorded_times_sped_up(tmp_path: Path) -> None:
     trace = tmp_path / "trace.jsonl"
-    rows = [{"timestamp": 10_000 + 100 * k + (50 if k % 3 == 0 else 0), "input_length": 64 + k, "output_length": 4}
-            for k in range(20)]
+    rows = [
+        {"timestamp": 10_000 + 100 * k + (50 if k % 3 == 0 else 0), "input_length": 64 + k, "output_length": 4}
+        for k in range(20)
+    ]
     trace.write_text("\n".join(json.dumps(r) for r in reversed(rows)))  # unsorted on disk
-    s, run = _run(tmp_path / "out", "--profile", "tiny", "--dataset", f"trace:{trace}:speedup=2",
-                  "--num-requests", "20")
+    s, run = _run(
+        tmp_path / "out", "--profile", "tiny", "--dataset", f"trace:{trace}:speedup=2", "--num-requests", "20"
+    )
     assert s["requests"]["completed"] == 20 and s["workload"]["trace"]["speedup"] == 2.0
     want_s = [(r["timestamp"] - rows[0]["timestamp"]) / 1000 / 2 for r in rows]
     recs = sorted(run.records, key=lambda r: r.t_sched_ns)
@@ -172,8 +276,21 @@ def test_trace_replay_sends_at_recorded_times_sped_up(tmp_path: Path) -> None:
 
 def test_no_tokenize_no_tokenizer_falls_back_to_approximate_with_a_note(scripted_server, tmp_path: Path) -> None:
     srv = scripted_server("--ttft-ms", "5", "--itl-ms", "1")
-    s, run = _run(tmp_path, "--url", srv.url, "--model", "m", "--input-len", "64", "--output-len", "4",
-                  "--num-requests", "5", "--concurrency", "5")
+    s, run = _run(
+        tmp_path,
+        "--url",
+        srv.url,
+        "--model",
+        "m",
+        "--input-len",
+        "64",
+        "--output-len",
+        "4",
+        "--num-requests",
+        "5",
+        "--concurrency",
+        "5",
+    )
     assert s["requests"]["completed"] == 5
     assert s["workload"]["lengths"].startswith("approximate"), s["workload"]
     assert any("approximate" in n and "/tokenize" in n for n in s["notes"]), s["notes"]
@@ -183,10 +300,20 @@ def test_no_tokenize_no_tokenizer_falls_back_to_approximate_with_a_note(scripted
 def test_prefix_cache_disagreement_is_a_note(tmp_path: Path) -> None:
     """The same seeded shared-prefix run twice on one server: the second finds everything cached already
     (achieved ~100% vs intended ~53%), and the summary says so."""
-    from servebench.emulator.server import EmulatorThread
+    from servescope.emulator.server import EmulatorThread
 
-    args = ("--model", "tiny", "--dataset", "shared-prefix:groups=2,prompts=8,system=512,question=256",
-            "--num-requests", "16", "--concurrency", "2", "--output-len", "2")
+    args = (
+        "--model",
+        "tiny",
+        "--dataset",
+        "shared-prefix:groups=2,prompts=8,system=512,question=256",
+        "--num-requests",
+        "16",
+        "--concurrency",
+        "2",
+        "--output-len",
+        "2",
+    )
     with EmulatorThread("tiny") as emu:
         first, _ = _run(tmp_path / "a", "--url", emu.url, *args)
         second, _ = _run(tmp_path / "b", "--url", emu.url, *args)
@@ -202,9 +329,21 @@ def test_sharegpt_sessions_on_llama_server_counted_exactly(llama_server: RealSer
     """A real server's own template: /apply-template + /tokenize count every turn as the server will."""
     data = tmp_path / "chats.json"
     _sharegpt(data, 3)
-    s, run = _run(tmp_path / "out", "--url", llama_server.url, "--model", "tiny-llama",
-                  "--dataset", f"sharegpt:{data}:output=fixed", "--num-requests", "9", "--concurrency", "3",
-                  "--output-len", "4")
+    s, run = _run(
+        tmp_path / "out",
+        "--url",
+        llama_server.url,
+        "--model",
+        "tiny-llama",
+        "--dataset",
+        f"sharegpt:{data}:output=fixed",
+        "--num-requests",
+        "9",
+        "--concurrency",
+        "3",
+        "--output-len",
+        "4",
+    )
     assert s["requests"]["completed"] == 9
     assert s["workload"]["lengths"] == "dataset text; counted with server /tokenize (chat template included)"
     assert "probe_requests" not in s["workload"]

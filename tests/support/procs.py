@@ -19,8 +19,9 @@ class ServerProcess:
         self.cmd = cmd
         with contextlib.ExitStack() as stack:  # the log closes here if the process does not start
             self.log = stack.enter_context(tempfile.TemporaryFile(mode="w+"))
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            self.proc = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=self.log, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+            )
             self._files = stack.pop_all()  # from here on, stop() closes it
         deadline = time.monotonic() + timeout_s
         assert self.proc.stdout is not None
@@ -55,7 +56,8 @@ def scripted(*args: str) -> ServerProcess:
     return ServerProcess([sys.executable, str(SCRIPTED), "--port", "0", *args])
 
 
-def servebench(*args: str, timeout_s: float = 300, **kw) -> subprocess.CompletedProcess[str]:
+def servescope(*args: str, timeout_s: float = 300, **kw) -> subprocess.CompletedProcess[str]:
     """Run the real CLI in a subprocess, as a user would."""
-    return subprocess.run([sys.executable, "-m", "servebench.cli", *args], capture_output=True,
-                          text=True, timeout=timeout_s, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "servescope.cli", *args], capture_output=True, text=True, timeout=timeout_s, **kw
+    )

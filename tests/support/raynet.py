@@ -33,7 +33,7 @@ __all__ = ["RayNet", "ray_cluster", "unavailable"]
 
 SUBNET = "10.203.0"
 GCS_PORT = 6390
-WORKER_RESOURCE = "servebench_load"  # offered by worker nodes only: --ray-resource keeps shards off the head
+WORKER_RESOURCE = "servescope_load"  # offered by worker nodes only: --ray-resource keeps shards off the head
 _BIN = Path(sys.executable).parent
 
 
@@ -42,7 +42,7 @@ def unavailable() -> str | None:
     if sys.platform != "linux":
         return "network namespaces are Linux only"
     if importlib.util.find_spec("ray") is None:
-        return "Ray is not installed (scripts/setup-ray.sh, or pip install 'servebench[ray]')"
+        return "Ray is not installed (scripts/setup-ray.sh, or pip install 'servescope[ray]')"
     if not (_BIN / "ray").exists():
         return f"no `ray` command beside {sys.executable}"
     if shutil.which("ip") is None:
@@ -105,10 +105,12 @@ class RayNet:
         return pids
 
     def wait_port(self, ns: str, host: str, port: int, timeout: float) -> None:
-        code = (f"import socket,sys,time\nd=time.time()+{timeout}\n"
-                f"while time.time()<d:\n"
-                f"    try: socket.create_connection(({host!r},{port}),0.5).close(); sys.exit(0)\n"
-                f"    except OSError: time.sleep(0.1)\nsys.exit(1)")
+        code = (
+            f"import socket,sys,time\nd=time.time()+{timeout}\n"
+            f"while time.time()<d:\n"
+            f"    try: socket.create_connection(({host!r},{port}),0.5).close(); sys.exit(0)\n"
+            f"    except OSError: time.sleep(0.1)\nsys.exit(1)"
+        )
         if self.run(ns, [sys.executable, "-c", code], timeout=timeout + 10).returncode:
             raise RuntimeError(f"nothing listening on {host}:{port} in {ns} after {timeout:g} s")
 
@@ -164,11 +166,18 @@ def ray_cluster(n_workers: int = 2, *, logs: Path | None = None) -> Iterator[Ray
     tag = f"sb{os.getpid()}"
     tmp = Path(tempfile.mkdtemp(prefix=f"sbr{os.getpid()}", dir="/tmp"))  # short: Unix socket paths < 107
     (tmp / "t").mkdir()
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "TMPDIR": str(tmp / "t"),
-           "PYTHONUNBUFFERED": "1", "PATH": f"{_BIN}:{os.environ.get('PATH', '')}"}
+    env = {
+        **os.environ,
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "TMPDIR": str(tmp / "t"),
+        "PYTHONUNBUFFERED": "1",
+        "PATH": f"{_BIN}:{os.environ.get('PATH', '')}",
+    }
     env.pop("RAY_ADDRESS", None)
-    net = RayNet(head=f"{tag}h", workers=[f"{tag}w{i + 1}" for i in range(n_workers)], tmp=tmp, env=env,
-                 logs=logs or tmp)
+    net = RayNet(
+        head=f"{tag}h", workers=[f"{tag}w{i + 1}" for i in range(n_workers)], tmp=tmp, env=env, logs=logs or tmp
+    )
     try:
         t = time.monotonic()
         _sh("ip", "netns", "add", net.head)
@@ -181,27 +190,54 @@ def ray_cluster(n_workers: int = 2, *, logs: Path | None = None) -> Iterator[Ray
             _sh("ip", "netns", "add", ns)
             net.created.append(ns)
             _sh("ip", "-n", ns, "link", "set", "lo", "up")
-            _sh("ip", "-n", net.head, "link", "add", f"vh{i + 1}", "type", "veth", "peer", "name", "eth0",
-                "netns", ns)
+            _sh("ip", "-n", net.head, "link", "add", f"vh{i + 1}", "type", "veth", "peer", "name", "eth0", "netns", ns)
             _sh("ip", "-n", net.head, "link", "set", f"vh{i + 1}", "master", "br0", "up")
             _sh("ip", "-n", ns, "addr", "add", f"{net.worker_ip(i)}/24", "dev", "eth0")
             _sh("ip", "-n", ns, "link", "set", "eth0", "up")
         net.started["namespaces"] = time.monotonic() - t
-        common = ["--num-cpus=1", "--object-store-memory=100000000", "--disable-usage-stats",
-                  "--include-log-monitor=false"]
+        common = [
+            "--num-cpus=1",
+            "--object-store-memory=100000000",
+            "--disable-usage-stats",
+            "--include-log-monitor=false",
+        ]
         t = time.monotonic()
-        head = net.run(net.head, [str(_BIN / "ray"), "start", "--head", f"--node-ip-address={net.head_ip}",
-                                  f"--port={GCS_PORT}", "--include-dashboard=false", f"--temp-dir={tmp}/h",
-                                  '--resources={"node_h": 1}', *common], timeout=90)
+        head = net.run(
+            net.head,
+            [
+                str(_BIN / "ray"),
+                "start",
+                "--head",
+                f"--node-ip-address={net.head_ip}",
+                f"--port={GCS_PORT}",
+                "--include-dashboard=false",
+                f"--temp-dir={tmp}/h",
+                '--resources={"node_h": 1}',
+                *common,
+            ],
+            timeout=90,
+        )
         if head.returncode:
             raise RuntimeError(f"ray start --head failed: {head.stdout[-2000:]}{head.stderr[-2000:]}")
         net.started["head"] = time.monotonic() - t
         t = time.monotonic()
-        procs = [net.popen(ns, [str(_BIN / "ray"), "start", f"--address={net.address}",
-                                f"--node-ip-address={net.worker_ip(i)}", f"--temp-dir={tmp}/w{i + 1}",
-                                f'--resources={{"{WORKER_RESOURCE}": 1, "node_w{i + 1}": 1}}', *common],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-                 for i, ns in enumerate(net.workers)]
+        procs = [
+            net.popen(
+                ns,
+                [
+                    str(_BIN / "ray"),
+                    "start",
+                    f"--address={net.address}",
+                    f"--node-ip-address={net.worker_ip(i)}",
+                    f"--temp-dir={tmp}/w{i + 1}",
+                    f'--resources={{"{WORKER_RESOURCE}": 1, "node_w{i + 1}": 1}}',
+                    *common,
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+            for i, ns in enumerate(net.workers)
+        ]
         for p in procs:
             out, _ = p.communicate(timeout=90)
             if p.returncode:

@@ -2,10 +2,10 @@
 
 Binaries come from the setup scripts (cached outside the repo, keyed on version):
 
-- `scripts/setup-llama-server.sh`       -> $SERVEBENCH_CACHE/llama-server-<v>/llama-server
-- `scripts/setup-transformers-serve.sh` -> $SERVEBENCH_CACHE/hf-serve-<v>/bin/transformers
+- `scripts/setup-llama-server.sh`       -> $SERVESCOPE_CACHE/llama-server-<v>/llama-server
+- `scripts/setup-transformers-serve.sh` -> $SERVESCOPE_CACHE/hf-serve-<v>/bin/transformers
 
-`SERVEBENCH_LLAMA_SERVER` / `SERVEBENCH_TRANSFORMERS` override the lookup. Every wait is bounded;
+`SERVESCOPE_LLAMA_SERVER` / `SERVESCOPE_TRANSFORMERS` override the lookup. Every wait is bounded;
 server output goes to a temp file (a pipe nobody reads would block the server), shown on failure.
 """
 
@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from servebench.target.launch import free_port, http_status
+from servescope.target.launch import free_port, http_status
 
 __all__ = [
     "RealServer",
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("SERVEBENCH_CACHE") or Path.home() / ".cache" / "servebench")
+    return Path(os.environ.get("SERVESCOPE_CACHE") or Path.home() / ".cache" / "servescope")
 
 
 def _version_key(p: Path) -> tuple[int, ...]:
@@ -45,7 +45,7 @@ def _version_key(p: Path) -> tuple[int, ...]:
 
 
 def find_llama_server() -> Path | None:
-    env = os.environ.get("SERVEBENCH_LLAMA_SERVER")
+    env = os.environ.get("SERVESCOPE_LLAMA_SERVER")
     if env:
         return Path(env) if Path(env).is_file() else None
     dirs = sorted(cache_dir().glob("llama-server-*"), key=_version_key, reverse=True)
@@ -57,13 +57,13 @@ def find_llama_server() -> Path | None:
 
 
 def find_transformers() -> Path | None:
-    env = os.environ.get("SERVEBENCH_TRANSFORMERS")
+    env = os.environ.get("SERVESCOPE_TRANSFORMERS")
     if env:
         return Path(env) if Path(env).is_file() else None
     dirs = sorted(cache_dir().glob("hf-serve-*"), key=_version_key, reverse=True)
     for d in dirs:
         exe = d / "bin" / "transformers"
-        if exe.is_file() and any(d.glob(".servebench-complete-*")):
+        if exe.is_file() and any(d.glob(".servescope-complete-*")):
             return exe
     return None
 
@@ -71,8 +71,16 @@ def find_transformers() -> Path | None:
 class RealServer:
     """A server subprocess on a loopback port; ready when `ready_path` answers 200."""
 
-    def __init__(self, name: str, cmd: list[str], port: int, ready_path: str, *,
-                 env: dict[str, str] | None = None, start_timeout_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        name: str,
+        cmd: list[str],
+        port: int,
+        ready_path: str,
+        *,
+        env: dict[str, str] | None = None,
+        start_timeout_s: float = 120.0,
+    ) -> None:
         self.name = name
         self.cmd = cmd
         self.port = port
@@ -80,10 +88,17 @@ class RealServer:
         self.url = self.root + "/v1"
         # kept open for the server's lifetime (closed in stop()), so no context manager
         self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115
-            mode="w+", prefix=f"{name}-", suffix=".log", delete=False)
+            mode="w+", prefix=f"{name}-", suffix=".log", delete=False
+        )
         self.log_path = Path(self._log.name)
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, text=True,
-                                     env={**os.environ, **(env or {})}, start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
         t0 = time.monotonic()
         deadline = t0 + start_timeout_s
         while time.monotonic() < deadline:
@@ -125,16 +140,42 @@ class RealServer:
         self.stop()
 
 
-def start_llama_server(binary: Path, gguf: Path, *, parallel: int = 4, ctx: int = 8192, threads: int = 2,
-                       alias: str = "tiny-llama", extra: list[str] | None = None) -> RealServer:
+def start_llama_server(
+    binary: Path,
+    gguf: Path,
+    *,
+    parallel: int = 4,
+    ctx: int = 8192,
+    threads: int = 2,
+    alias: str = "tiny-llama",
+    extra: list[str] | None = None,
+) -> RealServer:
     port = free_port()
-    cmd = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "--alias", alias,
-           "--parallel", str(parallel), "-c", str(ctx), "--metrics", "-t", str(threads), *(extra or [])]
+    cmd = [
+        str(binary),
+        "-m",
+        str(gguf),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--alias",
+        alias,
+        "--parallel",
+        str(parallel),
+        "-c",
+        str(ctx),
+        "--metrics",
+        "-t",
+        str(threads),
+        *(extra or []),
+    ]
     return RealServer("llama-server", cmd, port, "/health", start_timeout_s=60)
 
 
-def start_transformers_serve(exe: Path, hub_cache: Path, *, continuous_batching: bool = False,
-                             extra: list[str] | None = None) -> RealServer:
+def start_transformers_serve(
+    exe: Path, hub_cache: Path, *, continuous_batching: bool = False, extra: list[str] | None = None
+) -> RealServer:
     """`transformers serve` on CPU, offline, listing models from `hub_cache` (HF_HUB_CACHE)."""
     port = free_port()
     cmd = [str(exe), "serve", "--host", "127.0.0.1", "--port", str(port), "--device", "cpu", *(extra or [])]

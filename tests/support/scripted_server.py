@@ -109,8 +109,11 @@ def _sse(obj: object) -> bytes:
 def _chunk_obj(chat: bool, reasoning: bool, text: str) -> dict:
     if chat:
         delta = {"reasoning_content": text} if reasoning else {"content": text}
-        return {"id": "x", "object": "chat.completion.chunk",
-                "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+        return {
+            "id": "x",
+            "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
+        }
     return {"id": "x", "object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": None}]}
 
 
@@ -172,8 +175,8 @@ class Handler(asyncio.Protocol):
                 length = int(v.strip())
         if len(self.buf) < head_end + 4 + length:
             return
-        body = self.buf[head_end + 4: head_end + 4 + length]
-        self.buf = self.buf[head_end + 4 + length:]
+        body = self.buf[head_end + 4 : head_end + 4 + length]
+        self.buf = self.buf[head_end + 4 + length :]
         t_arrival = time.perf_counter()
         self.busy = True
         self.serving = asyncio.ensure_future(self._serve(method, path, body, t_arrival))
@@ -206,20 +209,27 @@ class Handler(asyncio.Protocol):
                 self._send_raw("200 OK", b"", None)  # FastAPI Response(status_code=200)
             return True
         if cfg.cache_reset == "sglang" and path == "/flush_cache":
-            text = (b"Cache flushed.\nPlease check backend logs for more details. (When there are running or "
-                    b"waiting requests, the operation will not be performed.)\n")
+            text = (
+                b"Cache flushed.\nPlease check backend logs for more details. (When there are running or "
+                b"waiting requests, the operation will not be performed.)\n"
+            )
             if not busy:
                 cfg.cache_resets += 1
-            self._send_raw("400 Bad Request" if busy else "200 OK", text if not busy else b"Flush cache failed.\n",
-                           "text/plain; charset=utf-8")
+            self._send_raw(
+                "400 Bad Request" if busy else "200 OK",
+                text if not busy else b"Flush cache failed.\n",
+                "text/plain; charset=utf-8",
+            )
             return True
         return False
 
     def _send_text(self, text: str) -> None:
         payload = text.encode()
         assert self.transport is not None
-        self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
-                             b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload))
+        self.transport.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload)
+        )
 
     async def _serve(self, method: str, path: str, body: bytes, t0: float) -> None:
         try:
@@ -229,13 +239,22 @@ class Handler(asyncio.Protocol):
                 elif method == "GET" and path.endswith("/stats"):
                     late = sorted(self.cfg.lateness_ms) or [0.0]
                     pick = lambda q: late[min(len(late) - 1, int(q * len(late)))]
-                    self._send_simple("200 OK", {"writes": len(self.cfg.lateness_ms), "lateness_ms_p50": pick(0.5),
-                                                 "lateness_ms_p99": pick(0.99), "lateness_ms_max": late[-1],
-                                                 "cache_resets": self.cfg.cache_resets})
+                    self._send_simple(
+                        "200 OK",
+                        {
+                            "writes": len(self.cfg.lateness_ms),
+                            "lateness_ms_p50": pick(0.5),
+                            "lateness_ms_p99": pick(0.99),
+                            "lateness_ms_max": late[-1],
+                            "cache_resets": self.cfg.cache_resets,
+                        },
+                    )
                 elif method == "GET" and self.cfg.cache_reset and path == "/metrics":
                     gauge = "vllm:num_requests_running" if self.cfg.cache_reset == "vllm" else "sglang:num_running_reqs"
-                    self._send_text(f"# TYPE {gauge} gauge\n{gauge}{{model_name=\"{self.cfg.model}\"}} "
-                                    f"{float(self.cfg.served['running'])}\n")
+                    self._send_text(
+                        f'# TYPE {gauge} gauge\n{gauge}{{model_name="{self.cfg.model}"}} '
+                        f"{float(self.cfg.served['running'])}\n"
+                    )
                 elif method == "GET" and path.endswith("/truth"):
                     self._send_simple("200 OK", {"clock": "perf_counter_ns", "requests": self.cfg.truth})
                 elif method == "GET" and self.cfg.trtllm_metrics and path == "/prometheus/metrics":
@@ -285,8 +304,10 @@ class Handler(asyncio.Protocol):
         if cfg.write_whole and cfg.itl_s == 0:
             key = (chat, n_out)
             if fault == "ok" and key in cfg.whole_bodies:  # the same bytes as last time, after the head
-                head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
-                        b"x-request-id: %d\r\n\r\n" % cfg.count)
+                head = (
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+                    b"x-request-id: %d\r\n\r\n" % cfg.count
+                )
                 tr.write(head + cfg.whole_bodies[key])
                 cfg.count_served(n_out, time.perf_counter() - t0)
                 return
@@ -295,7 +316,7 @@ class Handler(asyncio.Protocol):
                 await self._stream(chat, fault, n_out, t0, whole)
                 if fault == "ok" and not cfg.reasoning_tokens:
                     joined = b"".join(whole.parts)
-                    cfg.whole_bodies[key] = joined[joined.index(b"\r\n\r\n") + 4:]
+                    cfg.whole_bodies[key] = joined[joined.index(b"\r\n\r\n") + 4 :]
             finally:
                 whole.flush()
             return
@@ -307,11 +328,24 @@ class Handler(asyncio.Protocol):
         token_ns: list[int] = []
         if len(cfg.truth) < 100_000:
             cfg.truth[str(rid)] = {"arrival_ns": int(t0 * 1e9), "token_ns": token_ns}
-        tr.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
-                 b"x-request-id: %d\r\n\r\n" % rid)
+        tr.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+            b"x-request-id: %d\r\n\r\n" % rid
+        )
         if chat and cfg.role_chunk:
-            tr.write(_chunk(_sse({"id": "x", "object": "chat.completion.chunk", "choices": [
-                {"index": 0, "delta": {"role": "assistant", "content": None}, "finish_reason": None}]})))
+            tr.write(
+                _chunk(
+                    _sse(
+                        {
+                            "id": "x",
+                            "object": "chat.completion.chunk",
+                            "choices": [
+                                {"index": 0, "delta": {"role": "assistant", "content": None}, "finish_reason": None}
+                            ],
+                        }
+                    )
+                )
+            )
         k = cfg.tokens_per_chunk
         ttft_s = cfg.ttft()
         n_chunks = (n_out + k - 1) // k
@@ -376,28 +410,30 @@ def _trtllm_page(cfg: Config) -> str:
     """What trtllm-serve's /prometheus/metrics says (prometheus_client text), from what this server served."""
     s = cfg.served
     lab = f'engine_type="trtllm",model_name="{cfg.model}"'
-    return "".join([
-        "# HELP trtllm_num_requests_running Number of requests currently running.\n",
-        "# TYPE trtllm_num_requests_running gauge\n",
-        f"trtllm_num_requests_running{{{lab}}} {float(s['running'])}\n",
-        "# HELP trtllm_num_requests_waiting Number of requests waiting in the queue.\n",
-        "# TYPE trtllm_num_requests_waiting gauge\n",
-        f"trtllm_num_requests_waiting{{{lab}}} 0.0\n",
-        "# HELP trtllm_kv_cache_utilization KV cache utilization (0-1).\n",
-        "# TYPE trtllm_kv_cache_utilization gauge\n",
-        f"trtllm_kv_cache_utilization{{{lab}}} 0.125\n",
-        "# HELP trtllm_prompt_tokens_total Number of prefill tokens processed.\n",
-        "# TYPE trtllm_prompt_tokens_total counter\n",
-        f"trtllm_prompt_tokens_total{{{lab}}} {float(s['prompt'])}\n",
-        "# HELP trtllm_generation_tokens_total Number of generation tokens processed.\n",
-        "# TYPE trtllm_generation_tokens_total counter\n",
-        f"trtllm_generation_tokens_total{{{lab}}} {float(s['generated'])}\n",
-        "# HELP trtllm_time_to_first_token_seconds Histogram of time to first token in seconds.\n",
-        "# TYPE trtllm_time_to_first_token_seconds histogram\n",
-        f'trtllm_time_to_first_token_seconds_bucket{{{lab},le="+Inf"}} {float(s["ttft_n"])}\n',
-        f"trtllm_time_to_first_token_seconds_count{{{lab}}} {float(s['ttft_n'])}\n",
-        f"trtllm_time_to_first_token_seconds_sum{{{lab}}} {s['ttft_sum']!r}\n",
-    ])
+    return "".join(
+        [
+            "# HELP trtllm_num_requests_running Number of requests currently running.\n",
+            "# TYPE trtllm_num_requests_running gauge\n",
+            f"trtllm_num_requests_running{{{lab}}} {float(s['running'])}\n",
+            "# HELP trtllm_num_requests_waiting Number of requests waiting in the queue.\n",
+            "# TYPE trtllm_num_requests_waiting gauge\n",
+            f"trtllm_num_requests_waiting{{{lab}}} 0.0\n",
+            "# HELP trtllm_kv_cache_utilization KV cache utilization (0-1).\n",
+            "# TYPE trtllm_kv_cache_utilization gauge\n",
+            f"trtllm_kv_cache_utilization{{{lab}}} 0.125\n",
+            "# HELP trtllm_prompt_tokens_total Number of prefill tokens processed.\n",
+            "# TYPE trtllm_prompt_tokens_total counter\n",
+            f"trtllm_prompt_tokens_total{{{lab}}} {float(s['prompt'])}\n",
+            "# HELP trtllm_generation_tokens_total Number of generation tokens processed.\n",
+            "# TYPE trtllm_generation_tokens_total counter\n",
+            f"trtllm_generation_tokens_total{{{lab}}} {float(s['generated'])}\n",
+            "# HELP trtllm_time_to_first_token_seconds Histogram of time to first token in seconds.\n",
+            "# TYPE trtllm_time_to_first_token_seconds histogram\n",
+            f'trtllm_time_to_first_token_seconds_bucket{{{lab},le="+Inf"}} {float(s["ttft_n"])}\n',
+            f"trtllm_time_to_first_token_seconds_count{{{lab}}} {float(s['ttft_n'])}\n",
+            f"trtllm_time_to_first_token_seconds_sum{{{lab}}} {s['ttft_sum']!r}\n",
+        ]
+    )
 
 
 def main() -> None:
@@ -416,8 +452,11 @@ def main() -> None:
     ap.add_argument("--model", default="m")
     ap.add_argument("--trtllm-metrics", choices=("404", "json"), help="serve TensorRT-LLM's /prometheus/metrics")
     ap.add_argument("--cache-reset", choices=("vllm", "sglang"), help="serve that engine's prefix-cache reset")
-    ap.add_argument("--write-whole", action="store_true",
-                    help="with --itl-ms 0: send each streamed response in one write (same bytes, far less server CPU)")
+    ap.add_argument(
+        "--write-whole",
+        action="store_true",
+        help="with --itl-ms 0: send each streamed response in one write (same bytes, far less server CPU)",
+    )
     args = ap.parse_args()
     cfg = Config(args)
     try:

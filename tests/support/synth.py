@@ -13,13 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from servebench.results import metrics
-from servebench.results.cost import Price, cost_block
-from servebench.results.records import RequestRecord
-from servebench.results.schema import ClientMeasures, Cost, RunInfo, ServerMetrics, SloCheck, Summary
-from servebench.results.slo import evaluate as evaluate_slo
-from servebench.results.slo import parse_slo_spec
-from servebench.results.store import (
+from servescope.results import metrics
+from servescope.results.cost import Price, cost_block
+from servescope.results.records import RequestRecord
+from servescope.results.schema import ClientMeasures, Cost, RunInfo, ServerMetrics, SloCheck, Summary
+from servescope.results.slo import evaluate as evaluate_slo
+from servescope.results.slo import parse_slo_spec
+from servescope.results.store import (
     MANIFEST,
     RECORDS,
     SUMMARY,
@@ -31,10 +31,20 @@ from servebench.results.store import (
 __all__ = ["synth_records", "synth_run_info", "synth_summary", "write_synth_run", "write_synth_sweep"]
 
 
-def synth_records(n: int = 200, *, seed: int = 0, concurrency: int = 8, ttft_ms: float = 120.0,
-                  itl_ms: float = 20.0, output_len: int = 64, input_len: int = 256,
-                  time_scale: float = 1.0, fail_every: int = 0, error_detail: str = "",
-                  warmup: int = 0) -> list[RequestRecord]:
+def synth_records(
+    n: int = 200,
+    *,
+    seed: int = 0,
+    concurrency: int = 8,
+    ttft_ms: float = 120.0,
+    itl_ms: float = 20.0,
+    output_len: int = 64,
+    input_len: int = 256,
+    time_scale: float = 1.0,
+    fail_every: int = 0,
+    error_detail: str = "",
+    warmup: int = 0,
+) -> list[RequestRecord]:
     """`n` measured requests (plus `warmup`) on `concurrency` closed-loop slots."""
     rng = np.random.default_rng(seed)
     slot_free = [0] * concurrency
@@ -43,8 +53,15 @@ def synth_records(n: int = 200, *, seed: int = 0, concurrency: int = 8, ttft_ms:
         slot = min(range(concurrency), key=lambda s: (slot_free[s], s))
         t_sched = slot_free[slot]
         t_send = t_sched + int(rng.integers(20_000, 200_000))
-        rec = RequestRecord(id=i, warmup=i < warmup, t_sched_ns=t_sched, t_send_ns=t_send,
-                            input_len=input_len, output_len=output_len, input_tokens=input_len)
+        rec = RequestRecord(
+            id=i,
+            warmup=i < warmup,
+            t_sched_ns=t_sched,
+            t_send_ns=t_send,
+            input_len=input_len,
+            output_len=output_len,
+            input_tokens=input_len,
+        )
         if fail_every and i >= warmup and (i - warmup) % fail_every == fail_every - 1:
             t_end = t_send + int(time_scale * rng.lognormal(np.log(30e6), 0.3))
             rec.t_end_ns = t_end
@@ -74,37 +91,70 @@ def synth_records(n: int = 200, *, seed: int = 0, concurrency: int = 8, ttft_ms:
     return out
 
 
-def synth_run_info(name: str, records: list[RequestRecord], *, model: str = "synthetic-8b", concurrency: int = 8,
-                   rate_rps: float | None = None) -> RunInfo:
-    """What `servebench run` gives metrics.summarize about the run (run.bench's run_doc), for a synthetic one."""
+def synth_run_info(
+    name: str,
+    records: list[RequestRecord],
+    *,
+    model: str = "synthetic-8b",
+    concurrency: int = 8,
+    rate_rps: float | None = None,
+) -> RunInfo:
+    """What `servescope run` gives metrics.summarize about the run (run.bench's run_doc), for a synthetic one."""
     first = next((r for r in records if not r.warmup), records[0])
     return {
         "run_id": name,
         "started_at": "2026-01-01T00:00:00+00:00",
         "target": {"url": "http://127.0.0.1:8000/v1", "model": model, "api": "chat", "emulated": True},
-        "load": {"mode": "rate" if rate_rps else "concurrency", "concurrency": concurrency, "rate_rps": rate_rps,
-                 "burstiness": 1.0, "ramp_up_strategy": None, "ramp_up_start_rps": None, "ramp_up_end_rps": None,
-                 "warmup": sum(1 for r in records if r.warmup)},
-        "workload": {"dataset": "random", "input_len": first.input_len, "output_len": first.output_len,
-                     "range_ratio": 0.0, "ignore_eos": True, "stream": True, "seed": 0, "output_len_enforced": True,
-                     "kind": "random", "lengths": "exact (synthetic)"},
+        "load": {
+            "mode": "rate" if rate_rps else "concurrency",
+            "concurrency": concurrency,
+            "rate_rps": rate_rps,
+            "burstiness": 1.0,
+            "ramp_up_strategy": None,
+            "ramp_up_start_rps": None,
+            "ramp_up_end_rps": None,
+            "warmup": sum(1 for r in records if r.warmup),
+        },
+        "workload": {
+            "dataset": "random",
+            "input_len": first.input_len,
+            "output_len": first.output_len,
+            "range_ratio": 0.0,
+            "ignore_eos": True,
+            "stream": True,
+            "seed": 0,
+            "output_len_enforced": True,
+            "kind": "random",
+            "lengths": "exact (synthetic)",
+        },
         "interrupted": False,
     }
 
 
-def synth_summary(records: list[RequestRecord], run: RunInfo, *, slo: dict[str, float] | None = None,
-                  server: ServerMetrics | None = None, gpus: int | None = None) -> Summary:
-    """The summary `servebench run` writes, through the same code: metrics.summarize, the client
+def synth_summary(
+    records: list[RequestRecord],
+    run: RunInfo,
+    *,
+    slo: dict[str, float] | None = None,
+    server: ServerMetrics | None = None,
+    gpus: int | None = None,
+) -> Summary:
+    """The summary `servescope run` writes, through the same code: metrics.summarize, the client
     verdict, server metrics (None: a target without /metrics) and notes."""
     out_tokens = sum(r.output_tokens or 0 for r in records if r.status == "ok" and not r.warmup)
     cpu_s = 0.0005 * len(records)
     client: ClientMeasures = {
-        "cpu_s": cpu_s, "cpu_us_per_token": cpu_s * 1e6 / out_tokens if out_tokens else None,
-        "cpu_busy_peak": 0.25, "loop_lag_ms_p99": 0.5, "read_pauses": 0, "read_pause_ms": 0.0,
+        "cpu_s": cpu_s,
+        "cpu_us_per_token": cpu_s * 1e6 / out_tokens if out_tokens else None,
+        "cpu_busy_peak": 0.25,
+        "loop_lag_ms_p99": 0.5,
+        "read_pauses": 0,
+        "read_pause_ms": 0.0,
         "elapsed_s": 0.0,
     }
-    summary = metrics.summarize(records, run=run, slo=slo, client=client, gpus=gpus,
-                                gpus_source="--gpus" if gpus else None)
+    summary = metrics.summarize(
+        records, run=run, slo=slo, client=client, gpus=gpus, gpus_source="--gpus" if gpus else None
+    )
     summary["client"]["elapsed_s"] = summary["duration_s"]
     load = run.get("load")
     saturated, reasons, advice = metrics.assess_client(summary, open_loop=bool(load and load.get("mode") == "rate"))
@@ -115,18 +165,33 @@ def synth_summary(records: list[RequestRecord], run: RunInfo, *, slo: dict[str, 
     return summary
 
 
-def write_synth_run(path: str | Path, records: list[RequestRecord], *, model: str = "synthetic-8b",
-                    concurrency: int = 8, rate_rps: float | None = None, slo: dict[str, float] | None = None,
-                    server: ServerMetrics | None = None, slo_check: SloCheck | None = None, cost: Cost | None = None,
-                    extra_summary: Mapping[str, object] | None = None, gpus: int | None = None) -> Path:
+def write_synth_run(
+    path: str | Path,
+    records: list[RequestRecord],
+    *,
+    model: str = "synthetic-8b",
+    concurrency: int = 8,
+    rate_rps: float | None = None,
+    slo: dict[str, float] | None = None,
+    server: ServerMetrics | None = None,
+    slo_check: SloCheck | None = None,
+    cost: Cost | None = None,
+    extra_summary: Mapping[str, object] | None = None,
+    gpus: int | None = None,
+) -> Path:
     """Write a result directory (summary.json, requests.jsonl, manifest.json) through the store.
 
     The summary has the shape a real run writes (synth_summary); `slo_check` and `cost` are what a
     sweep adds to a point. `extra_summary` is merged as given: for a test that wants a summary no run
     writes (tests/unit/test_schema.py checks the helper's own output without it)."""
     p = prepare_out_dir(path)
-    summary = synth_summary(records, synth_run_info(p.name, records, model=model, concurrency=concurrency,
-                                                    rate_rps=rate_rps), slo=slo, server=server, gpus=gpus)
+    summary = synth_summary(
+        records,
+        synth_run_info(p.name, records, model=model, concurrency=concurrency, rate_rps=rate_rps),
+        slo=slo,
+        server=server,
+        gpus=gpus,
+    )
     if slo_check is not None:
         summary["slo_check"] = slo_check
     if cost is not None:
@@ -136,17 +201,32 @@ def write_synth_run(path: str | Path, records: list[RequestRecord], *, model: st
         for r in records:
             w.write(r)
     write_json(p / SUMMARY, doc)
-    write_json(p / MANIFEST, {"config": {"concurrency": concurrency, "rate_rps": rate_rps, "model": model},
-                              "versions": {"servebench": "0.1.0"}, "host": {"hostname": "synthetic"}})
+    write_json(
+        p / MANIFEST,
+        {
+            "config": {"concurrency": concurrency, "rate_rps": rate_rps, "model": model},
+            "versions": {"servescope": "0.1.0"},
+            "host": {"hostname": "synthetic"},
+        },
+    )
     return p
 
 
-def write_synth_sweep(path: str | Path, concurrencies: list[int], *, seed: int = 0, n: int = 120,
-                      time_scale: float = 1.0, model: str = "synthetic-8b",
-                      lengths: list[tuple[int, int]] | None = None, itl_p99_limit_ms: float | None = None,
-                      usd_per_hour: float | None = None, gpus: int | None = None) -> Path:
-    """A sweep directory shaped like `servebench sweep`'s: one run per (concurrency, lengths) point
-    and sweep.json (schema servebench.sweep.command/1) with x_key, points, and optionally an aggregate SLO
+def write_synth_sweep(
+    path: str | Path,
+    concurrencies: list[int],
+    *,
+    seed: int = 0,
+    n: int = 120,
+    time_scale: float = 1.0,
+    model: str = "synthetic-8b",
+    lengths: list[tuple[int, int]] | None = None,
+    itl_p99_limit_ms: float | None = None,
+    usd_per_hour: float | None = None,
+    gpus: int | None = None,
+) -> Path:
+    """A sweep directory shaped like `servescope sweep`'s: one run per (concurrency, lengths) point
+    and sweep.json (schema servescope.sweep.command/1) with x_key, points, and optionally an aggregate SLO
     (`slo_check` in each summary, `slo_capacity` in sweep.json) and a price (`cost` per summary), both
     computed by the code the sweep uses (results.slo.evaluate, results.cost.cost_block)."""
     p = prepare_out_dir(path)
@@ -158,9 +238,16 @@ def write_synth_sweep(path: str | Path, concurrencies: list[int], *, seed: int =
         best = None
         for i, c in enumerate(concurrencies):
             # Latency grows with concurrency (and input length) as a batching server's does.
-            recs = synth_records(n, seed=seed * 1000 + li * 100 + i, concurrency=c,
-                                 ttft_ms=(80 + 15 * c) * (input_len / 256) ** 0.5, itl_ms=12 + 0.9 * c,
-                                 time_scale=time_scale, input_len=input_len, output_len=output_len)
+            recs = synth_records(
+                n,
+                seed=seed * 1000 + li * 100 + i,
+                concurrency=c,
+                ttft_ms=(80 + 15 * c) * (input_len / 256) ** 0.5,
+                itl_ms=12 + 0.9 * c,
+                time_scale=time_scale,
+                input_len=input_len,
+                output_len=output_len,
+            )
             sub = f"c{c:04d}" if not lengths else f"c{c:04d}-in{input_len}-out{output_len}"
             summary = metrics.summarize(recs)
             check = evaluate_slo(summary, spec) if spec is not None else None
@@ -168,12 +255,27 @@ def write_synth_sweep(path: str | Path, concurrencies: list[int], *, seed: int =
                 best = c if check["passed"] else best
             cost = cost_block(summary["throughput"], price) if price is not None else None
             write_synth_run(p / sub, recs, model=model, concurrency=c, slo_check=check, cost=cost, gpus=gpus)
-            points.append({"dir": sub, "concurrency": c, "rate_rps": None, "input_len": input_len,
-                           "output_len": output_len, "kind": "grid", "load_label": f"c={c}", "status": "complete"})
+            points.append(
+                {
+                    "dir": sub,
+                    "concurrency": c,
+                    "rate_rps": None,
+                    "input_len": input_len,
+                    "output_len": output_len,
+                    "kind": "grid",
+                    "load_label": f"c={c}",
+                    "status": "complete",
+                }
+            )
         if spec is not None:
             capacity.append({"input_len": input_len, "output_len": output_len, "load": best})
-    doc: dict[str, Any] = {"schema": "servebench.sweep.command/1", "status": "complete", "mode": "grid",
-                           "x_key": "concurrency", "points": points}
+    doc: dict[str, Any] = {
+        "schema": "servescope.sweep.command/1",
+        "status": "complete",
+        "mode": "grid",
+        "x_key": "concurrency",
+        "points": points,
+    }
     if spec is not None:
         doc["slo"] = spec.to_dict()
         doc["slo_capacity"] = capacity

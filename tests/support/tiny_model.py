@@ -172,11 +172,7 @@ def _weights(cfg: TinyModelConfig, allowed: np.ndarray) -> dict[str, np.ndarray]
 def _permute_qk(weight: np.ndarray, n_head: int) -> np.ndarray:
     """HF rotate-half row order -> GGUF interleaved order (as llama.cpp's converter does for Llama)."""
     rows = weight.shape[0]
-    return (
-        weight.reshape(n_head, 2, rows // n_head // 2, *weight.shape[1:])
-        .swapaxes(1, 2)
-        .reshape(weight.shape)
-    )
+    return weight.reshape(n_head, 2, rows // n_head // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
 
 
 def _write_hf(out: Path, cfg: TinyModelConfig, tok, vocab: list[str], w: dict[str, np.ndarray]) -> None:
@@ -236,21 +232,16 @@ def _write_hf(out: Path, cfg: TinyModelConfig, tok, vocab: list[str], w: dict[st
     }
     (out / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2) + "\n")
     (out / "special_tokens_map.json").write_text(
-        json.dumps({"bos_token": "<|endoftext|>", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"})
-        + "\n"
+        json.dumps({"bos_token": "<|endoftext|>", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}) + "\n"
     )
 
 
-def _write_gguf(
-    path: Path, cfg: TinyModelConfig, tok, vocab: list[str], w: dict[str, np.ndarray]
-) -> None:
+def _write_gguf(path: Path, cfg: TinyModelConfig, tok, vocab: list[str], w: dict[str, np.ndarray]) -> None:
     import gguf
 
     tok_json = json.loads(tok.to_str())
     merges = [m if isinstance(m, str) else " ".join(m) for m in tok_json["model"]["merges"]]
-    types = [
-        int(gguf.TokenType.CONTROL) if t in SPECIAL_TOKENS else int(gguf.TokenType.NORMAL) for t in vocab
-    ]
+    types = [int(gguf.TokenType.CONTROL) if t in SPECIAL_TOKENS else int(gguf.TokenType.NORMAL) for t in vocab]
     head_dim = cfg.hidden_size // cfg.num_heads
 
     wr = gguf.GGUFWriter(str(path), "llama")
@@ -324,9 +315,7 @@ def _write_hub_cache(hub: Path, hf_dir: Path, repo_id: str) -> None:
         link.symlink_to(Path("..") / ".." / "blobs" / blob.name)
 
 
-def make_tiny_model(
-    out_dir: Path | str, cfg: TinyModelConfig | None = None, *, hub_cache: bool = True
-) -> TinyModel:
+def make_tiny_model(out_dir: Path | str, cfg: TinyModelConfig | None = None, *, hub_cache: bool = True) -> TinyModel:
     """Write the tiny model under ``out_dir`` (``hf/``, ``tiny.gguf``, ``hub/``); deterministic in ``cfg.seed``."""
     cfg = cfg or TinyModelConfig()
     out = Path(out_dir)

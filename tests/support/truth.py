@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from servebench.results.metrics import itl_gaps_ms, request_latencies_ms
-from servebench.results.records import RequestRecord
-from servebench.results.store import load_run
+from servescope.results.metrics import itl_gaps_ms, request_latencies_ms
+from servescope.results.records import RequestRecord
+from servescope.results.store import load_run
 
 
 def server_truth(url: str) -> dict[str, dict]:
@@ -38,9 +38,15 @@ def truth_twin(url: str, out: Path) -> tuple[list[RequestRecord], list[RequestRe
         # a token is never seen before the server wrote it
         assert all(c >= w for c, w in zip(r.chunk_ns, t)), r.id
         answer_at = r.chunk_ns.index(r.t_first_answer_ns) if r.t_first_answer_ns is not None else None
-        twins.append(dataclasses.replace(
-            r, chunk_ns=t, t_first_ns=t[0], t_last_ns=t[-1],
-            t_first_answer_ns=t[answer_at] if answer_at is not None else None))
+        twins.append(
+            dataclasses.replace(
+                r,
+                chunk_ns=t,
+                t_first_ns=t[0],
+                t_last_ns=t[-1],
+                t_first_answer_ns=t[answer_at] if answer_at is not None else None,
+            )
+        )
     return run.records, twins
 
 
@@ -55,11 +61,17 @@ def truth_vs_client(url: str, out: Path) -> dict[str, float]:
     delay = np.concatenate([(np.array(c.chunk_ns) - np.array(t.chunk_ns)) / 1e6 for c, t in zip(client, true)])
     gap_error = np.abs(gaps_c - gaps_t)
     return {
-        "true_ttft_median": float(np.median(ttft_t)), "ttft_median": float(np.median(ttft_c)),
-        "true_itl_median": float(np.median(gaps_t)), "itl_median": float(np.median(gaps_c)),
-        "true_itl_p99": float(np.percentile(gaps_t, 99)), "itl_p99": float(np.percentile(gaps_c, 99)),
-        "gap_error_median": float(np.median(gap_error)), "gap_error_p99": float(np.percentile(gap_error, 99)),
+        "true_ttft_median": float(np.median(ttft_t)),
+        "ttft_median": float(np.median(ttft_c)),
+        "true_itl_median": float(np.median(gaps_t)),
+        "itl_median": float(np.median(gaps_c)),
+        "true_itl_p99": float(np.percentile(gaps_t, 99)),
+        "itl_p99": float(np.percentile(gaps_c, 99)),
+        "gap_error_median": float(np.median(gap_error)),
+        "gap_error_p99": float(np.percentile(gap_error, 99)),
         "gaps_off_3ms": float(np.mean(gap_error > 3.0)),  # share of gaps more than 3 ms off
-        "arrival_delay_min": float(delay.min()), "arrival_delay_median": float(np.median(delay)),
-        "arrival_delay_p99": float(np.percentile(delay, 99)), "arrival_delay_max": float(delay.max()),
+        "arrival_delay_min": float(delay.min()),
+        "arrival_delay_median": float(np.median(delay)),
+        "arrival_delay_p99": float(np.percentile(delay, 99)),
+        "arrival_delay_max": float(delay.max()),
     }

@@ -15,21 +15,28 @@ import orjson
 import pytest
 from aiohttp import web
 
-from servebench.errors import ProtocolError
-from servebench.target.capabilities import (
+from servescope.errors import ProtocolError
+from servescope.target.capabilities import (
     KNOWN_ENGINES,
     ROLES,
     Capabilities,
     detect_engine,
     probe,
 )
-from servebench.target.prometheus import family_names
+from servescope.target.prometheus import family_names
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _chunk(delta: dict[str, Any] | None = None, *, text: str | None = None, finish: str | None = None,
-           usage: dict[str, Any] | None = None, choices: bool = True, **extra: Any) -> bytes:
+def _chunk(
+    delta: dict[str, Any] | None = None,
+    *,
+    text: str | None = None,
+    finish: str | None = None,
+    usage: dict[str, Any] | None = None,
+    choices: bool = True,
+    **extra: Any,
+) -> bytes:
     obj: dict[str, Any] = {"id": "x", "object": "chat.completion.chunk", "model": "m", **extra}
     if choices:
         choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
@@ -115,12 +122,16 @@ class App:
                 return web.json_response({"detail": detail}, status=422)
             events = [_chunk({"role": "assistant", "content": ""})]
             events += [_chunk({"content": f"t{i}"}) for i in range(n - 1)]
-            events.append(_chunk({"content": "z"}, finish="length",
-                                 usage={"prompt_tokens": 4, "completion_tokens": n, "total_tokens": 4 + n}))
+            events.append(
+                _chunk(
+                    {"content": "z"},
+                    finish="length",
+                    usage={"prompt_tokens": 4, "completion_tokens": n, "total_tokens": 4 + n},
+                )
+            )
             return await _stream(request, events)  # no [DONE]
         if self.dialect == "strict_ignore_eos" and "ignore_eos" in body:
-            return web.json_response({"error": {"message": "Unrecognized request argument: ignore_eos"}},
-                                     status=400)
+            return web.json_response({"error": {"message": "Unrecognized request argument: ignore_eos"}}, status=400)
         if self.dialect == "bad_model":
             return web.json_response({"detail": "model 'm' not found"}, status=422)
         if self.dialect == "eos_early":
@@ -152,7 +163,8 @@ def run_probe(dialect: str, api: str = "chat", extra_body: dict[str, Any] | None
         try:
             async with aiohttp.ClientSession() as s:
                 caps = await asyncio.wait_for(
-                    probe(s, f"http://127.0.0.1:{port}/v1", "m", api, timeout_s=10, extra_body=extra_body), 30)
+                    probe(s, f"http://127.0.0.1:{port}/v1", "m", api, timeout_s=10, extra_body=extra_body), 30
+                )
         finally:
             await runner.cleanup()
         return caps, app

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from servebench.deploy.loader import load_hf_config, resolve_model
-from servebench.errors import ConfigError
-from servebench.sim.catalog import GPUS, MODELS, get_gpu, get_model, parse_hf_config
+from servescope.deploy.loader import load_hf_config, resolve_model
+from servescope.errors import ConfigError
+from servescope.sim.catalog import GPUS, MODELS, get_gpu, get_model, parse_hf_config
 
 
 @pytest.mark.parametrize(
@@ -78,25 +78,48 @@ def test_gpu_datasheets() -> None:
 
 
 _LLAMA_70B_CONFIG = {
-    "model_type": "llama", "hidden_size": 8192, "num_attention_heads": 64, "num_key_value_heads": 8,
-    "num_hidden_layers": 80, "intermediate_size": 28672, "vocab_size": 128256, "tie_word_embeddings": False,
+    "model_type": "llama",
+    "hidden_size": 8192,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 80,
+    "intermediate_size": 28672,
+    "vocab_size": 128256,
+    "tie_word_embeddings": False,
 }
 
 
 def test_parse_llama_config_equals_catalogue() -> None:
     m = parse_hf_config(_LLAMA_70B_CONFIG, name="x")
     ref = get_model("Llama-3.1-70B")
-    assert (m.layers, m.kv_heads, m.head_dim, m.params_total) == (ref.layers, ref.kv_heads, ref.head_dim,
-                                                                   ref.params_total)
+    assert (m.layers, m.kv_heads, m.head_dim, m.params_total) == (
+        ref.layers,
+        ref.kv_heads,
+        ref.head_dim,
+        ref.params_total,
+    )
 
 
 def test_parse_deepseek_and_qwen3_moe_configs(tmp_path) -> None:
     ds = {
-        "model_type": "deepseek_v3", "hidden_size": 7168, "num_attention_heads": 128, "num_key_value_heads": 128,
-        "num_hidden_layers": 61, "intermediate_size": 18432, "vocab_size": 129280, "kv_lora_rank": 512,
-        "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
-        "n_routed_experts": 256, "num_experts_per_tok": 8, "n_shared_experts": 1, "moe_intermediate_size": 2048,
-        "first_k_dense_replace": 3, "num_nextn_predict_layers": 1,
+        "model_type": "deepseek_v3",
+        "hidden_size": 7168,
+        "num_attention_heads": 128,
+        "num_key_value_heads": 128,
+        "num_hidden_layers": 61,
+        "intermediate_size": 18432,
+        "vocab_size": 129280,
+        "kv_lora_rank": 512,
+        "q_lora_rank": 1536,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "n_routed_experts": 256,
+        "num_experts_per_tok": 8,
+        "n_shared_experts": 1,
+        "moe_intermediate_size": 2048,
+        "first_k_dense_replace": 3,
+        "num_nextn_predict_layers": 1,
         "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]},
     }
     path = tmp_path / "DeepSeek-R1" / "config.json"
@@ -107,9 +130,17 @@ def test_parse_deepseek_and_qwen3_moe_configs(tmp_path) -> None:
     assert m.params_total == get_model("DeepSeek-R1").params_total
     assert load_hf_config(path.parent).params_total == m.params_total
     qwen = {
-        "model_type": "qwen3_moe", "hidden_size": 4096, "num_attention_heads": 64, "num_key_value_heads": 4,
-        "head_dim": 128, "num_hidden_layers": 94, "intermediate_size": 12288, "vocab_size": 151936,
-        "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 1536,
+        "model_type": "qwen3_moe",
+        "hidden_size": 4096,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 4,
+        "head_dim": 128,
+        "num_hidden_layers": 94,
+        "intermediate_size": 12288,
+        "vocab_size": 151936,
+        "num_experts": 128,
+        "num_experts_per_tok": 8,
+        "moe_intermediate_size": 1536,
     }
     q = parse_hf_config(qwen)
     assert q.params_total == pytest.approx(235e9, rel=0.01) and q.params_active == pytest.approx(22e9, rel=0.03)

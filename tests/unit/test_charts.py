@@ -7,7 +7,7 @@ import math
 import re
 import xml.etree.ElementTree as ET
 
-from servebench.report.charts import (
+from servescope.report.charts import (
     RefLine,
     Series,
     cdf_chart,
@@ -50,8 +50,13 @@ def test_format_number() -> None:
 
 
 def test_line_chart_draws_each_series_and_escapes_names() -> None:
-    svg = line_chart([Series("<b>a&b</b>", [1, 2, 4], [1, 3, 2]), Series("two", [1, 2, 4], [2, 2, 2], dashed=True)],
-                     title="T <script>", x_label="x", y_label="y", refs=[RefLine(2.5, "SLO")])
+    svg = line_chart(
+        [Series("<b>a&b</b>", [1, 2, 4], [1, 3, 2]), Series("two", [1, 2, 4], [2, 2, 2], dashed=True)],
+        title="T <script>",
+        x_label="x",
+        y_label="y",
+        refs=[RefLine(2.5, "SLO")],
+    )
     root = _parse(svg)
     paths = root.findall(f"{SVG_NS}path")
     assert len(paths) == 2  # one line per series
@@ -62,8 +67,10 @@ def test_line_chart_draws_each_series_and_escapes_names() -> None:
 
 def test_charts_are_deterministic_and_id_free() -> None:
     def make() -> str:
-        return line_chart([Series("s", [0.1 * i for i in range(50)], [math.sin(i) for i in range(50)])],
-                          title="t") + cdf_chart([("a", [1, 5, 2, 8, 3])], title="c", x_log=True)
+        return line_chart(
+            [Series("s", [0.1 * i for i in range(50)], [math.sin(i) for i in range(50)])], title="t"
+        ) + cdf_chart([("a", [1, 5, 2, 8, 3])], title="c", x_log=True)
+
     a, b = make(), make()
     assert a == b
     assert " id=" not in a  # several charts inline in one page must not collide
@@ -94,7 +101,7 @@ def test_coordinates_use_fixed_one_decimal_format() -> None:
 
 
 def test_gantt_draws_three_kinds_and_subsamples() -> None:
-    from servebench.report.gantt import gantt_chart
+    from servescope.report.gantt import gantt_chart
 
     bars = [(0.0, 0.1, 1.0, False), (0.2, None, 0.3, True), (0.5, 0.9, 2.0, False)]
     root = _parse(gantt_chart(bars, title="g"))
@@ -112,7 +119,7 @@ def test_gantt_from_columns_draws_the_same_subset_as_from_tuples() -> None:
     Python objects, and the chart is the one the tuples give, byte for byte."""
     import numpy as np
 
-    from servebench.report.gantt import gantt_chart, gantt_columns
+    from servescope.report.gantt import gantt_chart, gantt_columns
 
     rng = np.random.default_rng(2)
     send = np.sort(rng.uniform(0, 60, 5000))

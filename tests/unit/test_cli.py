@@ -1,5 +1,5 @@
 """The command line: lazy start (a command's module loads only when it runs), the listing of
-`servebench --help`, and the one error printer every command uses."""
+`servescope --help`, and the one error printer every command uses."""
 
 from __future__ import annotations
 
@@ -10,21 +10,24 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from servebench.cli import LAZY_COMMANDS, cli
-from servebench.errors import ConfigError, handle_errors
+from servescope.cli import LAZY_COMMANDS, cli
+from servescope.errors import ConfigError, handle_errors
 
 
 def test_importing_the_cli_loads_no_command() -> None:
-    code = ("import sys, servebench.cli; heavy = ('servebench.run', 'servebench.sweep', 'servebench.plan', "
-            "'servebench.report', 'servebench.sim', 'numpy', 'aiohttp', 'rich'); "
-            "print(sorted(m for m in sys.modules if m.startswith(heavy)))")
+    code = (
+        "import sys, servescope.cli; heavy = ('servescope.run', 'servescope.sweep', 'servescope.plan', "
+        "'servescope.report', 'servescope.sim', 'numpy', 'aiohttp', 'rich'); "
+        "print(sorted(m for m in sys.modules if m.startswith(heavy)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
 
 def test_help_lists_every_command_once() -> None:
-    out = subprocess.run([sys.executable, "-m", "servebench.cli", "--help"], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "servescope.cli", "--help"], capture_output=True, text=True, check=True
+    ).stdout
     listed = [line.split()[0] for line in out.split("Commands:")[1].splitlines() if line.strip()]
     assert listed == sorted(["compare", "emulate", "export", "plan", "report", "run", "sweep"])
 
@@ -46,16 +49,19 @@ def test_the_listing_is_the_same_before_and_after_loading() -> None:
     assert CliRunner().invoke(cli, ["--help"]).output == before
 
 
-@pytest.mark.parametrize(("args", "words"), [
-    (["compare", "only-one"], "at least two"),
-    (["plan", "--model", "nope"], "unknown model"),
-    (["run", "--url", "http://127.0.0.1:9", "--num-requests", "1", "--quiet"], "cannot reach"),
-    (["sweep", "--url", "http://127.0.0.1:9", "--concurrency", "1,x"], ""),
-])
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["compare", "only-one"], "at least two"),
+        (["plan", "--model", "nope"], "unknown model"),
+        (["run", "--url", "http://127.0.0.1:9", "--num-requests", "1", "--quiet"], "cannot reach"),
+        (["sweep", "--url", "http://127.0.0.1:9", "--concurrency", "1,x"], ""),
+    ],
+)
 def test_every_command_prints_errors_the_same_way(args: list[str], words: str) -> None:
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 2, res.output
-    assert "servebench: error: " in res.output and words in res.output
+    assert "servescope: error: " in res.output and words in res.output
     assert "Traceback" not in res.output
 
 
@@ -67,4 +73,4 @@ def test_the_message_is_printed_as_written() -> None:
 
     res = CliRunner().invoke(boom, [])
     assert res.exit_code == 2
-    assert res.output.strip() == "servebench: error: bad value [bold]x[/bold] in [section]"
+    assert res.output.strip() == "servescope: error: bad value [bold]x[/bold] in [section]"

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from servebench.sim.kvcache import BlockPool
-from servebench.target.cachereset import EMULATOR_RESET_PATH, plan_reset, reset_prefix_cache
-from servebench.target.engines import CACHE_RESET_PATHS
-from servebench.target.servermetrics import prefix_cache_note
-from servebench.workload.seeds import derive_seed
-from servebench.workload.synthetic import template_hit_rate
+from servescope.sim.kvcache import BlockPool
+from servescope.target.cachereset import EMULATOR_RESET_PATH, plan_reset, reset_prefix_cache
+from servescope.target.engines import CACHE_RESET_PATHS
+from servescope.target.servermetrics import prefix_cache_note
+from servescope.workload.seeds import derive_seed
+from servescope.workload.synthetic import template_hit_rate
 from tests.support.loopback import serving
 
 
@@ -27,8 +27,16 @@ def test_derived_seeds_differ_per_label_and_are_stable_across_processes() -> Non
     assert all(0 <= s < 2**31 for s in seeds)
     assert derive_seed(1, labels[0]) != derive_seed(0, labels[0])  # --seed still matters
     # no hash() randomisation: another interpreter derives the same seed (a --resume in a new process)
-    out = subprocess.run([sys.executable, "-c", "from servebench.workload.seeds import derive_seed;"
-                          f"print(derive_seed(0, {labels[0]!r}))"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"from servescope.workload.seeds import derive_seed;print(derive_seed(0, {labels[0]!r}))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert int(out.stdout) == seeds[0]
 
 
@@ -97,8 +105,9 @@ def test_a_reset_refused_while_requests_leave_is_retried_until_they_have_left() 
         app = web.Application()
         app.router.add_post("/reset_prefix_cache", reset)
         async with serving(app) as url:
-            return await reset_prefix_cache(f"{url}/v1", {}, plan_reset("vllm", emulated=False),
-                                            busy_wait_s=busy_wait_s)
+            return await reset_prefix_cache(
+                f"{url}/v1", {}, plan_reset("vllm", emulated=False), busy_wait_s=busy_wait_s
+            )
 
     doc = asyncio.run(main(10.0))
     assert doc["ok"] is True and calls["n"] == 4

@@ -19,11 +19,11 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from servebench.report.data import inflight_series, samples_ms, tokens_per_s_series
-from servebench.report.html import write_report
-from servebench.results import export as export_module
-from servebench.results import metrics, tokenpass
-from servebench.results.colsummary import (
+from servescope.report.data import inflight_series, samples_ms, tokens_per_s_series
+from servescope.report.html import write_report
+from servescope.results import export as export_module
+from servescope.results import metrics, tokenpass
+from servescope.results.colsummary import (
     GapStats,
     bucket_counts,
     linear_percentiles,
@@ -33,11 +33,11 @@ from servebench.results.colsummary import (
     streamed_gap_distribution,
     summarize_columns,
 )
-from servebench.results.columnar import PARTS, RECORDS, RecordWriter, join_parts, load_columns, read_records
-from servebench.results.columns import LIST_COLUMNS, SCHEMA, RecordColumns, compact
-from servebench.results.export import export_records
-from servebench.results.records import RequestRecord
-from servebench.results.store import load_run, write_json
+from servescope.results.columnar import PARTS, RECORDS, RecordWriter, join_parts, load_columns, read_records
+from servescope.results.columns import LIST_COLUMNS, SCHEMA, RecordColumns, compact
+from servescope.results.export import export_records
+from servescope.results.records import RequestRecord
+from servescope.results.store import load_run, write_json
 from tests.support.synth import synth_records, synth_run_info
 
 SLO = {"ttft_ms": 150.0, "tpot_ms": 21.0}
@@ -90,8 +90,10 @@ def test_pairwise_sum_and_percentiles_match_numpy(n: int) -> None:
     ranks = rng.integers(0, n, 5)
     for piece in (7, 1 << 22):
         assert order_statistics(ints, ranks, max_piece=piece).tolist() == np.sort(ints)[ranks].tolist()
-        assert order_statistics(ints.astype(np.int64) - 2**40, ranks, max_piece=piece).tolist() == (
-            np.sort(ints.astype(np.int64))[ranks] - 2**40).tolist()
+        assert (
+            order_statistics(ints.astype(np.int64) - 2**40, ranks, max_piece=piece).tolist()
+            == (np.sort(ints.astype(np.int64))[ranks] - 2**40).tolist()
+        )
 
 
 def test_report_series_from_columns_equal_the_records() -> None:
@@ -103,7 +105,8 @@ def test_report_series_from_columns_equal_the_records() -> None:
     assert s["ttft"].tolist() == [x for r in done if (x := metrics.request_latencies_ms(r)["ttft"]) is not None]
     xs, ys = tokens_per_s_series(cols)
     assert len(xs) == 100 and sum(ys) * (xs[1] - xs[0]) == pytest.approx(
-        sum(sum(r.chunk_tokens) if len(r.chunk_tokens) == len(r.chunk_ns) else len(r.chunk_ns) for r in recs))
+        sum(sum(r.chunk_tokens) if len(r.chunk_tokens) == len(r.chunk_ns) else len(r.chunk_ns) for r in recs)
+    )
     _, ty = inflight_series(cols)
     assert max(ty) <= 8 and ty[-1] == 0
 
@@ -141,7 +144,8 @@ def test_writer_parts_survive_a_kill_and_join_at_close(tmp_path: Path) -> None:
     assert [r.to_dict() for r in recs] == want
     compact(recs)
     assert not isinstance(recs[0].chunk_ns, list) and metrics.summarize(recs) == metrics.summarize(
-        [RequestRecord(**d) for d in want])
+        [RequestRecord(**d) for d in want]
+    )
 
 
 def test_export_round_trips(tmp_path: Path) -> None:
@@ -153,7 +157,8 @@ def test_export_round_trips(tmp_path: Path) -> None:
     run = tmp_path / "run"
     path, rows = export_records(run, "jsonl", tmp_path / "out.jsonl")
     assert rows == len(recs) and [r.to_dict() for r in read_records(path)] == [
-        {**d, "chunk_tokens": d["chunk_tokens"] or [1] * len(d["chunk_ns"])} for d in want]
+        {**d, "chunk_tokens": d["chunk_tokens"] or [1] * len(d["chunk_ns"])} for d in want
+    ]
     path, _ = export_records(run, "parquet", tmp_path / "out.parquet")
     assert pq.read_table(path).equals(pq.read_table(run / RECORDS))
     path, _ = export_records(run, "csv", tmp_path / "out.csv")
@@ -195,7 +200,8 @@ def _exact_mean_std(ns: np.ndarray) -> tuple[float, float]:
 
 @pytest.mark.parametrize("pilot_every", [1, 3, 1000])
 def test_a_large_run_keeps_no_gap_and_gives_the_same_itl_summary(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pilot_every: int) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pilot_every: int
+) -> None:
     """A run of more gaps than HOLD_UP_TO is summarised from sums, bucket counts and the gaps kept
     in the percentile windows (or a second pass where a window misses: pilot_every=1000 samples
     one group of rows only): every ITL figure as numpy's, mean and std exact."""
@@ -210,7 +216,8 @@ def test_a_large_run_keeps_no_gap_and_gives_the_same_itl_summary(
         assert cols.held_itl is None and cols.gap_stats is not None and cols.gap_stats.n == held.itl.size
         got = summarize_columns(cols)["latency_ms"]["itl"]
         assert {k: v for k, v in got.items() if k not in ("mean", "std")} == {
-            k: v for k, v in want.items() if k not in ("mean", "std")}
+            k: v for k, v in want.items() if k not in ("mean", "std")
+        }
         assert (got["mean"], got["std"]) == _exact_mean_std(held.itl)
         assert got["mean"] == pytest.approx(want["mean"], rel=1e-15)
         assert got["std"] == pytest.approx(want["std"], rel=1e-14)
@@ -254,9 +261,21 @@ def test_csv_export_equals_pyarrow_csv_of_the_whole_table(tmp_path: Path, monkey
         for r in recs:
             w.write(r)
     table = pq.read_table(tmp_path / "run" / RECORDS)
-    cols = [pc.fill_null(pc.binary_join(pa.ListArray.from_arrays(table.column(n).combine_chunks().offsets, pc.cast(
-        table.column(n).combine_chunks().values, pa.string())), " "), "") if n in LIST_COLUMNS else table.column(n)
-        for n in SCHEMA.names]
+    cols = [
+        pc.fill_null(
+            pc.binary_join(
+                pa.ListArray.from_arrays(
+                    table.column(n).combine_chunks().offsets,
+                    pc.cast(table.column(n).combine_chunks().values, pa.string()),
+                ),
+                " ",
+            ),
+            "",
+        )
+        if n in LIST_COLUMNS
+        else table.column(n)
+        for n in SCHEMA.names
+    ]
     sink = pa.BufferOutputStream()
     pacsv.write_csv(pa.table(cols, names=list(SCHEMA.names)), sink)
     for rows in (100, 8192):  # several groups of rows (threads), one

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from servebench.report.commands import compare_command
-from servebench.report.compare import compare_sides, load_side, sentence
+from servescope.report.commands import compare_command
+from servescope.report.compare import compare_sides, load_side, sentence
 from tests.support.synth import synth_records, write_synth_run, write_synth_sweep
 
 FACTOR = 1.5
@@ -69,16 +69,18 @@ def test_repeats_side_and_sweeps(dirs: dict[str, Path], tmp_path: Path) -> None:
 
 def test_compare_command_writes_html_and_json(dirs: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "out"
-    res = CliRunner().invoke(compare_command, [str(dirs["a"]), str(dirs["slow"]), "--out", str(out),
-                                               "--resamples", "300"])
+    res = CliRunner().invoke(
+        compare_command, [str(dirs["a"]), str(dirs["slow"]), "--out", str(out), "--resamples", "300"]
+    )
     assert res.exit_code == 0, res.output
     assert "B's output throughput is" in " ".join(res.output.split())
     doc = json.loads((out / "compare.json").read_text())
-    assert doc["schema"] == "servebench.compare/1" and len(doc["comparisons"][0]["metrics"]) == 10
+    assert doc["schema"] == "servescope.compare/1" and len(doc["comparisons"][0]["metrics"]) == 10
     html = (out / "compare.html").read_text()
     assert "<script" not in html and "95% CI" in html and "overlay_itl_cdf" in html
-    again = CliRunner().invoke(compare_command, [str(dirs["a"]), str(dirs["slow"]), "--out", str(out),
-                                                 "--resamples", "300"])
+    again = CliRunner().invoke(
+        compare_command, [str(dirs["a"]), str(dirs["slow"]), "--out", str(out), "--resamples", "300"]
+    )
     assert again.exit_code == 0 and (out / "compare.html").read_text() == html  # deterministic
     one = CliRunner().invoke(compare_command, [str(dirs["a"])])
     assert one.exit_code == 2

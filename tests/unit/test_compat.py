@@ -1,4 +1,4 @@
-"""`vllm bench serve` / SGLang `bench_serving` flags on `servebench run` (run/compat.py) and their result
+"""`vllm bench serve` / SGLang `bench_serving` flags on `servescope run` (run/compat.py) and their result
 files (results/foreign.py): every accepted flag maps to the settings its own tool means, every refused one
 stops the run before anything is sent (a real loopback server counts connections), the written files have
 the recorded files' keys and our summary's numbers."""
@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from servebench.results.foreign import ForeignOutput, peaks, sglang_result, vllm_filename, vllm_result
-from servebench.results.metrics import summarize
-from servebench.run.command import run_command
-from servebench.run.compat import FLAGS, Refusal, normalize_argv, resolve
-from servebench.run.config import RunConfig
-from servebench.run.options import config_from_options
+from servescope.results.foreign import ForeignOutput, peaks, sglang_result, vllm_filename, vllm_result
+from servescope.results.metrics import summarize
+from servescope.run.command import run_command
+from servescope.run.compat import FLAGS, Refusal, normalize_argv, resolve
+from servescope.run.config import RunConfig
+from servescope.run.options import config_from_options
 from tests.support.synth import synth_records, synth_run_info
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "foreign"
@@ -32,21 +32,25 @@ URL = "http://127.0.0.1:9"
 
 
 def resolved(argv: str | list[str]) -> tuple[RunConfig, ForeignOutput | None]:
-    """The RunConfig (and foreign output) `servebench run ARGV` would run, without running it."""
+    """The RunConfig (and foreign output) `servescope run ARGV` would run, without running it."""
     args = argv.split() if isinstance(argv, str) else argv
     ctx = run_command.make_context("run", list(args))
     opts = dict(ctx.params)
-    foreign = resolve(opts, ctx.meta.get("servebench.compat.used"))
+    foreign = resolve(opts, ctx.meta.get("servescope.compat.used"))
     opts.pop("out", None)
     return config_from_options(opts), foreign
 
 
-VLLM = ("--backend vllm --base-url {url} --endpoint /v1/completions --model M --dataset-name random "
-        "--random-input-len 128 --random-output-len 16 --num-prompts 20 --max-concurrency 4 --ignore-eos "
-        "--percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,99 --save-result --result-dir out")
-SGLANG = ("--backend sglang --host 127.0.0.1 --port {port} --model M --dataset-name random --random-input-len 128 "
-          "--random-output-len 16 --random-range-ratio 1 --num-prompts 20 --max-concurrency 4 --request-rate inf "
-          "--output-file out.jsonl --disable-tqdm")
+VLLM = (
+    "--backend vllm --base-url {url} --endpoint /v1/completions --model M --dataset-name random "
+    "--random-input-len 128 --random-output-len 16 --num-prompts 20 --max-concurrency 4 --ignore-eos "
+    "--percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,99 --save-result --result-dir out"
+)
+SGLANG = (
+    "--backend sglang --host 127.0.0.1 --port {port} --model M --dataset-name random --random-input-len 128 "
+    "--random-output-len 16 --random-range-ratio 1 --num-prompts 20 --max-concurrency 4 --request-rate inf "
+    "--output-file out.jsonl --disable-tqdm"
+)
 NATIVE = "--url {url} --api completions --model M --input-len 128 --output-len 16 --num-requests 20 --concurrency 4"
 
 
@@ -60,7 +64,7 @@ def test_the_issues_vllm_command_resolves_to_our_native_flags() -> None:
 
 def test_an_sglang_command_resolves_to_our_native_flags() -> None:
     theirs, out = resolved(SGLANG.format(port=9))
-    ours, _ = resolved(NATIVE.format(url=URL) + " --seed 1 --warmup 1 --extra-body {\"temperature\":0.0}")
+    ours, _ = resolved(NATIVE.format(url=URL) + ' --seed 1 --warmup 1 --extra-body {"temperature":0.0}')
     assert theirs == ours
     assert out is not None and out.tool == "sglang" and out.path == "out.jsonl" and out.random_range_ratio == 1
 
@@ -72,11 +76,30 @@ def test_no_foreign_flag_changes_nothing() -> None:
 
 def test_their_defaults_apply_in_their_command_lines() -> None:
     v, _ = resolved("--backend openai")  # vLLM: 1000 prompts at once, 1024/128, 127.0.0.1:8000, completions
-    assert (v.url, v.api, v.num_requests, v.rate, v.concurrency, v.input_len, v.output_len, v.seed, v.warmup,
-            v.ignore_eos) == ("http://127.0.0.1:8000", "completions", 1000, math.inf, None, 1024, 128, 0, 0, True)
+    assert (
+        v.url,
+        v.api,
+        v.num_requests,
+        v.rate,
+        v.concurrency,
+        v.input_len,
+        v.output_len,
+        v.seed,
+        v.warmup,
+        v.ignore_eos,
+    ) == ("http://127.0.0.1:8000", "completions", 1000, math.inf, None, 1024, 128, 0, 0, True)
     s, _ = resolved("--backend sglang --dataset-name random --random-range-ratio 1")
-    assert (s.url, s.num_requests, s.rate, s.input_len, s.output_len, s.seed, s.warmup, s.ignore_eos,
-            s.extra_body) == ("http://127.0.0.1:30000", 1000, math.inf, 1024, 1024, 1, 1, True, {"temperature": 0.0})
+    assert (s.url, s.num_requests, s.rate, s.input_len, s.output_len, s.seed, s.warmup, s.ignore_eos, s.extra_body) == (
+        "http://127.0.0.1:30000",
+        1000,
+        math.inf,
+        1024,
+        1024,
+        1,
+        1,
+        True,
+        {"temperature": 0.0},
+    )
 
 
 # One case per accepted foreign flag: (flag, argv, check on the resolved config and foreign output).
@@ -85,81 +108,160 @@ ACCEPTED: list[tuple[str, str, Check]] = [
     ("--backend", "--backend openai-chat", lambda c, o: c.api == "chat" and o.backend == "openai-chat"),
     ("--base-url", f"--backend vllm --base-url {URL}", lambda c, o: c.url == URL),
     ("--host", "--backend vllm --host localhost", lambda c, o: c.url == "http://127.0.0.1:8000"),
-    ("--port", "--backend lmdeploy-chat --dataset-name random --random-range-ratio 1 --port 7",
-     lambda c, o: c.url == "http://127.0.0.1:7" and c.api == "chat"),
+    (
+        "--port",
+        "--backend lmdeploy-chat --dataset-name random --random-range-ratio 1 --port 7",
+        lambda c, o: c.url == "http://127.0.0.1:7" and c.api == "chat",
+    ),
     ("--endpoint", "--backend openai --endpoint /v1/completions", lambda c, o: c.api == "completions"),
-    ("--served-model-name", "--backend vllm --model org/m --served-model-name m",
-     lambda c, o: c.model == "m" and o.tokenizer == "org/m"),
+    (
+        "--served-model-name",
+        "--backend vllm --model org/m --served-model-name m",
+        lambda c, o: c.model == "m" and o.tokenizer == "org/m",
+    ),
     ("--tokenizer-mode", "--backend vllm --tokenizer-mode hf", lambda c, o: c.dataset == "random"),
-    ("--dataset-name", "--backend sglang --dataset-name random-ids --random-range-ratio 1",
-     lambda c, o: c.dataset == "random" and o.dataset_name == "random-ids"),
-    ("--dataset-path", "--backend vllm --dataset-name sharegpt --dataset-path sg.json",
-     lambda c, o: c.dataset == "sharegpt:sg.json:multi_turn=false,max_turns=1" and not c.ignore_eos),
-    ("--sharegpt-output-len", "--backend vllm --dataset-name sharegpt --dataset-path sg.json --sharegpt-output-len 64",
-     lambda c, o: c.dataset.endswith(",output=fixed") and c.output_len == 64 and o.sharegpt_output_len == 64),
+    (
+        "--dataset-name",
+        "--backend sglang --dataset-name random-ids --random-range-ratio 1",
+        lambda c, o: c.dataset == "random" and o.dataset_name == "random-ids",
+    ),
+    (
+        "--dataset-path",
+        "--backend vllm --dataset-name sharegpt --dataset-path sg.json",
+        lambda c, o: c.dataset == "sharegpt:sg.json:multi_turn=false,max_turns=1" and not c.ignore_eos,
+    ),
+    (
+        "--sharegpt-output-len",
+        "--backend vllm --dataset-name sharegpt --dataset-path sg.json --sharegpt-output-len 64",
+        lambda c, o: c.dataset.endswith(",output=fixed") and c.output_len == 64 and o.sharegpt_output_len == 64,
+    ),
     ("--random-prefix-len", "--backend vllm --random-prefix-len 0", lambda c, o: c.dataset == "random"),
     ("--random-batch-size", "--backend vllm --random-batch-size 1", lambda c, o: c.dataset == "random"),
-    ("--gsp-num-groups", "--backend sglang --dataset-name generated-shared-prefix --gsp-num-groups 4",
-     lambda c, o: c.dataset == "shared-prefix:groups=4,prompts=16,system=2048,question=128" and c.num_requests == 64),
-    ("--gsp-prompts-per-group", "--backend sglang --dataset-name generated-shared-prefix --gsp-prompts-per-group 3",
-     lambda c, o: "prompts=3," in c.dataset and c.num_requests == 192),
-    ("--gsp-system-prompt-len", "--backend sglang --dataset-name generated-shared-prefix --gsp-system-prompt-len 99",
-     lambda c, o: "system=99," in c.dataset),
-    ("--gsp-question-len", "--backend sglang --dataset-name generated-shared-prefix --gsp-question-len 7",
-     lambda c, o: c.dataset.endswith("question=7")),
-    ("--gsp-output-len", "--backend sglang --dataset-name generated-shared-prefix --gsp-output-len 9",
-     lambda c, o: c.output_len == 9),
-    ("--gsp-range-ratio", "--backend sglang --dataset-name generated-shared-prefix --gsp-range-ratio 1",
-     lambda c, o: c.output_len == 256 and c.range_ratio == 0),
+    (
+        "--gsp-num-groups",
+        "--backend sglang --dataset-name generated-shared-prefix --gsp-num-groups 4",
+        lambda c, o: c.dataset == "shared-prefix:groups=4,prompts=16,system=2048,question=128" and c.num_requests == 64,
+    ),
+    (
+        "--gsp-prompts-per-group",
+        "--backend sglang --dataset-name generated-shared-prefix --gsp-prompts-per-group 3",
+        lambda c, o: "prompts=3," in c.dataset and c.num_requests == 192,
+    ),
+    (
+        "--gsp-system-prompt-len",
+        "--backend sglang --dataset-name generated-shared-prefix --gsp-system-prompt-len 99",
+        lambda c, o: "system=99," in c.dataset,
+    ),
+    (
+        "--gsp-question-len",
+        "--backend sglang --dataset-name generated-shared-prefix --gsp-question-len 7",
+        lambda c, o: c.dataset.endswith("question=7"),
+    ),
+    (
+        "--gsp-output-len",
+        "--backend sglang --dataset-name generated-shared-prefix --gsp-output-len 9",
+        lambda c, o: c.output_len == 9,
+    ),
+    (
+        "--gsp-range-ratio",
+        "--backend sglang --dataset-name generated-shared-prefix --gsp-range-ratio 1",
+        lambda c, o: c.output_len == 256 and c.range_ratio == 0,
+    ),
     ("--num-warmups", "--backend vllm --num-warmups 3", lambda c, o: c.warmup == 3),
-    ("--warmup-requests", "--output-file f --warmup-requests 0 --dataset-name random --random-range-ratio 1",
-     lambda c, o: c.warmup == 0 and o.tool == "sglang"),
-    ("--goodput", "--backend vllm --goodput ttft:500 tpot:50 e2el:9000",
-     lambda c, o: c.slo == {"ttft_ms": 500, "tpot_ms": 50, "e2e_ms": 9000}
-     and o.goodput == {"ttft": 500, "tpot": 50, "e2el": 9000}),
-    ("--disable-stream", "--backend sglang --dataset-name random --random-range-ratio 1 --disable-stream",
-     lambda c, o: c.stream is False),
-    ("--disable-ignore-eos", "--backend sglang --dataset-name random --random-range-ratio 1 --disable-ignore-eos",
-     lambda c, o: c.ignore_eos is False),
-    ("--extra-request-body", "--backend sglang --dataset-name random --random-range-ratio 1 "
-     "--extra-request-body {\"top_k\":5}", lambda c, o: c.extra_body == {"temperature": 0.0, "top_k": 5}),
-    ("--flush-cache", "--backend sglang --dataset-name random --random-range-ratio 1 --flush-cache",
-     lambda c, o: c.reset_cache is True),
+    (
+        "--warmup-requests",
+        "--output-file f --warmup-requests 0 --dataset-name random --random-range-ratio 1",
+        lambda c, o: c.warmup == 0 and o.tool == "sglang",
+    ),
+    (
+        "--goodput",
+        "--backend vllm --goodput ttft:500 tpot:50 e2el:9000",
+        lambda c, o: (
+            c.slo == {"ttft_ms": 500, "tpot_ms": 50, "e2e_ms": 9000}
+            and o.goodput == {"ttft": 500, "tpot": 50, "e2el": 9000}
+        ),
+    ),
+    (
+        "--disable-stream",
+        "--backend sglang --dataset-name random --random-range-ratio 1 --disable-stream",
+        lambda c, o: c.stream is False,
+    ),
+    (
+        "--disable-ignore-eos",
+        "--backend sglang --dataset-name random --random-range-ratio 1 --disable-ignore-eos",
+        lambda c, o: c.ignore_eos is False,
+    ),
+    (
+        "--extra-request-body",
+        '--backend sglang --dataset-name random --random-range-ratio 1 --extra-request-body {"top_k":5}',
+        lambda c, o: c.extra_body == {"temperature": 0.0, "top_k": 5},
+    ),
+    (
+        "--flush-cache",
+        "--backend sglang --dataset-name random --random-range-ratio 1 --flush-cache",
+        lambda c, o: c.reset_cache is True,
+    ),
     ("--temperature", "--backend vllm --temperature 0", lambda c, o: c.extra_body == {"temperature": 0.0}),
     ("--top-p", "--backend vllm --top-p 0.9", lambda c, o: c.extra_body == {"top_p": 0.9}),
     ("--top-k", "--backend vllm --top-k 5", lambda c, o: c.extra_body == {"top_k": 5}),
     ("--min-p", "--backend vllm --min-p 0.1", lambda c, o: c.extra_body == {"min_p": 0.1}),
-    ("--frequency-penalty", "--backend vllm --frequency-penalty 0.5",
-     lambda c, o: c.extra_body == {"frequency_penalty": 0.5}),
-    ("--presence-penalty", "--backend vllm --presence-penalty 0.5",
-     lambda c, o: c.extra_body == {"presence_penalty": 0.5}),
-    ("--repetition-penalty", "--backend vllm --repetition-penalty 1.1 --extra-body {\"seed\":3}",
-     lambda c, o: c.extra_body == {"repetition_penalty": 1.1, "seed": 3}),
+    (
+        "--frequency-penalty",
+        "--backend vllm --frequency-penalty 0.5",
+        lambda c, o: c.extra_body == {"frequency_penalty": 0.5},
+    ),
+    (
+        "--presence-penalty",
+        "--backend vllm --presence-penalty 0.5",
+        lambda c, o: c.extra_body == {"presence_penalty": 0.5},
+    ),
+    (
+        "--repetition-penalty",
+        '--backend vllm --repetition-penalty 1.1 --extra-body {"seed":3}',
+        lambda c, o: c.extra_body == {"repetition_penalty": 1.1, "seed": 3},
+    ),
     ("--ready-check-timeout-sec", "--backend vllm --ready-check-timeout-sec 0", lambda c, o: c.url is not None),
     ("--probe-request-rate", "--backend vllm --probe-request-rate 0", lambda c, o: c.url is not None),
-    ("--prompt-suffix", "--backend sglang --dataset-name random --random-range-ratio 1 --prompt-suffix=",
-     lambda c, o: c.dataset == "random"),
+    (
+        "--prompt-suffix",
+        "--backend sglang --dataset-name random --random-range-ratio 1 --prompt-suffix=",
+        lambda c, o: c.dataset == "random",
+    ),
     ("--save-result", "--backend vllm --save-result", lambda c, o: o.path == "" and not o.append),
     ("--append-result", "--backend vllm --append-result", lambda c, o: o.path == "" and o.append),
     ("--result-dir", "--backend vllm --save-result --result-dir d", lambda c, o: o.result_dir == "d"),
     ("--result-filename", "--backend vllm --save-result --result-filename r.json", lambda c, o: o.path == "r.json"),
     ("--label", "--backend vllm --save-result --label L", lambda c, o: o.label == "L"),
-    ("--metadata", "--backend vllm --save-result --metadata tp=1 version=0.9",
-     lambda c, o: o.metadata == {"tp": "1", "version": "0.9"}),
-    ("--percentile-metrics", "--backend vllm --percentile-metrics e2el",
-     lambda c, o: o.percentile_metrics == ("e2el",)),
-    ("--metric-percentiles", "--backend vllm --metric-percentiles 25,99.9",
-     lambda c, o: o.percentiles == (25.0, 99.9)),
-    ("--output-file", "--backend sglang --dataset-name random --random-range-ratio 1 --output-file x.jsonl",
-     lambda c, o: o.path == "x.jsonl"),
+    (
+        "--metadata",
+        "--backend vllm --save-result --metadata tp=1 version=0.9",
+        lambda c, o: o.metadata == {"tp": "1", "version": "0.9"},
+    ),
+    (
+        "--percentile-metrics",
+        "--backend vllm --percentile-metrics e2el",
+        lambda c, o: o.percentile_metrics == ("e2el",),
+    ),
+    ("--metric-percentiles", "--backend vllm --metric-percentiles 25,99.9", lambda c, o: o.percentiles == (25.0, 99.9)),
+    (
+        "--output-file",
+        "--backend sglang --dataset-name random --random-range-ratio 1 --output-file x.jsonl",
+        lambda c, o: o.path == "x.jsonl",
+    ),
     ("--tag", "--backend sglang --dataset-name random --random-range-ratio 1 --tag T", lambda c, o: o.tag == "T"),
     ("--disable-tqdm", "--backend vllm --disable-tqdm", lambda c, o: c.quiet is False),
     ("--trust-remote-code", "--backend vllm --trust-remote-code", lambda c, o: c.model is None),
     ("--request-id-prefix", "--backend vllm --request-id-prefix bench-", lambda c, o: c.headers == []),
-    ("--print-requests", "--backend sglang --dataset-name random --random-range-ratio 1 --print-requests",
-     lambda c, o: o.tool == "sglang"),
-    ("--plot-throughput", "--backend sglang --dataset-name random --random-range-ratio 1 --plot-throughput",
-     lambda c, o: o.tool == "sglang"),
+    (
+        "--print-requests",
+        "--backend sglang --dataset-name random --random-range-ratio 1 --print-requests",
+        lambda c, o: o.tool == "sglang",
+    ),
+    (
+        "--plot-throughput",
+        "--backend sglang --dataset-name random --random-range-ratio 1 --plot-throughput",
+        lambda c, o: o.tool == "sglang",
+    ),
 ]
 
 
@@ -176,20 +278,35 @@ def test_every_accepted_flag_has_a_case() -> None:
 
 
 def test_shared_flags_take_their_meaning() -> None:
-    """Flags servebench had already: rate inf + a cap is our closed loop; a finite rate keeps the cap;
+    """Flags servescope had already: rate inf + a cap is our closed loop; a finite rate keeps the cap;
     vLLM's --header KEY=VALUE list; --random-range-ratio is vLLM's current symmetric one."""
-    c, o = resolved("--backend vllm --request-rate 5 --max-concurrency 8 --burstiness 2 --seed 4 "
-                    "--random-range-ratio 0.25 --header x-a=1 x-b=2 --input-len 64 --output-len 8")
-    assert (c.rate, c.concurrency, c.burstiness, c.seed, c.range_ratio, c.headers, c.input_len, c.output_len) == \
-        (5.0, 8, 2.0, 4, 0.25, ["x-a:1", "x-b:2"], 64, 8)
+    c, o = resolved(
+        "--backend vllm --request-rate 5 --max-concurrency 8 --burstiness 2 --seed 4 "
+        "--random-range-ratio 0.25 --header x-a=1 x-b=2 --input-len 64 --output-len 8"
+    )
+    assert (c.rate, c.concurrency, c.burstiness, c.seed, c.range_ratio, c.headers, c.input_len, c.output_len) == (
+        5.0,
+        8,
+        2.0,
+        4,
+        0.25,
+        ["x-a:1", "x-b:2"],
+        64,
+        8,
+    )
     assert o is not None and o.request_rate == 5 and o.max_concurrency == 8 and o.random_range_ratio == 0.25
     c, _ = resolved("--backend vllm --ramp-up-strategy linear --ramp-up-start-rps 1 --ramp-up-end-rps 4")
     assert c.load_mode == "ramp" and c.rate is None
 
 
 def test_argparse_forms_become_click_forms() -> None:
-    assert normalize_argv(["--goodput", "ttft:5", "tpot:1", "--x"]) == ["--goodput", "ttft:5", "--goodput",
-                                                                        "tpot:1", "--x"]
+    assert normalize_argv(["--goodput", "ttft:5", "tpot:1", "--x"]) == [
+        "--goodput",
+        "ttft:5",
+        "--goodput",
+        "tpot:1",
+        "--x",
+    ]
     assert normalize_argv(["--profile"]) == ["--x-profiler"]
     assert normalize_argv(["--profile", "tiny"]) == ["--profile", "tiny"]
     assert normalize_argv(["--header", "Authorization=Bearer a:b"]) == ["--header", "Authorization:Bearer a:b"]
@@ -236,8 +353,11 @@ REFUSED_VALUES: list[tuple[str, str]] = [
 
 @pytest.mark.parametrize("flag", REFUSED)
 def test_a_refused_flag_is_named_with_an_alternative(flag: str) -> None:
-    argv = ["--backend", "sglang" if next(f for f in FLAGS if f.name == flag).tool == "sglang" else "vllm",
-            *_argv_for(flag)]
+    argv = [
+        "--backend",
+        "sglang" if next(f for f in FLAGS if f.name == flag).tool == "sglang" else "vllm",
+        *_argv_for(flag),
+    ]
     with pytest.raises(Refusal) as e:
         resolved(argv)
     name = "--profile" if flag == "--x-profiler" else flag
@@ -245,7 +365,7 @@ def test_a_refused_flag_is_named_with_an_alternative(flag: str) -> None:
 
 
 @pytest.mark.parametrize(("flag", "argv"), REFUSED_VALUES, ids=[a[1] for a in REFUSED_VALUES])
-def test_a_value_servebench_cannot_honour_is_refused(flag: str, argv: str) -> None:
+def test_a_value_servescope_cannot_honour_is_refused(flag: str, argv: str) -> None:
     with pytest.raises(Refusal) as e:
         resolved(argv)
     assert e.value.flag == flag and "instead: " in str(e.value)
@@ -294,15 +414,23 @@ def test_every_refusal_exits_2_before_anything_is_sent(counting_server: tuple[in
 # --------------------------------------------------------------------------- result files
 def _synth(concurrency: int = 4) -> tuple[Any, list[Any]]:
     records = synth_records(40, seed=3, concurrency=concurrency)
-    return summarize(records, run=synth_run_info("r", records, concurrency=concurrency),
-                     slo={"ttft_ms": 200.0}), records
+    return summarize(
+        records, run=synth_run_info("r", records, concurrency=concurrency), slo={"ttft_ms": 200.0}
+    ), records
 
 
 def test_vllm_json_has_the_recorded_files_keys_and_our_numbers() -> None:
     recorded = json.loads((FIXTURES / "vllm_result.json").read_text())
     summary, records = _synth()
-    out = ForeignOutput(tool="vllm", backend="vllm", path="", num_prompts=40, max_concurrency=4,
-                        percentile_metrics=("ttft", "tpot", "itl", "e2el"), percentiles=(50.0, 99.0))
+    out = ForeignOutput(
+        tool="vllm",
+        backend="vllm",
+        path="",
+        num_prompts=40,
+        max_concurrency=4,
+        percentile_metrics=("ttft", "tpot", "itl", "e2el"),
+        percentiles=(50.0, 99.0),
+    )
     doc = vllm_result(summary, records, out, model_id="meta-llama/Llama-3.1-8B-Instruct", date="20250611-142233")
     assert list(doc) == list(recorded)  # the same keys, in vLLM's order
     for k, v in recorded.items():
@@ -315,17 +443,22 @@ def test_vllm_json_has_the_recorded_files_keys_and_our_numbers() -> None:
     assert doc["total_output_tokens"] == summary["tokens"]["output_total"]
     for theirs, ours in (("ttft", "ttft"), ("tpot", "tpot"), ("itl", "itl"), ("e2el", "e2e")):
         d = lat[ours]  # type: ignore[literal-required]
-        assert (doc[f"mean_{theirs}_ms"], doc[f"median_{theirs}_ms"], doc[f"std_{theirs}_ms"],
-                doc[f"p50_{theirs}_ms"], doc[f"p99_{theirs}_ms"]) == (d["mean"], d["median"], d["std"],
-                                                                       d["median"], d["p99"])
+        assert (
+            doc[f"mean_{theirs}_ms"],
+            doc[f"median_{theirs}_ms"],
+            doc[f"std_{theirs}_ms"],
+            doc[f"p50_{theirs}_ms"],
+            doc[f"p99_{theirs}_ms"],
+        ) == (d["mean"], d["median"], d["std"], d["median"], d["p99"])
     assert len(doc["latencies"]) == summary["requests"]["total"]
     assert doc["max_concurrent_requests"] <= 4 < doc["max_output_tokens_per_s"]
 
 
 def test_vllm_percentiles_the_summary_lacks_come_from_the_records() -> None:
     summary, records = _synth()
-    out = ForeignOutput(tool="vllm", backend="openai", percentile_metrics=("ttft",), percentiles=(25.0, 99.9),
-                        goodput={"ttft": 200.0})
+    out = ForeignOutput(
+        tool="vllm", backend="openai", percentile_metrics=("ttft",), percentiles=(25.0, 99.9), goodput={"ttft": 200.0}
+    )
     doc = vllm_result(summary, records, out, model_id="m", date="d")
     ttfts = [(r.t_first_ns - r.t_send_ns) / 1e6 for r in records if r.status == "ok" and not r.warmup]
     assert doc["p25_ttft_ms"] == pytest.approx(np.percentile(ttfts, 25))
@@ -336,8 +469,10 @@ def test_vllm_percentiles_the_summary_lacks_come_from_the_records() -> None:
 
 def test_vllm_file_names_follow_vllm() -> None:
     out = ForeignOutput(tool="vllm", backend="vllm", path="", max_concurrency=4, result_dir="out")
-    assert vllm_filename(out, "org/Model-8B", "20250101-000000") == \
-        "out/vllm-infqps-concurrency4-Model-8B-20250101-000000.json"
+    assert (
+        vllm_filename(out, "org/Model-8B", "20250101-000000")
+        == "out/vllm-infqps-concurrency4-Model-8B-20250101-000000.json"
+    )
     out = ForeignOutput(tool="vllm", backend="vllm", path="", label="L", request_rate=4.0)
     assert vllm_filename(out, "m", "D") == "L-4.0qps-m-D.json"
     out.ramp = ("linear", 1.0, 8.0)
@@ -354,8 +489,11 @@ def test_sglang_line_has_the_recorded_keys_and_our_numbers() -> None:
     assert list(doc) == list(recorded)
     lat, tp = summary["latency_ms"], summary["throughput"]
     assert (doc["mean_e2e_latency_ms"], doc["p99_e2e_latency_ms"]) == (lat["e2e"]["mean"], lat["e2e"]["p99"])
-    assert (doc["median_ttft_ms"], doc["p95_itl_ms"], doc["std_tpot_ms"]) == \
-        (lat["ttft"]["median"], lat["itl"]["p95"], lat["tpot"]["std"])
+    assert (doc["median_ttft_ms"], doc["p95_itl_ms"], doc["std_tpot_ms"]) == (
+        lat["ttft"]["median"],
+        lat["itl"]["p95"],
+        lat["tpot"]["std"],
+    )
     assert (doc["input_throughput"], doc["total_throughput"]) == (tp["input_tokens_per_s"], tp["total_tokens_per_s"])
     assert 0 < doc["concurrency"] <= 4
     assert json.loads(json.dumps(doc))["request_rate"] == math.inf  # written as Infinity, as SGLang does
@@ -377,9 +515,11 @@ def test_run_help_has_a_compatibility_section() -> None:
     assert "symmetric" in compat  # --random-range-ratio: which meaning is followed
 
 
-def test_servebench_help_does_not_import_the_compat_module() -> None:
-    code = ("import sys; from servebench.cli import cli\n"
-            "try:\n    cli(['--help'])\nexcept SystemExit:\n    pass\n"
-            "assert 'servebench.run.compat' not in sys.modules and 'servebench.results.foreign' not in sys.modules")
+def test_servescope_help_does_not_import_the_compat_module() -> None:
+    code = (
+        "import sys; from servescope.cli import cli\n"
+        "try:\n    cli(['--help'])\nexcept SystemExit:\n    pass\n"
+        "assert 'servescope.run.compat' not in sys.modules and 'servescope.results.foreign' not in sys.modules"
+    )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr

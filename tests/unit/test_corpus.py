@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from servebench.errors import ConfigError
-from servebench.plan.corpus import MODES, corpus_files, load_corpus, parse_source
+from servescope.errors import ConfigError
+from servescope.plan.corpus import MODES, corpus_files, load_corpus, parse_source
 
 SEEDS = Path(__file__).resolve().parents[3] / "shared" / "seeds"
 
@@ -101,8 +101,12 @@ def test_engine_args_are_checked_and_kept() -> None:
     doc["points"][0]["engine_args"] = {"max_model_len": 91680, "chunked_prefill": False, "max_num_seqs": 1024}
     _src, pts = parse_source(doc)
     assert dict(pts[0].engine_args) == {"max_model_len": 91680, "chunked_prefill": False, "max_num_seqs": 1024}
-    for bad, match in (({"max_num_seqs": 0}, "positive"), ({"chunked_prefill": "no"}, "true or false"),
-                       ({"enforce_eager": True}, "unknown engine_args"), ([1, 2], "mapping")):
+    for bad, match in (
+        ({"max_num_seqs": 0}, "positive"),
+        ({"chunked_prefill": "no"}, "true or false"),
+        ({"enforce_eager": True}, "unknown engine_args"),
+        ([1, 2], "mapping"),
+    ):
         doc = _doc()
         doc["points"][0]["engine_args"] = bad
         with pytest.raises(ConfigError, match=match):
@@ -117,8 +121,10 @@ def test_stated_launch_commands_are_transcribed() -> None:
     mi = pts["dstack-h100-vs-mi300x-llama405b-2024-12/serve-mi300x-meta-tp8-rate16"].engine_args
     assert mi["chunked_prefill"] is False and mi["max_num_seqs"] == 1024
     assert pts["dstack-h100-vs-mi300x-llama405b-2024-12/serve-h100-tp8-rate16"].engine_args["max_model_len"] == 91680
-    assert pts["dstack-tgi-vs-vllm-mi300x-llama405b-2024-10/vllm-mi300x-tp8-in80-n1"].engine_args[
-        "max_model_len"] == 131072
+    assert (
+        pts["dstack-tgi-vs-vllm-mi300x-llama405b-2024-10/vllm-mi300x-tp8-in80-n1"].engine_args["max_model_len"]
+        == 131072
+    )
 
 
 def test_harness_says_whether_the_engine_served_over_http() -> None:
@@ -143,7 +149,7 @@ def test_documents_of_one_publisher_and_harness_are_held_out_together() -> None:
     """`group:` on a source makes it one leave-one-out fold with the other documents of the group (the
     validation's `Setting.source`); without it a source is its own fold. A group that is not a slug is
     refused."""
-    from servebench.plan.validate import Predictor
+    from servescope.plan.validate import Predictor
 
     pts = load_corpus()
     pred = Predictor(pts)

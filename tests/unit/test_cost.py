@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from servebench.errors import ConfigError
-from servebench.results.cost import GPU_PRICES, cost_block, resolve_price, usd_per_million
+from servescope.errors import ConfigError
+from servescope.results.cost import GPU_PRICES, cost_block, resolve_price, usd_per_million
 
 
 def test_cost_matches_hand_computation() -> None:
     # 8 GPUs at $2.50/h = $20/h. 1,000 output tok/s = 3.6M tokens/h -> $20 / 3.6 = $5.5556 per 1M.
     price = resolve_price(2.50, 8, None)
     assert price is not None and price.usd_per_hour == 20.0
-    block = cost_block({"input_tokens_per_s": 4000.0, "output_tokens_per_s": 1000.0,
-                        "total_tokens_per_s": 5000.0}, price)
+    block = cost_block(
+        {"input_tokens_per_s": 4000.0, "output_tokens_per_s": 1000.0, "total_tokens_per_s": 5000.0}, price
+    )
     assert block["usd_per_1m_output_tokens"] == pytest.approx(20 / 3.6)
     assert block["usd_per_1m_input_tokens"] == pytest.approx(20 / 14.4)  # 4,000 tok/s = 14.4M/h
     assert block["usd_per_1m_total_tokens"] == pytest.approx(20 / 18.0)  # 5,000 tok/s = 18M/h

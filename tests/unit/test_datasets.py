@@ -9,18 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from servebench.errors import ConfigError
-from servebench.workload.builder import PromptBuilder, Target
-from servebench.workload.exact import ANCHOR, approximate_units, calibrate_units
-from servebench.workload.files import load_hf, load_jsonl, load_sharegpt, resolve_hf_path
-from servebench.workload.sessions import flatten, records_to_items
-from servebench.workload.trace import read_trace, trace_items
+from servescope.errors import ConfigError
+from servescope.workload.builder import PromptBuilder, Target
+from servescope.workload.exact import ANCHOR, approximate_units, calibrate_units
+from servescope.workload.files import load_hf, load_jsonl, load_sharegpt, resolve_hf_path
+from servescope.workload.sessions import flatten, records_to_items
+from servescope.workload.trace import read_trace, trace_items
 from tests.unit.test_workload import BuiltinCounter
 
 
 def _builder(api: str = "chat", counter: object | None = None) -> PromptBuilder:
-    b = PromptBuilder(target=Target("http://127.0.0.1:9/v1", "m", {}, api), units=approximate_units("x"),
-                      counter=counter)  # type: ignore[arg-type]
+    b = PromptBuilder(
+        target=Target("http://127.0.0.1:9/v1", "m", {}, api), units=approximate_units("x"), counter=counter
+    )  # type: ignore[arg-type]
     b._overheads = {"single": 5, "system+user": 9}
     return b
 
@@ -30,14 +31,20 @@ def _cfg(**kw: object) -> types.SimpleNamespace:
 
 
 def _conversations(k: int) -> list[dict]:
-    return [{"id": f"c{c}", "conversations": [
-        {"from": "human", "value": f"question one of conversation {c} " + "word " * 10},
-        {"from": "gpt", "value": "answer one " + "reply " * 20},
-        {"from": "human", "value": f"second question {c}"},
-        {"from": "gpt", "value": "answer two " + "reply " * 30},
-        {"from": "human", "value": f"third question {c}"},
-        {"from": "gpt", "value": "answer three " + "reply " * 40},
-    ]} for c in range(k)]
+    return [
+        {
+            "id": f"c{c}",
+            "conversations": [
+                {"from": "human", "value": f"question one of conversation {c} " + "word " * 10},
+                {"from": "gpt", "value": "answer one " + "reply " * 20},
+                {"from": "human", "value": f"second question {c}"},
+                {"from": "gpt", "value": "answer two " + "reply " * 30},
+                {"from": "human", "value": f"third question {c}"},
+                {"from": "gpt", "value": "answer three " + "reply " * 40},
+            ],
+        }
+        for c in range(k)
+    ]
 
 
 def test_sharegpt_keeps_every_turn_with_history(tmp_path: Path) -> None:
@@ -45,8 +52,11 @@ def test_sharegpt_keeps_every_turn_with_history(tmp_path: Path) -> None:
     p.write_text(json.dumps(_conversations(4)))
     recs = load_sharegpt(str(p))
     assert len(recs) == 4 and len(recs[0].messages) == 6
-    items, info = asyncio.run(records_to_items(recs, _cfg(), 12, _builder(counter=BuiltinCounter()),
-                                               multi_turn=True, think_s=1.5, shuffle=False))
+    items, info = asyncio.run(
+        records_to_items(
+            recs, _cfg(), 12, _builder(counter=BuiltinCounter()), multi_turn=True, think_s=1.5, shuffle=False
+        )
+    )
     assert len(items) == 12 and info["sessions"] == 4 and info["turns_max"] == 3
     for s in range(4):
         turns = [it for it in items if it.session == s]
@@ -66,12 +76,21 @@ def test_sharegpt_keeps_every_turn_with_history(tmp_path: Path) -> None:
 
 def test_sharegpt_messages_form_max_turns_and_completions(tmp_path: Path) -> None:
     p = tmp_path / "chats.jsonl"
-    rows = [{"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"},
-                          {"role": "assistant", "content": "hello there"}, {"role": "user", "content": "more"}]}]
+    rows = [
+        {
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "hello there"},
+                {"role": "user", "content": "more"},
+            ]
+        }
+    ]
     p.write_text("\n".join(json.dumps(r) for r in rows))
     recs = load_sharegpt(str(p))
-    items, _ = asyncio.run(records_to_items(recs, _cfg(), 5, _builder("completions"), multi_turn=True,
-                                            max_turns=1, shuffle=False))
+    items, _ = asyncio.run(
+        records_to_items(recs, _cfg(), 5, _builder("completions"), multi_turn=True, max_turns=1, shuffle=False)
+    )
     # one turn per session, file cycled to give 5 requests
     assert [it.turn for it in items] == [0] * 5 and len({it.session for it in items}) == 5
     assert items[0].prompt == flatten(recs[0].messages[:2]) and items[0].prompt.endswith("Assistant:")
@@ -79,8 +98,15 @@ def test_sharegpt_messages_form_max_turns_and_completions(tmp_path: Path) -> Non
 
 def test_jsonl_prompt_and_messages(tmp_path: Path) -> None:
     p = tmp_path / "d.jsonl"
-    p.write_text("\n".join([json.dumps({"prompt": "what is 2+2", "output_len": 12}),
-                            json.dumps({"messages": [{"role": "user", "content": "hey"}]}), ""]))
+    p.write_text(
+        "\n".join(
+            [
+                json.dumps({"prompt": "what is 2+2", "output_len": 12}),
+                json.dumps({"messages": [{"role": "user", "content": "hey"}]}),
+                "",
+            ]
+        )
+    )
     recs = load_jsonl(str(p))
     items, _ = asyncio.run(records_to_items(recs, _cfg(), 2, _builder(), multi_turn=False, shuffle=False))
     assert items[0].prompt == [{"role": "user", "content": "what is 2+2"}] and items[0].output_len == 12
@@ -94,8 +120,15 @@ def test_jsonl_prompt_and_messages(tmp_path: Path) -> None:
 
 
 def _aime_rows() -> list[dict]:
-    return [{"id": i, "problem": f"Find the number of integers n with {i} < n < {i * 7}.", "answer": str(i),
-             "solution": "..."} for i in range(1, 31)]
+    return [
+        {
+            "id": i,
+            "problem": f"Find the number of integers n with {i} < n < {i * 7}.",
+            "answer": str(i),
+            "solution": "...",
+        }
+        for i in range(1, 31)
+    ]
 
 
 def test_hf_parquet_json_arrow_and_hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -151,7 +184,7 @@ def test_trace_offsets_speedup_and_exact_generated_prompts(tmp_path: Path) -> No
     assert [it.meta["t_s"] for it in items] == [0.0, 0.25, 0.5, 0.75, 1.5]
     assert [it.input_len for it in items[:4]] == [40, 41, 42, 43]
     assert info["trace"]["speedup"] == 2.0 and "note" in info["trace"]
-    from servebench.emulator.tokenizer import get_tokenizer
+    from servescope.emulator.tokenizer import get_tokenizer
 
     tok = get_tokenizer()
     # generated prompts: exact unit tokens = input_len - overhead (5; the anchor is part of the overhead)
@@ -164,15 +197,17 @@ def test_trace_offsets_speedup_and_exact_generated_prompts(tmp_path: Path) -> No
 def test_trace_hash_ids_share_block_texts(tmp_path: Path) -> None:
     """Mooncake-style hash_ids: the same block id gives the same text, so prefixes are really shared."""
     p = tmp_path / "mooncake.jsonl"
-    rows = [{"timestamp": 0, "input_length": 16 * 3, "output_length": 2, "hash_ids": [1, 2, 3]},
-            {"timestamp": 10, "input_length": 16 * 2 + 5, "output_length": 2, "hash_ids": [1, 2, 4]},
-            {"timestamp": 20, "input_length": 16 * 2, "output_length": 2, "hash_ids": [5, 2]}]
+    rows = [
+        {"timestamp": 0, "input_length": 16 * 3, "output_length": 2, "hash_ids": [1, 2, 3]},
+        {"timestamp": 10, "input_length": 16 * 2 + 5, "output_length": 2, "hash_ids": [1, 2, 4]},
+        {"timestamp": 20, "input_length": 16 * 2, "output_length": 2, "hash_ids": [5, 2]},
+    ]
     p.write_text("\n".join(json.dumps(r) for r in rows))
     b = _builder(counter=BuiltinCounter())
     b.units = asyncio.run(calibrate_units(BuiltinCounter()))
     b._overheads = {"single": 0}
     items, info = asyncio.run(trace_items(str(p), _cfg(), 10, b, speedup=1.0, block_tokens=16))
-    from servebench.emulator.tokenizer import get_tokenizer
+    from servescope.emulator.tokenizer import get_tokenizer
 
     tok = get_tokenizer()
     anchor = tok.count(ANCHOR)
@@ -188,7 +223,10 @@ def test_trace_hash_ids_share_block_texts(tmp_path: Path) -> None:
 def test_fixed_output_len_keeps_replies_in_history(tmp_path: Path) -> None:
     p = tmp_path / "chats.json"
     p.write_text(json.dumps(_conversations(2)))
-    items, info = asyncio.run(records_to_items(load_sharegpt(str(p)), _cfg(), 6, _builder(), multi_turn=True,
-                                               shuffle=False, fixed_output=True))
+    items, info = asyncio.run(
+        records_to_items(
+            load_sharegpt(str(p)), _cfg(), 6, _builder(), multi_turn=True, shuffle=False, fixed_output=True
+        )
+    )
     assert [it.output_len for it in items] == [77] * 6 and info["output_len_source"] == "--output-len"
     assert items[2].prompt[1]["role"] == "assistant"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from servebench.results.energy import GpuReading, energy_block, integrate, interp
+from servescope.results.energy import GpuReading, energy_block, integrate, interp
 
 
 def R(t: float, gpu: str = "g0", **kw: float) -> GpuReading:
@@ -21,8 +21,17 @@ def test_interp_and_integrate_are_piecewise_linear_held_flat_outside() -> None:
 
 def test_energy_counter_interpolated_at_the_window_ends() -> None:
     # 300 W: the counter gains 300 J a second; the window [0.5, 2.5] holds 600 J
-    rs = [R(t, energy_j=1000 + 300 * t, power_w=999.0, util_pct=50 if t < 1.5 else 100, mem_used_mib=10 * t,
-            sm_clock_mhz=1500) for t in (0.0, 1.0, 2.0, 3.0)]
+    rs = [
+        R(
+            t,
+            energy_j=1000 + 300 * t,
+            power_w=999.0,
+            util_pct=50 if t < 1.5 else 100,
+            mem_used_mib=10 * t,
+            sm_clock_mhz=1500,
+        )
+        for t in (0.0, 1.0, 2.0, 3.0)
+    ]
     e = energy_block(rs, (0.5, 2.5), output_tokens=1200, source="dcgm")
     assert e["available"] is True and e["method"] == "energy counter"  # the counter, not the power gauge
     assert e["energy_j"] == pytest.approx(600)
@@ -64,7 +73,9 @@ def test_partial_coverage_extends_the_covered_mean_power() -> None:
 
 def test_not_available_says_why() -> None:
     assert energy_block([], (0, 1), output_tokens=1, source="dcgm") == {
-        "available": False, "why": "dcgm: no sample was read during the run"}
+        "available": False,
+        "why": "dcgm: no sample was read during the run",
+    }
     assert energy_block([R(0, power_w=1)], None, output_tokens=1, source="nvml")["available"] is False
     only_util = energy_block([R(0, util_pct=5)], (0, 1), output_tokens=1, source="dcgm")
     assert only_util["available"] is False and "neither power nor" in only_util["why"]

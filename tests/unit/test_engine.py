@@ -9,20 +9,34 @@ from itertools import pairwise
 
 import pytest
 
-from servebench.sim.config import EngineConfig
-from servebench.sim.engine import Engine
-from servebench.sim.request import SimRequest, block_hashes
-from servebench.sim.simulate import SimRun, simulate
-from servebench.sim.steptime import StepCost, StepShape, step_time_s
+from servescope.sim.config import EngineConfig
+from servescope.sim.engine import Engine
+from servescope.sim.request import SimRequest, block_hashes
+from servescope.sim.simulate import SimRun, simulate
+from servescope.sim.steptime import StepCost, StepShape, step_time_s
 
 # A small dense model: 3 ms fixed + 50 us per sequence + a roofline that matters for prefill.
-COST = StepCost(dense_weight_bytes=2e9, kv_bytes_per_token=2e5, flops_per_token=4e9, hbm_bytes_per_s=3e12,
-                flops_per_s=1e15, attn_flops_per_token_ctx=1e5, step_overhead_s=0.003, seq_overhead_s=5e-5)
+COST = StepCost(
+    dense_weight_bytes=2e9,
+    kv_bytes_per_token=2e5,
+    flops_per_token=4e9,
+    hbm_bytes_per_s=3e12,
+    flops_per_s=1e15,
+    attn_flops_per_token_ctx=1e5,
+    step_overhead_s=0.003,
+    seq_overhead_s=5e-5,
+)
 
 
 def config(**kw: object) -> EngineConfig:
-    base: dict[str, object] = {"cost": COST, "kv_blocks": 100_000, "block_size": 16, "max_num_seqs": 16,
-                               "max_num_batched_tokens": 2048, "max_model_len": 8192}
+    base: dict[str, object] = {
+        "cost": COST,
+        "kv_blocks": 100_000,
+        "block_size": 16,
+        "max_num_seqs": 16,
+        "max_num_batched_tokens": 2048,
+        "max_model_len": 8192,
+    }
     base.update(kw)
     return EngineConfig(**base)  # type: ignore[arg-type]
 
@@ -86,6 +100,7 @@ def test_ttft_grows_with_queueing_past_max_num_seqs() -> None:
 def test_shared_prefix_lowers_ttft_once_cached() -> None:
     rng = random.Random(1)
     system = [rng.randrange(1000, 30000) for _ in range(2048)]
+
     def mk() -> list[SimRequest]:
         return [SimRequest(i, 2048 + 16, 8, arrival_s=i * 1.0, prompt_token_ids=system + [i] * 16) for i in range(3)]
 
@@ -217,8 +232,10 @@ def test_an_engine_that_does_not_mix_runs_prompts_and_decodes_one_after_the_othe
     decode_only = step_time_s(COST, StepShape(decode_seqs=1, decode_ctx_tokens=104))
     assert durations[False] == pytest.approx(prompt_only + decode_only)
     assert durations[True] < durations[False]
-    runs = {m: closed(config(chunked_prefill=False, max_num_batched_tokens=8192, mixed_steps=m), 8,
-                      prompt=1024, out=32) for m in (True, False)}
+    runs = {
+        m: closed(config(chunked_prefill=False, max_num_batched_tokens=8192, mixed_steps=m), 8, prompt=1024, out=32)
+        for m in (True, False)
+    }
     for run, reqs in runs.values():
         check_complete(run, reqs)
     assert out_tps(*runs[False]) < out_tps(*runs[True])
@@ -354,8 +371,13 @@ def _used_blocks_from_requests(eng: Engine) -> int:
 @pytest.mark.parametrize("seed", range(6))
 def test_block_accounting_invariant_under_random_load(seed: int, extra: int, reserve: float) -> None:
     rng = random.Random(seed)
-    cfg = config(max_num_seqs=12, kv_blocks=rng.choice([40, 80, 200]), max_num_batched_tokens=rng.choice([64, 256]),
-                 seq_overhead_blocks=extra, reserve_output=reserve)
+    cfg = config(
+        max_num_seqs=12,
+        kv_blocks=rng.choice([40, 80, 200]),
+        max_num_batched_tokens=rng.choice([64, 256]),
+        seq_overhead_blocks=extra,
+        reserve_output=reserve,
+    )
     eng = Engine(cfg)
     prefixes = [[rng.randrange(50_000) for _ in range(96)] for _ in range(3)]
     live: list[SimRequest] = []
@@ -394,14 +416,35 @@ def test_block_accounting_invariant_under_random_load(seed: int, extra: int, res
     assert not live and eng.stats.running == 0 and eng.stats.kv_usage == 0.0
 
 
-@pytest.mark.parametrize("cost", [
-    COST,
-    dataclasses.replace(COST, routed_expert_bytes=3e7, n_experts=128, experts_per_token=8, layers=48,
-                        layer_overhead_s=2e-5, comm_bytes_per_token=5e5, comm_bytes_per_s=2e11, collectives=96,
-                        collective_s=5e-6, internode_collectives=4, internode_collective_s=3e-5),
-    dataclasses.replace(COST, decode_tokens_per_seq=2.4, token_overhead_s=1e-7, mem_efficiency=0.6,
-                        compute_efficiency=0.05, comm_bytes_per_token=1e5, comm_bytes_per_s=1e11),
-])
+@pytest.mark.parametrize(
+    "cost",
+    [
+        COST,
+        dataclasses.replace(
+            COST,
+            routed_expert_bytes=3e7,
+            n_experts=128,
+            experts_per_token=8,
+            layers=48,
+            layer_overhead_s=2e-5,
+            comm_bytes_per_token=5e5,
+            comm_bytes_per_s=2e11,
+            collectives=96,
+            collective_s=5e-6,
+            internode_collectives=4,
+            internode_collective_s=3e-5,
+        ),
+        dataclasses.replace(
+            COST,
+            decode_tokens_per_seq=2.4,
+            token_overhead_s=1e-7,
+            mem_efficiency=0.6,
+            compute_efficiency=0.05,
+            comm_bytes_per_token=1e5,
+            comm_bytes_per_s=1e11,
+        ),
+    ],
+)
 def test_decode_run_prices_each_step_as_step_does(cost: StepCost) -> None:
     """`decode_run` writes the step cost out for a fixed batch (`steptime.DecodeTerms`): each step's
     duration is the very float `step` gives the same decode-only step, not an approximation."""
@@ -457,6 +500,7 @@ def test_sequence_overhead_blocks_limit_how_many_run() -> None:
     """vLLM's sliding-window pages: every running sequence holds `seq_overhead_blocks` besides its
     context, so a pool that holds 8 sequences of 64 tokens (4 blocks each) holds 4 when each also
     keeps 4 window blocks; blocks all come back at the end."""
+
     def peak_running(extra: int) -> int:
         eng = Engine(config(kv_blocks=40, max_num_seqs=16, seq_overhead_blocks=extra))
         for i in range(12):
@@ -536,6 +580,7 @@ def test_a_prompt_cap_bounds_the_prompt_tokens_of_a_step_and_not_its_decodes() -
     """`max_prefill_tokens` (SGLang DP attention's per-rank chunk) caps the prompt tokens a step
     carries: a 4,096-token prompt under a 1,024 cap takes 4 steps where the 8,192 budget took one, and
     the 8 decoding sequences still advance in every step."""
+
     def steps_to_first_token(cap: int) -> tuple[int, list[int]]:
         eng = Engine(config(max_num_batched_tokens=8192, max_prefill_tokens=cap))
         decoders = [SimRequest(f"d{i}", 16, 1000) for i in range(8)]

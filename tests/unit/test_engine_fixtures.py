@@ -15,8 +15,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from servebench.client.openai import StreamAccumulator
-from servebench.client.sse import SSEDecoder
+from servescope.client.openai import StreamAccumulator
+from servescope.client.sse import SSEDecoder
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "engines"
 CASES = sorted(p.stem for p in FIXTURES.glob("*.sse"))

@@ -15,15 +15,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servebench.client.conn import Connection
-from servebench.client.fastpath import (
+from servescope.client.conn import Connection
+from servescope.client.fastpath import (
     RunTemplate,
     _bulk_run,
     plain_text_chars,
     token_run,
 )
-from servebench.client.openai import StreamAccumulator
-from servebench.client.sinks import StreamSink
+from servescope.client.openai import StreamAccumulator
+from servescope.client.sinks import StreamSink
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 
@@ -73,8 +73,17 @@ def _drive(wire: bytes, cuts: list[int], api: str, bulk: bool) -> tuple[Any, ...
         for i, (a, b) in enumerate(pairwise(bounds)):
             conn.on_data(wire[a:b], 1000 * (i + 1))  # each read its own arrival time
         exc = done.exception() if done.done() else None
-        state = (acc.chunk_ns, acc.chunk_chars, acc.t_first_answer_ns, acc.usage, acc.done, acc.error,
-                 acc.finish_reason, type(exc).__name__ if exc else None, done.done())
+        state = (
+            acc.chunk_ns,
+            acc.chunk_chars,
+            acc.t_first_answer_ns,
+            acc.usage,
+            acc.done,
+            acc.error,
+            acc.finish_reason,
+            type(exc).__name__ if exc else None,
+            done.done(),
+        )
         return state, getattr(wrapper, "taken", 0)
 
     return asyncio.run(go())
@@ -92,7 +101,7 @@ def _frame(payloads: list[bytes], upper: set[int], merge: set[int], split: set[i
             ev += events[i + 1]
             i += 1
         if i in split and len(ev) > 2:
-            chunks += [ev[: len(ev) // 2], ev[len(ev) // 2:]]
+            chunks += [ev[: len(ev) // 2], ev[len(ev) // 2 :]]
         else:
             chunks.append(ev)
         i += 1
@@ -105,8 +114,10 @@ def _frame(payloads: list[bytes], upper: set[int], merge: set[int], split: set[i
 _PLAIN_CHARS = list("ab z0.,/")
 _ODD_CHARS = ['"', "\\", "\n", "\t", "\x01", "\u00e9", "\u4e2d", "\U0001f600", "\u2028"]
 # mostly texts a template can take verbatim, some that need a parse
-_TEXT = st.one_of(st.text(alphabet=st.sampled_from(_PLAIN_CHARS), max_size=4),
-                  st.text(alphabet=st.sampled_from(_PLAIN_CHARS + _ODD_CHARS), max_size=4))
+_TEXT = st.one_of(
+    st.text(alphabet=st.sampled_from(_PLAIN_CHARS), max_size=4),
+    st.text(alphabet=st.sampled_from(_PLAIN_CHARS + _ODD_CHARS), max_size=4),
+)
 _KINDS = ["tok", "reason", "role", "created", "usage", "finish", "bad", "done", "raw"]
 
 
@@ -133,8 +144,9 @@ def _streams(draw: st.DrawFn) -> tuple[str, list[bytes]]:
             kind = "tok"
         if kind == "raw":  # bytes written by hand: the text escaped where JSON needs no escape, and
             # a plain "ab" (or another text) under the same key elsewhere: no template may be cut there
-            other = (b"ab" if draw(st.booleans())
-                     else text.encode("ascii", "ignore").replace(b"\\", b"").replace(b'"', b""))
+            other = (
+                b"ab" if draw(st.booleans()) else text.encode("ascii", "ignore").replace(b"\\", b"").replace(b'"', b"")
+            )
             key = b"text" if api == "completions" else b"content"
             where = b'"text":"a\\u0062"' if api == "completions" else b'"delta":{"content":"a\\u0062"}'
             payloads.append(b'{"id":"x","choices":[{"index":0,%s,"x":{"%s":"%s"}}]}' % (where, key, other))
@@ -163,8 +175,13 @@ def _streams(draw: st.DrawFn) -> tuple[str, list[bytes]]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(_streams(), st.lists(st.integers(0, 6000), max_size=12), st.sets(st.integers(0, 30), max_size=3),
-       st.sets(st.integers(0, 30), max_size=3), st.sets(st.integers(0, 30), max_size=3))
+@given(
+    _streams(),
+    st.lists(st.integers(0, 6000), max_size=12),
+    st.sets(st.integers(0, 30), max_size=3),
+    st.sets(st.integers(0, 30), max_size=3),
+    st.sets(st.integers(0, 30), max_size=3),
+)
 def test_bulk_path_records_exactly_what_the_general_path_records(stream, cuts, upper, merge, split) -> None:
     api, payloads = stream
     wire = HEAD + _frame(payloads, upper, merge, split)
@@ -184,8 +201,16 @@ def _events(api: str, payloads: list[bytes], learn: bool) -> tuple[Any, ...]:
         except ValueError as e:
             err = (i, type(e).__name__)
             break
-    return (acc.chunk_ns, acc.chunk_chars, acc.t_first_answer_ns, acc.usage, acc.done, acc.error,
-            acc.finish_reason, err)
+    return (
+        acc.chunk_ns,
+        acc.chunk_chars,
+        acc.t_first_answer_ns,
+        acc.usage,
+        acc.done,
+        acc.error,
+        acc.finish_reason,
+        err,
+    )
 
 
 @settings(max_examples=300, deadline=None)
@@ -197,8 +222,9 @@ def test_template_path_per_event_records_exactly_what_parsing_records(stream) ->
 
 def test_a_plain_stream_read_in_bulk_goes_through_the_bulk_path() -> None:
     """Not just equal: the fast path is the one taking the tokens (else the test above proves little)."""
-    payloads = [orjson.dumps({"id": "c", "choices": [{"index": 0, "text": f" w{i}", "finish_reason": None}]})
-                for i in range(64)]
+    payloads = [
+        orjson.dumps({"id": "c", "choices": [{"index": 0, "text": f" w{i}", "finish_reason": None}]}) for i in range(64)
+    ]
     payloads.append(orjson.dumps({"id": "c", "choices": [{"index": 0, "text": "!", "finish_reason": "length"}]}))
     wire = HEAD + _frame([*payloads, b"[DONE]"], set(), set(), set())
     cuts = [len(HEAD) + 200 * i for i in range(1, 4)] + [len(wire) // 2]
@@ -234,7 +260,7 @@ def test_chunk_by_chunk_and_bulk_runs_agree(texts: list[str], cut: int) -> None:
     for t in texts:
         ev = b'data: {"t":' + orjson.dumps(t) + b"}\n\n"
         wire += b"%x\r\n%s\r\n" % (len(ev), ev)
-    wire = wire[:max(0, len(wire) - cut)]
+    wire = wire[: max(0, len(wire) - cut)]
     assert token_run(wire, 0, few) == _bulk_run(wire, 0, few)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from servebench.sim.frontend import FrontEnd
+from servescope.sim.frontend import FrontEnd
 
 
 def test_requests_inside_together_share_the_service() -> None:

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servebench.client.coalesce import ReadCoalescer
-from servebench.client.conn import Connection
-from servebench.client.pool import ConnectionPool, Endpoint, request_head
-from servebench.client.transport import KERNEL_RX_TIMESTAMPS
+from servescope.client.coalesce import ReadCoalescer
+from servescope.client.conn import Connection
+from servescope.client.pool import ConnectionPool, Endpoint, request_head
+from servescope.client.transport import KERNEL_RX_TIMESTAMPS
 
 
 class _Collect:
@@ -38,8 +38,9 @@ def _one_shot_server(respond) -> tuple[str, threading.Thread]:
             while b"\r\n\r\n" not in buf:
                 buf += conn.recv(65536)
             head, _, body = buf.partition(b"\r\n\r\n")
-            length = int(next(ln.split(b":")[1] for ln in head.split(b"\r\n")
-                              if ln.lower().startswith(b"content-length")))
+            length = int(
+                next(ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length"))
+            )
             while len(body) < length:
                 body += conn.recv(1 << 20)
             respond(conn, body)
@@ -100,7 +101,7 @@ def test_arrival_is_when_the_bytes_came_not_when_the_loop_got_to_them(kernel: bo
     status, sink, mode = _request(url, b"{}", kernel=kernel, block_loop_s=0.2)
     t.join(5)
     assert status == 200 and mode == ("kernel" if kernel else "read")
-    (data, t_ns), = sink.parts
+    ((data, t_ns),) = sink.parts
     assert data == b"hello"
     late_ms = (t_ns - written[0]) / 1e6
     assert late_ms >= 0  # never before the server wrote it
@@ -144,8 +145,11 @@ class _NullTransport:
         pass
 
 
-@given(st.lists(st.binary(min_size=1, max_size=40), min_size=1, max_size=8),
-       st.lists(st.integers(0, 400), max_size=8), st.booleans())
+@given(
+    st.lists(st.binary(min_size=1, max_size=40), min_size=1, max_size=8),
+    st.lists(st.integers(0, 400), max_size=8),
+    st.booleans(),
+)
 def test_chunked_body_decodes_the_same_however_the_reads_fall(chunks: list[bytes], cuts: list[int], ext: bool) -> None:
     """The tight whole-chunk loop and the general state machine give the same body for any split."""
     wire = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"

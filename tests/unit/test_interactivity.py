@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from servebench.errors import ConfigError
-from servebench.results.interactivity import (
+from servescope.errors import ConfigError
+from servescope.results.interactivity import (
     DEFAULT_LEVELS,
     ParetoPoint,
     interactivity_block,
@@ -45,8 +45,9 @@ def test_front_edge_cases() -> None:
     assert pareto_front([]) == []
     a = ParetoPoint(50, 100, "a")
     # an identical copy is kept once; equal x with less y, and equal y with less x, are dominated
-    assert pareto_front([a, ParetoPoint(50, 100, "copy"), ParetoPoint(50, 90, "lower"),
-                         ParetoPoint(40, 100, "slower")]) == [a]
+    assert pareto_front(
+        [a, ParetoPoint(50, 100, "copy"), ParetoPoint(50, 90, "lower"), ParetoPoint(40, 100, "slower")]
+    ) == [a]
     # non-finite and x <= 0 (no TPOT) points are left out
     assert pareto_front([ParetoPoint(float("nan"), 1), ParetoPoint(0, 5), ParetoPoint(10, float("inf"))]) == []
 
@@ -138,23 +139,24 @@ def test_parse_levels() -> None:
 
 def _summary(x: float, y: float, *, gpus: int | None = 4, usd_per_gpu_hour: float | None = PRICE) -> dict:
     """Just what the Pareto section reads: tokens/s per user, per-GPU output throughput, the price."""
-    s: dict = {"interactivity": {"tokens_per_s_per_user": x, "gpus": gpus,
-                                 "output_tokens_per_s_per_gpu": y if gpus else None},
-               "throughput": {"output_tokens_per_s": y * (gpus or 1)},
-               "latency_ms": {"tpot": {"median": 1000.0 / x}}}
+    s: dict = {
+        "interactivity": {"tokens_per_s_per_user": x, "gpus": gpus, "output_tokens_per_s_per_gpu": y if gpus else None},
+        "throughput": {"output_tokens_per_s": y * (gpus or 1)},
+        "latency_ms": {"tpot": {"median": 1000.0 / x}},
+    }
     if usd_per_gpu_hour is not None:
         s["cost"] = {"usd_per_gpu_hour": usd_per_gpu_hour, "usd_per_hour": usd_per_gpu_hour * (gpus or 1)}
     return s
 
 
 def test_report_section_shows_the_hand_computed_table_and_draws_dominated_points_faint() -> None:
-    from servebench.report.pareto import pareto_section
+    from servescope.report.pareto import pareto_section
 
     runs = [(p.label, _summary(p.x, p.y)) for p in POINTS]
     html, figs = pareto_section([("sweep", runs)], (5, 20, 50, 100, 150))
     cells = [c.split("</td>")[0] for c in html.split("<td")[1:]]
     cells = [c.split(">", 1)[1] for c in cells]
-    rows = [cells[i:i + 4] for i in range(0, len(cells), 4)]  # level, tok/s per GPU, $/1M, where
+    rows = [cells[i : i + 4] for i in range(0, len(cells), 4)]  # level, tok/s per GPU, $/1M, where
     # the values of test_table_matches_a_hand_computation / test_outside_the_front_is_flagged, as shown
     assert [r[:3] for r in rows] == [
         ["5", "≥ 1,000.0", "≤ $0.556"],
@@ -174,7 +176,7 @@ def test_report_section_shows_the_hand_computed_table_and_draws_dominated_points
 
 
 def test_report_section_falls_back_to_the_deployment_when_a_gpu_count_is_unknown() -> None:
-    from servebench.report.pareto import pareto_section
+    from servescope.report.pareto import pareto_section
 
     runs = [("a", _summary(10, 100, gpus=None, usd_per_gpu_hour=None)), ("b", _summary(20, 50))]
     html, figs = pareto_section([("s", runs)])
@@ -186,18 +188,30 @@ def test_report_section_falls_back_to_the_deployment_when_a_gpu_count_is_unknown
 
 
 def test_compare_of_two_sweeps_prints_and_writes_the_table(tmp_path: Path) -> None:
-    """`servebench compare A B` of two sweeps: the terminal table and compare.json's `interactivity`,
+    """`servescope compare A B` of two sweeps: the terminal table and compare.json's `interactivity`,
     equal to the pure core's readings of the summaries on disk."""
     from click.testing import CliRunner
 
-    from servebench.report.commands import compare_command
-    from servebench.report.data import SweepResult, load_results
+    from servescope.report.commands import compare_command
+    from servescope.report.data import SweepResult, load_results
     from tests.support.synth import write_synth_sweep
 
     a = write_synth_sweep(tmp_path / "a", [1, 4, 16], n=30, seed=1, gpus=2, usd_per_hour=5.0)
     b = write_synth_sweep(tmp_path / "b", [1, 4, 16], n=30, seed=2, time_scale=1.3, gpus=2, usd_per_hour=5.0)
-    res = CliRunner().invoke(compare_command, [str(a), str(b), "--out", str(tmp_path / "cmp"), "--resamples", "100",
-                                               "--interactivity-levels", "30,60", "--no-html"])
+    res = CliRunner().invoke(
+        compare_command,
+        [
+            str(a),
+            str(b),
+            "--out",
+            str(tmp_path / "cmp"),
+            "--resamples",
+            "100",
+            "--interactivity-levels",
+            "30,60",
+            "--no-html",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "Best throughput at each interactivity level" in res.output
     doc = json.loads((tmp_path / "cmp" / "compare.json").read_text())["interactivity"]
@@ -223,13 +237,13 @@ def test_compare_of_two_sweeps_prints_and_writes_the_table(tmp_path: Path) -> No
 
 
 def test_gpu_count_from_the_flag_else_the_emulators_deployment_else_unknown() -> None:
-    """run.bench asks the built-in emulator (real HTTP on loopback, /_servebench/info) for its
+    """run.bench asks the built-in emulator (real HTTP on loopback, /_servescope/info) for its
     deployment's GPUs; --gpus wins; a target that is not our emulator stays unknown."""
     import asyncio
 
-    from servebench.emulator.server import EmulatorThread
-    from servebench.run.bench import _gpus
-    from servebench.run.config import RunConfig
+    from servescope.emulator.server import EmulatorThread
+    from servescope.run.bench import _gpus
+    from servescope.run.config import RunConfig
 
     with EmulatorThread("llama-3.1-70b") as emu:  # Llama-3.1-70B on 4 H100s (its profile)
         base = emu.url + "/v1"

@@ -2,8 +2,8 @@
 inside a function). Each failure names the file, the line, the import and the rule it breaks.
 
 The rules:
-- nothing imports `servebench.cli` (the command line sits on top of everything);
-- the pure cores import no I/O or network module, no I/O part of servebench, and call no `open`,
+- nothing imports `servescope.cli` (the command line sits on top of everything);
+- the pure cores import no I/O or network module, no I/O part of servescope, and call no `open`,
   `print` or `input`, nor a path's read/write methods;
 - `sim/` (the performance model) imports neither the emulator, the planner, the loaders in `deploy/`
   nor anything that runs a benchmark: they all sit on top of it;
@@ -28,36 +28,63 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 
 # The pure cores: no I/O, no clock-driven loop, no network. Prefixes of module names.
 PURE = (
-    "servebench.sim",
-    "servebench.results.records",
-    "servebench.results.metrics",
-    "servebench.results.slo",
-    "servebench.results.cost",
-    "servebench.results.repeats",
-    "servebench.results.schema",
-    "servebench.results.validation",
-    "servebench.results.precision",
-    "servebench.results.interactivity",
-    "servebench.results.energy",
-    "servebench.results.colsummary",
-    "servebench.client.split",
-    "servebench.client.sse",
-    "servebench.client.fastpath",
-    "servebench.workload.schedule",
-    "servebench.sweep.points",
-    "servebench.sweep.table",
-    "servebench.plan.recipes",
-    "servebench.urls",
+    "servescope.sim",
+    "servescope.results.records",
+    "servescope.results.metrics",
+    "servescope.results.slo",
+    "servescope.results.cost",
+    "servescope.results.repeats",
+    "servescope.results.schema",
+    "servescope.results.validation",
+    "servescope.results.precision",
+    "servescope.results.interactivity",
+    "servescope.results.energy",
+    "servescope.results.colsummary",
+    "servescope.client.split",
+    "servescope.client.sse",
+    "servescope.client.fastpath",
+    "servescope.workload.schedule",
+    "servescope.sweep.points",
+    "servescope.sweep.table",
+    "servescope.plan.recipes",
+    "servescope.urls",
 )
-# Modules a pure core may not import (standard library and third-party I/O, and servebench's I/O parts).
+# Modules a pure core may not import (standard library and third-party I/O, and servescope's I/O parts).
 IO_MODULES = (
-    "asyncio", "socket", "ssl", "selectors", "subprocess", "shutil", "tempfile", "io", "os", "pathlib",
-    "importlib.resources", "http", "urllib.request", "sqlite3", "threading", "multiprocessing",
-    "aiohttp", "uvloop", "pyarrow", "rich.console", "rich.live", "click",
-    "servebench.client.conn", "servebench.client.transport", "servebench.client.pool", "servebench.client.shard",
-    "servebench.target", "servebench.results.store",
-    "servebench.run", "servebench.emulator", "servebench.deploy", "servebench.report", "servebench.sweep.command",
-    "servebench.plan.command",
+    "asyncio",
+    "socket",
+    "ssl",
+    "selectors",
+    "subprocess",
+    "shutil",
+    "tempfile",
+    "io",
+    "os",
+    "pathlib",
+    "importlib.resources",
+    "http",
+    "urllib.request",
+    "sqlite3",
+    "threading",
+    "multiprocessing",
+    "aiohttp",
+    "uvloop",
+    "pyarrow",
+    "rich.console",
+    "rich.live",
+    "click",
+    "servescope.client.conn",
+    "servescope.client.transport",
+    "servescope.client.pool",
+    "servescope.client.shard",
+    "servescope.target",
+    "servescope.results.store",
+    "servescope.run",
+    "servescope.emulator",
+    "servescope.deploy",
+    "servescope.report",
+    "servescope.sweep.command",
+    "servescope.plan.command",
 )
 IO_CALLS = ("open", "print", "input")
 IO_METHODS = ("read_text", "write_text", "read_bytes", "write_bytes", "open")
@@ -74,22 +101,66 @@ class Rule:
 
 
 RULES = (
-    Rule(("servebench",), ("servebench.cli",), "nothing imports the command line", unless=("servebench.cli",)),
+    Rule(("servescope",), ("servescope.cli",), "nothing imports the command line", unless=("servescope.cli",)),
     Rule(PURE, IO_MODULES, "a pure core imports no I/O or network module"),
-    Rule(("servebench.sim",), ("servebench.emulator", "servebench.plan", "servebench.deploy", "servebench.run",
-                               "servebench.client", "servebench.target", "servebench.sweep", "servebench.report"),
-         "sim/ is the pure model: the emulator, the planner and the loaders sit on top of it"),
-    Rule(("servebench.client",), ("aiohttp", "servebench.run", "servebench.report", "servebench.sweep",
-                                  "servebench.plan", "servebench.emulator", "servebench.target", "servebench.deploy"),
-         "client/ is the hot path: no aiohttp, nothing above it"),
-    Rule(("servebench.emulator",), ("servebench.client", "servebench.target", "servebench.run",
-                                    "servebench.report", "servebench.sweep", "servebench.plan"),
-         "the emulator is a server around sim/, independent of the benchmark's side"),
-    Rule(("servebench.results",), ("servebench.client", "servebench.run", "servebench.emulator",
-                                   "servebench.report", "servebench.sweep", "servebench.plan"),
-         "results/ holds what a run leaves: it neither produces load nor renders reports"),
-    Rule(("servebench",), ("ray",), "Ray is an optional extra: only run/ray_run.py imports it",
-         unless=("servebench.run.ray_run",)),
+    Rule(
+        ("servescope.sim",),
+        (
+            "servescope.emulator",
+            "servescope.plan",
+            "servescope.deploy",
+            "servescope.run",
+            "servescope.client",
+            "servescope.target",
+            "servescope.sweep",
+            "servescope.report",
+        ),
+        "sim/ is the pure model: the emulator, the planner and the loaders sit on top of it",
+    ),
+    Rule(
+        ("servescope.client",),
+        (
+            "aiohttp",
+            "servescope.run",
+            "servescope.report",
+            "servescope.sweep",
+            "servescope.plan",
+            "servescope.emulator",
+            "servescope.target",
+            "servescope.deploy",
+        ),
+        "client/ is the hot path: no aiohttp, nothing above it",
+    ),
+    Rule(
+        ("servescope.emulator",),
+        (
+            "servescope.client",
+            "servescope.target",
+            "servescope.run",
+            "servescope.report",
+            "servescope.sweep",
+            "servescope.plan",
+        ),
+        "the emulator is a server around sim/, independent of the benchmark's side",
+    ),
+    Rule(
+        ("servescope.results",),
+        (
+            "servescope.client",
+            "servescope.run",
+            "servescope.emulator",
+            "servescope.report",
+            "servescope.sweep",
+            "servescope.plan",
+        ),
+        "results/ holds what a run leaves: it neither produces load nor renders reports",
+    ),
+    Rule(
+        ("servescope",),
+        ("ray",),
+        "Ray is an optional extra: only run/ray_run.py imports it",
+        unless=("servescope.run.ray_run",),
+    ),
 )
 
 
@@ -130,16 +201,19 @@ def _io_calls(tree: ast.AST) -> list[tuple[int, str]]:
             f = node.func
             if isinstance(f, ast.Name) and f.id in IO_CALLS:
                 out.append((node.lineno, f"{f.id}()"))
-            elif isinstance(f, ast.Attribute) and f.attr in IO_METHODS and not (
-                    isinstance(f.value, ast.Name) and f.value.id in ("gzip", "lzma", "bz2")):
+            elif (
+                isinstance(f, ast.Attribute)
+                and f.attr in IO_METHODS
+                and not (isinstance(f.value, ast.Name) and f.value.id in ("gzip", "lzma", "bz2"))
+            ):
                 out.append((node.lineno, f".{f.attr}()"))
     return out
 
 
 def violations(root: Path) -> list[str]:
-    """Every broken rule under `root` (a directory holding the `servebench` package)."""
+    """Every broken rule under `root` (a directory holding the `servescope` package)."""
     found: list[str] = []
-    for path in sorted((root / "servebench").rglob("*.py")):
+    for path in sorted((root / "servescope").rglob("*.py")):
         module = _module_name(path, root)
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         rel = path.relative_to(root)
@@ -169,18 +243,21 @@ def test_every_pure_module_exists() -> None:
         assert (SRC / rel).is_dir() or (SRC / rel).with_suffix(".py").is_file(), f"{prefix} names no module"
 
 
-@pytest.mark.parametrize(("target", "line", "expect"), [
-    ("servebench/sim/steptime.py", "from servebench.emulator import server", "imports servebench.emulator"),
-    ("servebench/sim/memory.py", "import socket", "imports socket: a pure core imports no I/O"),
-    ("servebench/results/metrics.py", "from servebench.cli import main", "imports servebench.cli"),
-    ("servebench/client/sse.py", "from . import pool", "imports servebench.client.pool"),
-    ("servebench/client/openai.py", "import aiohttp", "imports aiohttp: client/ is the hot path"),
-    ("servebench/emulator/wire.py", "from servebench.client import openai", "imports servebench.client"),
-    ("servebench/client/remote.py", "import ray", "imports ray: Ray is an optional extra"),
-])
+@pytest.mark.parametrize(
+    ("target", "line", "expect"),
+    [
+        ("servescope/sim/steptime.py", "from servescope.emulator import server", "imports servescope.emulator"),
+        ("servescope/sim/memory.py", "import socket", "imports socket: a pure core imports no I/O"),
+        ("servescope/results/metrics.py", "from servescope.cli import main", "imports servescope.cli"),
+        ("servescope/client/sse.py", "from . import pool", "imports servescope.client.pool"),
+        ("servescope/client/openai.py", "import aiohttp", "imports aiohttp: client/ is the hot path"),
+        ("servescope/emulator/wire.py", "from servescope.client import openai", "imports servescope.client"),
+        ("servescope/client/remote.py", "import ray", "imports ray: Ray is an optional extra"),
+    ],
+)
 def test_a_forbidden_import_is_named(tmp_path: Path, target: str, line: str, expect: str) -> None:
     """The checker is not vacuous: adding one forbidden import to a copy of the tree breaks it, by name."""
-    shutil.copytree(SRC / "servebench", tmp_path / "servebench")
+    shutil.copytree(SRC / "servescope", tmp_path / "servescope")
     path = tmp_path / target
     path.write_text(path.read_text(encoding="utf-8") + f"\n{line}\n", encoding="utf-8")
     found = violations(tmp_path)
@@ -188,8 +265,9 @@ def test_a_forbidden_import_is_named(tmp_path: Path, target: str, line: str, exp
 
 
 def test_file_io_in_a_pure_core_is_named(tmp_path: Path) -> None:
-    shutil.copytree(SRC / "servebench", tmp_path / "servebench")
-    path = tmp_path / "servebench/sim/catalog.py"
-    path.write_text(path.read_text(encoding="utf-8") + "\n\ndef _peek(p):\n    return p.read_text()\n",
-                    encoding="utf-8")
+    shutil.copytree(SRC / "servescope", tmp_path / "servescope")
+    path = tmp_path / "servescope/sim/catalog.py"
+    path.write_text(
+        path.read_text(encoding="utf-8") + "\n\ndef _peek(p):\n    return p.read_text()\n", encoding="utf-8"
+    )
     assert any("sim/catalog.py" in v and ".read_text()" in v for v in violations(tmp_path))

@@ -6,11 +6,11 @@ import statistics
 
 import pytest
 
-from servebench.deploy.deployment import deployment_from_mapping
-from servebench.plan.whatif import whatif
-from servebench.sim.lockstep import simulate_lockstep
-from servebench.sim.request import SimRequest
-from servebench.sim.simulate import simulate
+from servescope.deploy.deployment import deployment_from_mapping
+from servescope.plan.whatif import whatif
+from servescope.sim.lockstep import simulate_lockstep
+from servescope.sim.request import SimRequest
+from servescope.sim.simulate import simulate
 from tests.unit.test_engine import config
 
 
@@ -48,8 +48,18 @@ def test_a_rank_prefilling_holds_back_the_other_ranks_decodes() -> None:
 def test_plan_runs_the_dp_ranks_of_a_moe_in_lock_step() -> None:
     """DeepSeek-R1 on SGLang with DP attention over 8 H200s: the what-if simulates the 8 ranks together
     with the whole load (one point, the requests all served); a dense model's DP replicas stay independent."""
-    dep = deployment_from_mapping({"model": "DeepSeek-R1", "gpu": "h200", "gpus": 8, "engine": "sglang",
-                                   "tp": 1, "dp": 8, "ep": 8, "max_model_len": 8192})
+    dep = deployment_from_mapping(
+        {
+            "model": "DeepSeek-R1",
+            "gpu": "h200",
+            "gpus": 8,
+            "engine": "sglang",
+            "tp": 1,
+            "dp": 8,
+            "ep": 8,
+            "max_model_len": 8192,
+        }
+    )
     assert dep.dp == 8 and dep.model.is_moe
     (p,) = whatif(dep, input_len=1024, output_len=128, concurrencies=[64], num_requests=128)
     assert p.concurrency == 64 and p.num_requests == 128

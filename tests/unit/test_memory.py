@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from servebench.errors import ConfigError
-from servebench.sim.catalog import get_gpu, get_model
-from servebench.sim.memory import (
+from servescope.errors import ConfigError
+from servescope.sim.catalog import get_gpu, get_model
+from servescope.sim.memory import (
     Layout,
     bytes_per_param,
     checkpoint_bytes,
@@ -55,11 +55,14 @@ def test_deepseek_fp8_does_not_fit_8xh100_and_says_why() -> None:
     assert "2x8 H100" in joined and "8xH200" in joined
 
 
-@pytest.mark.parametrize("layout", [
-    Layout(gpu=H100, gpus_per_node=8, nodes=2, tp=8, pp=2, quant="fp8"),
-    Layout(gpu=H100, gpus_per_node=8, nodes=2, tp=16, quant="fp8"),
-    Layout(gpu=H200, tp=8, quant="fp8"),
-])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        Layout(gpu=H100, gpus_per_node=8, nodes=2, tp=8, pp=2, quant="fp8"),
+        Layout(gpu=H100, gpus_per_node=8, nodes=2, tp=16, quant="fp8"),
+        Layout(gpu=H200, tp=8, quant="fp8"),
+    ],
+)
 def test_deepseek_fp8_fits_2x8_h100_and_8xh200(layout: Layout) -> None:
     r = fit(get_model("DeepSeek-V3"), layout, max_model_len=8192)
     assert r.fits, r.reason
@@ -68,8 +71,13 @@ def test_deepseek_fp8_fits_2x8_h100_and_8xh200(layout: Layout) -> None:
 
 def test_deepseek_v3_awq_8xh100_matches_vllm_073_log() -> None:
     # seed 001: vLLM 0.7.3 logged 50.47 GiB of weights and 151,072 KV tokens (TP8, util 0.95, len 8000)
-    r = fit(get_model("DeepSeek-V3-AWQ"), Layout(gpu=H100, tp=8, quant="awq"), max_model_len=8000,
-            gpu_memory_utilization=0.95, engine="vllm-0.7")
+    r = fit(
+        get_model("DeepSeek-V3-AWQ"),
+        Layout(gpu=H100, tp=8, quant="awq"),
+        max_model_len=8000,
+        gpu_memory_utilization=0.95,
+        engine="vllm-0.7",
+    )
     assert r.fits
     assert r.weights_per_gpu_bytes / GIB == pytest.approx(50.47, rel=0.05)
     assert r.kv_tokens == pytest.approx(151_072, rel=0.05)
@@ -108,8 +116,10 @@ def test_expert_parallel_splits_experts_not_attention() -> None:
 
 def test_quantization_orders_weight_bytes() -> None:
     m = get_model("Llama-3.1-70B")
-    w = {q: weight_bytes_per_gpu(m, Layout(gpu=H100, gpus_per_node=4, tp=4, quant=q))
-         for q in ("bf16", "fp8", "awq", "int4")}
+    w = {
+        q: weight_bytes_per_gpu(m, Layout(gpu=H100, gpus_per_node=4, tp=4, quant=q))
+        for q in ("bf16", "fp8", "awq", "int4")
+    }
     assert w["bf16"] > w["fp8"] > w["awq"] > w["int4"]
     assert w["bf16"] / GIB == pytest.approx(70.6e9 * 2 / 4 / GIB, rel=0.01)
 
@@ -137,9 +147,15 @@ def test_engines_differ_and_bad_inputs_raise() -> None:
 def test_experts_split_over_tp_times_dp_whatever_ep() -> None:
     # TRT-LLM DeepSeek-R1: attention TP8 with MoE TP2 x EP4; DP attention without EP: experts over dp
     ds = get_model("DeepSeek-R1")
-    routed = {lay.describe(): fit(ds, lay, max_model_len=4096).weights_breakdown["routed_experts"]
-              for lay in (Layout(gpu=H200, tp=8, quant="fp8"), Layout(gpu=H200, tp=8, ep=4, quant="fp8"),
-                          Layout(gpu=H200, tp=1, dp=8, quant="fp8"), Layout(gpu=H200, tp=2, dp=4, ep=8, quant="fp8"))}
+    routed = {
+        lay.describe(): fit(ds, lay, max_model_len=4096).weights_breakdown["routed_experts"]
+        for lay in (
+            Layout(gpu=H200, tp=8, quant="fp8"),
+            Layout(gpu=H200, tp=8, ep=4, quant="fp8"),
+            Layout(gpu=H200, tp=1, dp=8, quant="fp8"),
+            Layout(gpu=H200, tp=2, dp=4, ep=8, quant="fp8"),
+        )
+    }
     assert len(set(routed.values())) == 1, routed
     with pytest.raises(ConfigError):
         Layout(gpu=H200, tp=8, ep=3, quant="fp8")  # 3 does not divide 8
@@ -168,8 +184,9 @@ def test_gpt_oss_mxfp4_keeps_attention_bf16() -> None:
     assert checkpoint_bytes(model, "mxfp4") == pytest.approx(want, rel=1e-6)
     assert 60.0 < checkpoint_bytes(model, "mxfp4") / 2**30 < 61.5
     lay = Layout(gpu=get_gpu("h100"), gpus_per_node=1, tp=1, quant="mxfp4")
-    assert weight_bytes_per_gpu(model, lay) > weight_bytes_per_gpu(model, Layout(gpu=get_gpu("h100"), gpus_per_node=1,
-                                                                                  tp=1, quant="int4"))
+    assert weight_bytes_per_gpu(model, lay) > weight_bytes_per_gpu(
+        model, Layout(gpu=get_gpu("h100"), gpus_per_node=1, tp=1, quant="int4")
+    )
 
 
 def test_gpt_oss_on_one_h100_under_vllm_matches_its_log() -> None:

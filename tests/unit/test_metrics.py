@@ -4,24 +4,46 @@ from __future__ import annotations
 
 import pytest
 
-from servebench.results.metrics import assess_client, distribution, error_adjusted, itl_gaps_ms, summarize
-from servebench.results.records import RequestRecord
+from servescope.results.metrics import assess_client, distribution, error_adjusted, itl_gaps_ms, summarize
+from servescope.results.records import RequestRecord
 
 MS = 1_000_000
 
 
-def rec(i: int, *, send: int, chunks: list[int], tokens: list[int] | None = None, answer: int | None = None,
-        out: int | None = None, sched: int | None = None, status: str = "ok", kind: str | None = None,
-        warmup: bool = False, reasoning: int = 0, inp: int | None = 10) -> RequestRecord:
+def rec(
+    i: int,
+    *,
+    send: int,
+    chunks: list[int],
+    tokens: list[int] | None = None,
+    answer: int | None = None,
+    out: int | None = None,
+    sched: int | None = None,
+    status: str = "ok",
+    kind: str | None = None,
+    warmup: bool = False,
+    reasoning: int = 0,
+    inp: int | None = 10,
+) -> RequestRecord:
     tokens = tokens or [1] * len(chunks)
     return RequestRecord(
-        id=i, warmup=warmup, t_sched_ns=send if sched is None else sched, t_send_ns=send,
+        id=i,
+        warmup=warmup,
+        t_sched_ns=send if sched is None else sched,
+        t_send_ns=send,
         t_first_ns=chunks[0] if chunks else None,
         t_first_answer_ns=answer if answer is not None else (chunks[0] if chunks else None),
-        t_last_ns=chunks[-1] if chunks else None, t_end_ns=(chunks[-1] if chunks else send) + 1 * MS,
-        status=status, error_kind=kind, output_tokens=sum(tokens) if out is None else out,
-        chunk_ns=chunks, chunk_tokens=tokens, reasoning_tokens=reasoning, input_tokens=inp,
-        input_len=10, output_len=sum(tokens),
+        t_last_ns=chunks[-1] if chunks else None,
+        t_end_ns=(chunks[-1] if chunks else send) + 1 * MS,
+        status=status,
+        error_kind=kind,
+        output_tokens=sum(tokens) if out is None else out,
+        chunk_ns=chunks,
+        chunk_tokens=tokens,
+        reasoning_tokens=reasoning,
+        input_tokens=inp,
+        input_len=10,
+        output_len=sum(tokens),
     )
 
 
@@ -80,8 +102,10 @@ def test_throughput_over_the_measured_window_excludes_warmup() -> None:
 
 
 def test_offered_rate_comes_from_the_schedule_and_lag_from_send_minus_sched() -> None:
-    rs = [rec(i, send=i * 100 * MS + 2 * MS, sched=i * 100 * MS, chunks=[(i * 100 + 50) * MS, (i * 100 + 60) * MS])
-          for i in range(11)]
+    rs = [
+        rec(i, send=i * 100 * MS + 2 * MS, sched=i * 100 * MS, chunks=[(i * 100 + 50) * MS, (i * 100 + 60) * MS])
+        for i in range(11)
+    ]
     s = summarize(rs)
     assert s["throughput"]["offered_requests_per_s"] == pytest.approx(10.0)
     assert s["client"]["schedule_lag_ms"]["median"] == pytest.approx(2.0)
@@ -109,13 +133,22 @@ def test_client_verdict() -> None:
     saturated, reasons, advice = assess_client(busy, open_loop=True, rx_timestamps="read")
     assert saturated and len(reasons) == 3 and "--concurrency" in advice
     # with kernel receive stamps loop lag delays reading, not timing: reported, never a reason alone
-    lagging = {"client": {"loop_lag_ms_p99": 8.0, "cpu_s": 3.0, "elapsed_s": 10.0, "cpu_busy_peak": 0.99,
-                          "schedule_lag_ms": {"p99": 1.0}, "concurrency_held": 0.998}}
+    lagging = {
+        "client": {
+            "loop_lag_ms_p99": 8.0,
+            "cpu_s": 3.0,
+            "elapsed_s": 10.0,
+            "cpu_busy_peak": 0.99,
+            "schedule_lag_ms": {"p99": 1.0},
+            "concurrency_held": 0.998,
+        }
+    }
     assert assess_client(lagging, open_loop=False) == (False, [], "")
     assert assess_client(lagging, open_loop=False, rx_timestamps="read")[0] is True
     # a closed loop that left slots empty, and a client busy over the whole run
-    assert "held 80%" in assess_client({"client": {**lagging["client"], "concurrency_held": 0.8}},
-                                       open_loop=False)[1][0]
+    assert (
+        "held 80%" in assess_client({"client": {**lagging["client"], "concurrency_held": 0.8}}, open_loop=False)[1][0]
+    )
     assert "ceiling" in assess_client({"client": {**lagging["client"], "cpu_s": 9.5}}, open_loop=False)[1][0]
     # kernel stamps: a stall shorter than the gap between tokens delays reading only; a longer one makes
     # one read return several tokens under one stamp (seen: 28 ms p99 against 0.3 ms tokens, TPOT 0.04 ms)
@@ -129,11 +162,13 @@ def test_client_verdict() -> None:
     assert assess_client(calm_fast, open_loop=True)[0] is False
     # with the records' share of gaps read together (client.tokens_read_together): stalls of half the gap
     # or more are a reason only when more than READ_TOGETHER_SHARE of the gaps came in one read
-    from servebench.results.metrics import READ_TOGETHER_SHARE
+    from servescope.results.metrics import READ_TOGETHER_SHARE
 
     def stalled(lag: float, together: float) -> dict:
-        return {"client": {**lagging["client"], "loop_lag_ms_p99": lag, "tokens_read_together": together},
-                "latency_ms": {"tpot": {"median": 20.0}}}
+        return {
+            "client": {**lagging["client"], "loop_lag_ms_p99": lag, "tokens_read_together": together},
+            "latency_ms": {"tpot": {"median": 20.0}},
+        }
 
     # a stall longer than the gap is a reason whatever the share (seen in CI: 21.9 ms against 20 ms tokens,
     # 4.6% read together, 2% of gaps off); half the gap is one where the records show tokens read together
@@ -148,7 +183,7 @@ def test_client_verdict() -> None:
     # ...and none, however long the stall, where so few gaps are 0 that at most 1% of them can be off (a pair
     # read together makes one gap 0 and one long): CI saw 25 ms against 20 ms tokens with every gap but 1%
     # within 0.06 ms of the truth
-    from servebench.results.metrics import READ_TOGETHER_FLOOR
+    from servescope.results.metrics import READ_TOGETHER_FLOOR
 
     assert assess_client(stalled(25.0, READ_TOGETHER_FLOOR), open_loop=False)[0] is False
     assert assess_client(stalled(25.0, READ_TOGETHER_FLOOR + 0.001), open_loop=False)[0] is True
@@ -158,7 +193,7 @@ def test_client_verdict() -> None:
 
 def test_summarize_writes_the_keys_the_schema_declares_and_merges_the_run_in_order() -> None:
     """summarize's own blocks are exactly Summary's required keys; the run's keys follow `schema`."""
-    from servebench.results.schema import Client, Summary
+    from servescope.results.schema import Client, Summary
 
     ok = [rec(i, send=i * MS, chunks=[(i + 10) * MS, (i + 20) * MS]) for i in range(3)]
     bare = summarize(ok)

@@ -7,19 +7,33 @@ from typing import cast
 
 import pytest
 
-from servebench.results.metrics import offered_rate, summarize
-from servebench.results.records import RequestRecord
-from servebench.results.schema import RunInfo
+from servescope.results.metrics import offered_rate, summarize
+from servescope.results.records import RequestRecord
+from servescope.results.schema import RunInfo
 
 MS = 1_000_000
 
 
 def rec(i: int, send: int, end: int) -> RequestRecord:
     return RequestRecord(
-        id=i, warmup=False, t_sched_ns=send, t_send_ns=send, t_first_ns=send + 50 * MS,
-        t_first_answer_ns=send + 50 * MS, t_last_ns=end - MS, t_end_ns=end, status="ok", error_kind=None,
-        output_tokens=2, chunk_ns=[send + 50 * MS, end - MS], chunk_tokens=[1, 1], reasoning_tokens=0,
-        input_tokens=10, input_len=10, output_len=2)
+        id=i,
+        warmup=False,
+        t_sched_ns=send,
+        t_send_ns=send,
+        t_first_ns=send + 50 * MS,
+        t_first_answer_ns=send + 50 * MS,
+        t_last_ns=end - MS,
+        t_end_ns=end,
+        status="ok",
+        error_kind=None,
+        output_tokens=2,
+        chunk_ns=[send + 50 * MS, end - MS],
+        chunk_tokens=[1, 1],
+        reasoning_tokens=0,
+        input_tokens=10,
+        input_len=10,
+        output_len=2,
+    )
 
 
 def run_doc(mode: str) -> RunInfo:
@@ -42,12 +56,15 @@ def test_open_loop_is_the_schedule_rate() -> None:
     assert s["throughput"]["offered_requests_per_s"] == pytest.approx(10.0)
 
 
-@pytest.mark.parametrize(("sched", "window", "closed", "want"), [
-    ([0, 0, 0, 0], 2.0, False, 2.0),           # every request at one instant (--rate inf): n / window
-    ([0, MS, 2 * MS, 3 * MS], 2.0, True, 2.0),  # closed loop: n / window, whatever the spread
-    ([0, 500 * MS, 1000 * MS], 2.0, False, 2.0),  # open loop: (n − 1) / span
-    ([0, 500 * MS], 0.0, True, 0.0),           # no window: nothing offered over it
-    ([], 1.0, True, 0.0),
-])
+@pytest.mark.parametrize(
+    ("sched", "window", "closed", "want"),
+    [
+        ([0, 0, 0, 0], 2.0, False, 2.0),  # every request at one instant (--rate inf): n / window
+        ([0, MS, 2 * MS, 3 * MS], 2.0, True, 2.0),  # closed loop: n / window, whatever the spread
+        ([0, 500 * MS, 1000 * MS], 2.0, False, 2.0),  # open loop: (n − 1) / span
+        ([0, 500 * MS], 0.0, True, 0.0),  # no window: nothing offered over it
+        ([], 1.0, True, 0.0),
+    ],
+)
 def test_definition(sched: list[int], window: float, closed: bool, want: float) -> None:
     assert offered_rate(sched, window, closed_loop=closed) == pytest.approx(want)

@@ -1,4 +1,4 @@
-"""servebench plan: layout defaults, the fit table, recipes on disk, what-if, calibration (issue 8)."""
+"""servescope plan: layout defaults, the fit table, recipes on disk, what-if, calibration (issue 8)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import yaml
 from click.testing import CliRunner
 from rich.console import Console
 
-from servebench.deploy.deployment import Deployment
-from servebench.errors import ConfigError
-from servebench.plan.calibrate import MeasuredPoint, calibrate, load_measurements
-from servebench.plan.command import plan_command, plan_main
-from servebench.plan.fit import PlanArgs, resolve_layout, to_deployment
-from servebench.plan.whatif import knobs_yaml, whatif
-from servebench.sim.catalog import get_gpu, get_model
+from servescope.deploy.deployment import Deployment
+from servescope.errors import ConfigError
+from servescope.plan.calibrate import MeasuredPoint, calibrate, load_measurements
+from servescope.plan.command import plan_command, plan_main
+from servescope.plan.fit import PlanArgs, resolve_layout, to_deployment
+from servescope.plan.whatif import knobs_yaml, whatif
+from servescope.sim.catalog import get_gpu, get_model
 
 
 def _console() -> Console:
@@ -52,8 +52,12 @@ def test_plan_prints_kv_facts_and_writes_recipes(tmp_path) -> None:
     assert plan_main(PlanArgs(model="DeepSeek-R1", gpu="h200", out=str(out)), console=con) == 0
     text = con.export_text()
     assert "70,272" in text and "replicated on every TP rank" in text
-    assert {p.name for p in out.iterdir()} >= {"launch-vllm.sh", "docker-compose.yaml", "k8s-leaderworkerset.yaml",
-                                               "benchmark.sh"}
+    assert {p.name for p in out.iterdir()} >= {
+        "launch-vllm.sh",
+        "docker-compose.yaml",
+        "k8s-leaderworkerset.yaml",
+        "benchmark.sh",
+    }
     assert yaml.safe_load((out / "docker-compose.yaml").read_text())["services"]
     con = _console()
     assert plan_main(PlanArgs(model="Llama-3.1-70B", gpus=4), console=con) == 0
@@ -62,8 +66,10 @@ def test_plan_prints_kv_facts_and_writes_recipes(tmp_path) -> None:
 
 
 def test_plan_command_via_click(tmp_path) -> None:
-    res = CliRunner().invoke(plan_command, ["--model", "Llama-3.1-8B", "--gpu", "h100", "--gpus", "1",
-                                            "--concurrency", "1,4", "--num-requests", "20"])
+    res = CliRunner().invoke(
+        plan_command,
+        ["--model", "Llama-3.1-8B", "--gpu", "h100", "--gpus", "1", "--concurrency", "1,4", "--num-requests", "20"],
+    )
     assert res.exit_code == 0, res.output
     assert "what-if" in res.output and "KV capacity" in res.output
     res = CliRunner().invoke(plan_command, ["--model", "Llama-3.1-405B", "--gpu", "a100", "--gpus", "8"])
@@ -75,15 +81,20 @@ def test_plan_command_via_click(tmp_path) -> None:
 
 
 def _awq_deployment() -> tuple[Deployment, object]:
-    args = PlanArgs(model="DeepSeek-V3-AWQ", gpu="h100", engine="vllm-0.7", max_model_len=8000,
-                    gpu_memory_utilization=0.95, max_num_seqs=128)
+    args = PlanArgs(
+        model="DeepSeek-V3-AWQ",
+        gpu="h100",
+        engine="vllm-0.7",
+        max_model_len=8000,
+        gpu_memory_utilization=0.95,
+        max_num_seqs=128,
+    )
     return to_deployment(args), get_model(args.model)
 
 
 def test_whatif_throughput_rises_and_saturates_while_itl_grows() -> None:
     dep, _m = _awq_deployment()
-    pts = whatif(dep, None, input_len=1024, output_len=256, concurrencies=(1, 16, 128),
-                 num_requests=64)
+    pts = whatif(dep, None, input_len=1024, output_len=256, concurrencies=(1, 16, 128), num_requests=64)
     tput = [p.output_tokens_per_s for p in pts]
     itl = [p.itl_ms_p50 for p in pts]
     assert tput[0] < tput[1] < tput[2]
@@ -99,7 +110,7 @@ def test_whatif_ttft_carries_the_first_token_latency_as_the_validation_does() ->
     carries the same latency (it holds each stream's first tokens that long)."""
     import dataclasses
 
-    from servebench.deploy.deployment import profile_from_raw
+    from servescope.deploy.deployment import profile_from_raw
 
     dep = Deployment.build(model="Llama-3.1-8B", gpu="h100", gpus=1)
     k = dep.knobs()
@@ -109,8 +120,11 @@ def test_whatif_ttft_carries_the_first_token_latency_as_the_validation_does() ->
     without = whatif(dep, dataclasses.replace(k, first_token_s=0.0), **kw)
     for a, b in zip(with_it, without):
         assert a.ttft_ms_p50 - b.ttft_ms_p50 == pytest.approx(1e3 * k.first_token_s, rel=1e-9)
-        assert (a.output_tokens_per_s, a.itl_ms_p50, a.e2e_ms_p50) == (b.output_tokens_per_s, b.itl_ms_p50,
-                                                                       b.e2e_ms_p50)
+        assert (a.output_tokens_per_s, a.itl_ms_p50, a.e2e_ms_p50) == (
+            b.output_tokens_per_s,
+            b.itl_ms_p50,
+            b.e2e_ms_p50,
+        )
     prof = profile_from_raw({"name": "x", "model": "Llama-3.1-8B", "gpu": "h100", "gpus": 1})
     assert prof.engine.first_token_s == k.first_token_s
 
@@ -123,8 +137,12 @@ def test_calibration_on_seed_low_concurrency_predicts_c100_within_10pct() -> Non
     # class (comp.arch.mla-moe 0.55 for DeepSeek on the 2025-H1 releases, fitted on the corpus, never on the
     # seeds); 749 (+21%) before it, an xfail from the 580-point refit until then (docs/plan.md).
     dep, _m = _awq_deployment()
-    points = [MeasuredPoint(1, 1024, 256, 33, 30), MeasuredPoint(5, 1024, 256, 103, 46),
-              MeasuredPoint(8, 1024, 256, None, ttft_ms_at_least=1000), MeasuredPoint(15, 1024, 256, 245, 50)]
+    points = [
+        MeasuredPoint(1, 1024, 256, 33, 30),
+        MeasuredPoint(5, 1024, 256, 103, 46),
+        MeasuredPoint(8, 1024, 256, None, ttft_ms_at_least=1000),
+        MeasuredPoint(15, 1024, 256, 245, 50),
+    ]
     cal, report = calibrate(dep, points)
     assert "calibrated on 4 points" in report and "TTFT" in report
     (c1, c8, c100) = whatif(dep, cal, input_len=1024, output_len=256, concurrencies=(1, 8, 100))
@@ -159,8 +177,8 @@ def test_calibration_simulates_each_point_at_its_measured_length() -> None:
     engine itself made at 8 requests a user are reproduced exactly at its own knobs, which the default
     4c + 4 requests do not do (a closed loop's waves, and with them the median TTFT, depend on the run's
     length), and a fit from other knobs finds its compute efficiency again."""
-    from servebench.plan.calibrate import _loss
-    from servebench.plan.whatif import engine_config, simulate_point
+    from servescope.plan.calibrate import _loss
+    from servescope.plan.whatif import engine_config, simulate_point
 
     dep = Deployment.build(model="Llama-3.1-8B", gpu="a100", gpus=1, max_model_len=4096)
     truth = dataclasses.replace(dep.knobs(), compute_efficiency=0.3, mem_efficiency=0.5, step_overhead_s=0.006)
@@ -168,8 +186,9 @@ def test_calibration_simulates_each_point_at_its_measured_length() -> None:
     pts = []
     for c in (1, 5, 15):
         sim = simulate_point(cfg, concurrency=c, input_len=256, output_len=64, num_requests=8 * c)
-        pts.append(MeasuredPoint(c, 256, 64, sim.output_tokens_per_s, sim.itl_ms_p50, sim.ttft_ms_p50,
-                                 num_requests=8 * c))
+        pts.append(
+            MeasuredPoint(c, 256, 64, sim.output_tokens_per_s, sim.itl_ms_p50, sim.ttft_ms_p50, num_requests=8 * c)
+        )
     assert _loss(dep, truth, pts, truth) == pytest.approx(0.0, abs=1e-12)
     assert _loss(dep, truth, [dataclasses.replace(p, num_requests=None) for p in pts], truth) > 1e-4
     cal, _ = calibrate(dep, pts, start=dataclasses.replace(truth, compute_efficiency=0.5, mem_efficiency=0.3))
@@ -184,12 +203,18 @@ def test_calibration_simulates_each_point_at_its_measured_length() -> None:
 def test_load_measurements_from_results_and_yaml(tmp_path) -> None:
     run = tmp_path / "runs" / "c5"
     run.mkdir(parents=True)
-    (run / "summary.json").write_text(json.dumps({
-        "schema": "servebench.summary/1", "load": {"concurrency": 5},
-        "workload": {"input_len": 1024, "output_len": 256},
-        "throughput": {"output_tokens_per_s": 103.0},
-        "latency_ms": {"itl": {"median": 46.0}, "ttft": {"median": 800}},
-        "requests": {"total": 40, "completed": 40, "failed": 0}}))
+    (run / "summary.json").write_text(
+        json.dumps(
+            {
+                "schema": "servescope.summary/1",
+                "load": {"concurrency": 5},
+                "workload": {"input_len": 1024, "output_len": 256},
+                "throughput": {"output_tokens_per_s": 103.0},
+                "latency_ms": {"itl": {"median": 46.0}, "ttft": {"median": 800}},
+                "requests": {"total": 40, "completed": 40, "failed": 0},
+            }
+        )
+    )
     (pt,) = load_measurements(tmp_path / "runs")
     assert (pt.concurrency, pt.output_tokens_per_s, pt.itl_ms, pt.ttft_ms) == (5, 103.0, 46.0, 800.0)
     assert pt.num_requests == 40
@@ -217,9 +242,9 @@ def test_median_itl_equals_brute_force_token_gaps(kv_blocks, concurrency) -> Non
     import dataclasses
     import statistics
 
-    from servebench.plan.whatif import _median_itl_s, engine_config
-    from servebench.sim.request import SimRequest
-    from servebench.sim.simulate import simulate
+    from servescope.plan.whatif import _median_itl_s, engine_config
+    from servescope.sim.request import SimRequest
+    from servescope.sim.simulate import simulate
 
     dep, _m = _awq_deployment()
     cfg = engine_config(dep)
@@ -252,9 +277,19 @@ def test_whatif_with_data_parallel_scales_replicas() -> None:
 def test_plan_with_a_local_config_json(tmp_path) -> None:
     ckpt = tmp_path / "my-llama"
     ckpt.mkdir()
-    (ckpt / "config.json").write_text(json.dumps({
-        "model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
-        "num_hidden_layers": 32, "intermediate_size": 14336, "vocab_size": 128256}))
+    (ckpt / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "hidden_size": 4096,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "num_hidden_layers": 32,
+                "intermediate_size": 14336,
+                "vocab_size": 128256,
+            }
+        )
+    )
     con = _console()
     args = PlanArgs(model=str(ckpt / "config.json"), gpus=1, concurrency=(1,), num_requests=4)
     assert plan_main(args, console=con) == 0
@@ -271,21 +306,49 @@ def _plan_json(*flags: str) -> tuple[int, dict]:
 
 
 def test_vllm_07_raises_the_batch_budget_to_max_model_len() -> None:
-    code, doc = _plan_json("--model", "Llama-3.1-8B", "--gpu", "h100", "--gpus", "1", "--engine", "vllm-0.7",
-                           "--max-model-len", "16384", "--concurrency", "1", "--num-requests", "4")
+    code, doc = _plan_json(
+        "--model",
+        "Llama-3.1-8B",
+        "--gpu",
+        "h100",
+        "--gpus",
+        "1",
+        "--engine",
+        "vllm-0.7",
+        "--max-model-len",
+        "16384",
+        "--concurrency",
+        "1",
+        "--num-requests",
+        "4",
+    )
     assert code == 0, doc
     assert doc["recipe"]["parameters"]["max_num_batched_tokens"] == 16384
     assert doc["recipe"]["parameters"]["chunked_prefill"] is False
     assert doc["whatif"]["points"][0]["output_tokens_per_s"] > 0
     # an explicit budget below max_model_len without chunked prefill is refused, clearly
-    res = CliRunner().invoke(plan_command, ["--model", "Llama-3.1-8B", "--gpus", "1", "--engine", "vllm-0.7",
-                                            "--max-model-len", "16384", "--max-num-batched-tokens", "8192"])
+    res = CliRunner().invoke(
+        plan_command,
+        [
+            "--model",
+            "Llama-3.1-8B",
+            "--gpus",
+            "1",
+            "--engine",
+            "vllm-0.7",
+            "--max-model-len",
+            "16384",
+            "--max-num-batched-tokens",
+            "8192",
+        ],
+    )
     assert res.exit_code == 2 and "smaller than max_model_len" in res.output
 
 
 def test_deepseek_r1_vllm_07_at_its_default_163840_fits_8xh200() -> None:
-    code, doc = _plan_json("--model", "DeepSeek-R1", "--gpu", "h200", "--gpus", "8", "--engine", "vllm-0.7",
-                           "--max-model-len", "163840")
+    code, doc = _plan_json(
+        "--model", "DeepSeek-R1", "--gpu", "h200", "--gpus", "8", "--engine", "vllm-0.7", "--max-model-len", "163840"
+    )
     fit = doc["fit"]
     assert code == 0 and fit["fits"], fit["reason"]
     assert fit["reserve_per_gpu_gib"] < 40  # bounded by the batch budget's chunks, not 271 GiB
@@ -293,12 +356,14 @@ def test_deepseek_r1_vllm_07_at_its_default_163840_fits_8xh200() -> None:
 
 
 def test_trtllm_tp8_ep4_splits_experts_over_all_8_gpus() -> None:
-    code, doc = _plan_json("--model", "DeepSeek-R1", "--gpu", "h200", "--gpus", "8", "--engine", "trtllm",
-                           "--tp", "8", "--ep", "4")
+    code, doc = _plan_json(
+        "--model", "DeepSeek-R1", "--gpu", "h200", "--gpus", "8", "--engine", "trtllm", "--tp", "8", "--ep", "4"
+    )
     assert code == 0 and doc["fit"]["fits"]
     tp8 = _plan_json("--model", "DeepSeek-R1", "--gpu", "h200", "--gpus", "8", "--engine", "trtllm")[1]
     assert doc["fit"]["weights_breakdown_gib"]["routed_experts"] == pytest.approx(
-        tp8["fit"]["weights_breakdown_gib"]["routed_experts"], rel=1e-6)
+        tp8["fit"]["weights_breakdown_gib"]["routed_experts"], rel=1e-6
+    )
     assert "EP4 (MoE TP2)" in doc["deployment"]["describe"]
 
 
@@ -311,8 +376,9 @@ def test_does_not_fit_message_adds_up() -> None:
     m = re.search(r"only ([\d.]+) GiB per GPU is usable \(([\d.]+) x ([\d.]+) GiB\)", doc["fit"]["reason"])
     assert m and float(m[1]) == pytest.approx(float(m[2]) * float(m[3]), abs=0.1)
     # TensorRT-LLM's fraction applies after weights: the message says that instead of a false product
-    code, doc = _plan_json("--model", "Llama-3.1-405B", "--quant", "bf16", "--gpu", "h100", "--gpus", "8",
-                           "--engine", "trtllm")
+    code, doc = _plan_json(
+        "--model", "Llama-3.1-405B", "--quant", "bf16", "--gpu", "h100", "--gpus", "8", "--engine", "trtllm"
+    )
     assert code == 1
     reason = doc["fit"]["reason"]
     assert "is usable (0.90 x" not in reason and "applies to what is left after weights" in reason, reason
@@ -327,23 +393,52 @@ def test_dp_without_ep_splits_experts_over_the_dp_ranks() -> None:
 
 
 def test_fit_and_whatif_hold_one_kv_figure() -> None:
-    from servebench.plan.whatif import engine_config
+    from servescope.plan.whatif import engine_config
 
     dep, _ = _awq_deployment()
     fit_tokens = dep.fit().kv_tokens
     assert engine_config(dep).kv_tokens == fit_tokens
-    _code, doc = _plan_json("--model", "DeepSeek-V3-AWQ", "--gpu", "h100", "--gpus", "8", "--engine", "vllm-0.7",
-                           "--max-model-len", "8000", "--gpu-memory-utilization", "0.95", "--max-num-seqs", "128")
+    _code, doc = _plan_json(
+        "--model",
+        "DeepSeek-V3-AWQ",
+        "--gpu",
+        "h100",
+        "--gpus",
+        "8",
+        "--engine",
+        "vllm-0.7",
+        "--max-model-len",
+        "8000",
+        "--gpu-memory-utilization",
+        "0.95",
+        "--max-num-seqs",
+        "128",
+    )
     assert doc["fit"]["kv_tokens_per_replica"] == fit_tokens
 
 
 def test_plan_json_holds_fit_recipe_and_whatif_with_a_band(tmp_path) -> None:
     out = tmp_path / "deploy"
-    res = CliRunner().invoke(plan_command, ["--model", "Llama-3.1-70B", "--gpu", "h100", "--gpus", "4",
-                                            "--concurrency", "1,8", "--num-requests", "16", "--out", str(out)])
+    res = CliRunner().invoke(
+        plan_command,
+        [
+            "--model",
+            "Llama-3.1-70B",
+            "--gpu",
+            "h100",
+            "--gpus",
+            "4",
+            "--concurrency",
+            "1,8",
+            "--num-requests",
+            "16",
+            "--out",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     doc = json.loads((out / "plan.json").read_text())
-    assert doc["schema"] == "servebench.plan/1"
+    assert doc["schema"] == "servescope.plan/1"
     assert doc["deployment"]["tp"] == 4 and doc["fit"]["fits"]
     assert doc["recipe"]["parameters"]["tp"] == 4 and "launch-vllm.sh" in doc["recipe"]["files"]
     pts = doc["whatif"]["points"]
@@ -359,46 +454,76 @@ def test_plan_json_holds_fit_recipe_and_whatif_with_a_band(tmp_path) -> None:
 def test_whatif_band_follows_the_kind_of_load() -> None:
     """Each what-if point carries the held-out error of the validation's points loaded the same way
     (closed loop, Poisson rate, all at once; deploy/calibration.yaml), and the terminal says which."""
-    from servebench.deploy.calibration import load_calibration
+    from servescope.deploy.calibration import load_calibration
 
     by_mode = load_calibration().heldout_by_mode
     assert set(by_mode) == {"closed", "rate", "offline"}
-    code, doc = _plan_json("--model", "Llama-3.1-8B", "--gpu", "h100", "--gpus", "1", "--concurrency", "4",
-                           "--request-rate", "2,inf", "--num-requests", "16")
+    code, doc = _plan_json(
+        "--model",
+        "Llama-3.1-8B",
+        "--gpu",
+        "h100",
+        "--gpus",
+        "1",
+        "--concurrency",
+        "4",
+        "--request-rate",
+        "2,inf",
+        "--num-requests",
+        "16",
+    )
     assert code == 0
-    got = {p["concurrency"] or p["request_rate"]: {m: u["rel"] for m, u in p["uncertainty"].items()}
-           for p in doc["whatif"]["points"]}
+    got = {
+        p["concurrency"] or p["request_rate"]: {m: u["rel"] for m, u in p["uncertainty"].items()}
+        for p in doc["whatif"]["points"]
+    }
     assert got[4] == pytest.approx(by_mode["closed"])
     assert got[2] == pytest.approx(by_mode["rate"])
     assert got["inf"] == pytest.approx(by_mode["offline"])
     assert got[4]["ttft_ms"] != got["inf"]["ttft_ms"]
     assert doc["whatif"]["bands"]["closed"] == pytest.approx(by_mode["closed"])
-    res = CliRunner().invoke(plan_command, ["--model", "Llama-3.1-8B", "--gpu", "h100", "--gpus", "1",
-                                            "--concurrency", "4", "--num-requests", "16"])
+    res = CliRunner().invoke(
+        plan_command,
+        ["--model", "Llama-3.1-8B", "--gpu", "h100", "--gpus", "1", "--concurrency", "4", "--num-requests", "16"],
+    )
     closed = by_mode["closed"]
-    assert (f"closed loop: ±{closed['output_tokens_per_s']:.0%} output tok/s, ±{closed['itl_ms']:.0%} ITL, "
-            f"±{closed['ttft_ms']:.0%} TTFT") in res.output
+    assert (
+        f"closed loop: ±{closed['output_tokens_per_s']:.0%} output tok/s, ±{closed['itl_ms']:.0%} ITL, "
+        f"±{closed['ttft_ms']:.0%} TTFT"
+    ) in res.output
     assert "knobs fitted to published measurements" in res.output and "default efficiency" not in res.output
 
 
 def test_band_of_a_kind_of_load_with_too_few_points_is_the_overall_one() -> None:
-    from servebench.plan.command import Band
-    from servebench.plan.fitting import MODE_BAND_MIN_POINTS, published_bands
+    from servescope.plan.command import Band
+    from servescope.plan.fitting import MODE_BAND_MIN_POINTS, published_bands
 
     def stats(err: float, n: int) -> dict[str, object]:
         return {"median_abs_error": err, "n": n}
 
-    summary = {"held_out": {m: stats(0.2, 100) for m in ("tok_s", "itl", "ttft")},
-               "held_out_by_mode": {"closed": {m: stats(0.1, MODE_BAND_MIN_POINTS) for m in ("tok_s", "itl", "ttft")},
-                                    "rate": {"tok_s": stats(0.4, 50), "itl": stats(0.5, MODE_BAND_MIN_POINTS - 1),
-                                             "ttft": stats(None, 0)}}}
+    summary = {
+        "held_out": {m: stats(0.2, 100) for m in ("tok_s", "itl", "ttft")},
+        "held_out_by_mode": {
+            "closed": {m: stats(0.1, MODE_BAND_MIN_POINTS) for m in ("tok_s", "itl", "ttft")},
+            "rate": {"tok_s": stats(0.4, 50), "itl": stats(0.5, MODE_BAND_MIN_POINTS - 1), "ttft": stats(None, 0)},
+        },
+    }
     overall, by_mode = published_bands(summary)
     assert overall == {"output_tokens_per_s": 0.2, "itl_ms": 0.2, "ttft_ms": 0.2}
-    assert by_mode == {"closed": {"output_tokens_per_s": 0.1, "itl_ms": 0.1, "ttft_ms": 0.1},
-                       "rate": {"output_tokens_per_s": 0.4}}
+    assert by_mode == {
+        "closed": {"output_tokens_per_s": 0.1, "itl_ms": 0.1, "ttft_ms": 0.1},
+        "rate": {"output_tokens_per_s": 0.4},
+    }
     band = Band(overall, "test", by_mode)
-    (rate,) = whatif(Deployment.build(model="Llama-3.1-8B", gpu="h100"), None, input_len=128, output_len=16,
-                     concurrencies=(), request_rates=(1.0,), num_requests=8)
+    (rate,) = whatif(
+        Deployment.build(model="Llama-3.1-8B", gpu="h100"),
+        None,
+        input_len=128,
+        output_len=16,
+        concurrencies=(),
+        request_rates=(1.0,),
+        num_requests=8,
+    )
     assert band.for_point(rate) == {"output_tokens_per_s": 0.4, "itl_ms": 0.2, "ttft_ms": 0.2}
     lines = band.lines([rate])
     assert lines[0] == "uncertainty by kind of load (test):"
@@ -408,7 +533,7 @@ def test_band_of_a_kind_of_load_with_too_few_points_is_the_overall_one() -> None
 def test_deployment_limits_follow_the_engine_version() -> None:
     """`vllm` is current vLLM: 1024 sequences on a GPU of >= 70 GiB other than an A100 (vLLM >= 0.9
     EngineArgs defaults by device), 256 on an A100; `vllm-0.7` (V0) 256 without chunked prefill."""
-    from servebench.deploy.deployment import Deployment
+    from servescope.deploy.deployment import Deployment
 
     assert Deployment.build(model="Llama-3.1-8B", gpu="h100").limits.max_num_seqs == 1024
     assert Deployment.build(model="Llama-3.1-8B", gpu="a100").limits.max_num_seqs == 256
@@ -416,13 +541,12 @@ def test_deployment_limits_follow_the_engine_version() -> None:
     assert v0.max_num_seqs == 256 and not v0.chunked_prefill
 
 
-
 def test_sglang_dp_attention_divides_the_prompt_chunk_among_its_ranks() -> None:
     """SGLang's ServerArgs divides --chunked-prefill-size among the DP-attention ranks (0.4.4 on:
     `// dp_size`; 0.4.0-0.4.3: halved); plan's DeepSeek-R1 on 8 x H200 with SGLang DP8 runs each rank
     with 8,192 / 8 prompt tokens a step, its decode budget untouched; TP8, vLLM and a dense model's
     plain DP are not divided."""
-    from servebench.sim.defaults import sglang_dp_prefill_chunk
+    from servescope.sim.defaults import sglang_dp_prefill_chunk
 
     assert sglang_dp_prefill_chunk(8192, 8, "0.5.3") == 1024
     assert sglang_dp_prefill_chunk(8192, 8, "") == 1024
@@ -434,19 +558,41 @@ def test_sglang_dp_attention_divides_the_prompt_chunk_among_its_ranks() -> None:
     cfg = dp8.engine_config()
     assert cfg.max_prefill_tokens == 1024 and cfg.max_num_batched_tokens >= 8192
     # the emulator serves the same engine (a saved deployment resolves to it)
-    from servebench.deploy.deployment import profile_from_raw
+    from servescope.deploy.deployment import profile_from_raw
 
-    prof = profile_from_raw({"name": "r1-dp8", "model": "DeepSeek-R1", "gpu": "h200", "gpus": 8, "engine": "sglang",
-                             "tp": 1, "dp": 8})
+    prof = profile_from_raw(
+        {"name": "r1-dp8", "model": "DeepSeek-R1", "gpu": "h200", "gpus": 8, "engine": "sglang", "tp": 1, "dp": 8}
+    )
     assert prof.engine.max_prefill_tokens == 1024
-    code, doc = _plan_json("--model", "DeepSeek-R1", "--gpu", "h200", "--gpus", "8", "--engine", "sglang", "--tp", "1",
-                           "--dp", "8", "--concurrency", "8", "--num-requests", "16")
+    code, doc = _plan_json(
+        "--model",
+        "DeepSeek-R1",
+        "--gpu",
+        "h200",
+        "--gpus",
+        "8",
+        "--engine",
+        "sglang",
+        "--tp",
+        "1",
+        "--dp",
+        "8",
+        "--concurrency",
+        "8",
+        "--num-requests",
+        "16",
+    )
     assert code == 0, doc
     assert any("prefills 1,024 prompt tokens a step" in n for n in doc["notes"]), doc["notes"]
     assert Deployment.build(model="DeepSeek-R1", gpu="h200", gpus=8, engine="sglang").limits.max_prefill_tokens == 0
     assert Deployment.build(model="DeepSeek-R1", gpu="h200", gpus=8, tp=1, dp=8).limits.max_prefill_tokens == 0
-    assert Deployment.build(model="Llama-3.1-8B", gpu="h100", gpus=2, engine="sglang", tp=1,
-                            dp=2).limits.max_prefill_tokens == 0
+    assert (
+        Deployment.build(
+            model="Llama-3.1-8B", gpu="h100", gpus=2, engine="sglang", tp=1, dp=2
+        ).limits.max_prefill_tokens
+        == 0
+    )
+
 
 def test_gpt_oss_on_one_h100_plan_json_states_the_window_pages() -> None:
     """plan for gpt-oss-120b on one H100 (vLLM): the repacked MXFP4 experts in the breakdown, the
@@ -458,7 +604,7 @@ def test_gpt_oss_on_one_h100_plan_json_states_the_window_pages() -> None:
     assert fit["weights_breakdown_gib"]["mxfp4_repack"] > 5.0
     assert fit["kv_seq_overhead_tokens"] == 144
     assert fit["concurrent_seqs"]["1280"] == fit["kv_tokens_per_replica"] // (1280 + 144)
-    from servebench.plan.whatif import engine_config
+    from servescope.plan.whatif import engine_config
 
     dep = to_deployment(PlanArgs(model="gpt-oss-120b", gpu="h100", gpus=1, max_model_len=32768))
     cfg = engine_config(dep)
@@ -470,7 +616,7 @@ def test_inferencex_lengths_span_the_top_fifth_of_the_nominal_length() -> None:
     and the longest is L (the engine's max_model_len follows it)."""
     import numpy as np
 
-    from servebench.plan import lengths
+    from servescope.plan import lengths
 
     x = lengths.draw(np.random.default_rng(1), "range-0.8", 1024, 20_000, 0)
     assert x.min() == int(0.8 * 1024) and x.max() == 1024
@@ -484,7 +630,7 @@ def test_a_stated_fifteen_percent_spread_draws_lengths_around_the_stated_mean() 
     concurrency 8, which the simulation keeps in lock-step waves, are no longer identical."""
     import numpy as np
 
-    from servebench.plan import lengths
+    from servescope.plan import lengths
 
     x = lengths.draw(np.random.default_rng(1), "pm-0.15", 20_000, 20_000, 0)
     assert x.min() == 17_000 and x.max() == 23_000
@@ -497,7 +643,7 @@ def test_a_stated_fifteen_percent_spread_draws_lengths_around_the_stated_mean() 
 def _measured_by(dep: Deployment, knobs: object, concurrencies: tuple[int, ...]) -> list[MeasuredPoint]:
     """Points a deployment with other knobs than plan's 'measured' (the simulator's own answer, off by
     15% either way)."""
-    from servebench.plan.whatif import engine_config, simulate_point
+    from servescope.plan.whatif import engine_config, simulate_point
 
     cfg = engine_config(dep, knobs)  # type: ignore[arg-type]
     out = []
@@ -510,11 +656,12 @@ def _measured_by(dep: Deployment, knobs: object, concurrencies: tuple[int, ...])
 
 
 def test_leave_one_out_refits_without_each_point_and_needs_three() -> None:
-    from servebench.plan.calibrate import leave_one_out
+    from servescope.plan.calibrate import leave_one_out
 
     dep = Deployment.build(model="Llama-3.1-8B", gpu="a100")
-    truth = dataclasses.replace(dep.knobs(), mem_efficiency=0.5 * dep.knobs().mem_efficiency,
-                                step_overhead_s=4 * dep.knobs().step_overhead_s)
+    truth = dataclasses.replace(
+        dep.knobs(), mem_efficiency=0.5 * dep.knobs().mem_efficiency, step_overhead_s=4 * dep.knobs().step_overhead_s
+    )
     points = _measured_by(dep, truth, (1, 4, 16))
     assert leave_one_out(dep, points[:2], max_evals=40) == []
     loo = leave_one_out(dep, points, max_evals=60)
@@ -533,15 +680,45 @@ def test_calibrated_whatif_band_covers_the_leave_one_out_spread(tmp_path) -> Non
     """After --calibrate with three or more points, each what-if point says how far it moves when one
     calibration point is left out, and its band is at least that move."""
     dep = Deployment.build(model="Llama-3.1-8B", gpu="a100")
-    truth = dataclasses.replace(dep.knobs(), mem_efficiency=0.5 * dep.knobs().mem_efficiency,
-                                step_overhead_s=4 * dep.knobs().step_overhead_s)
+    truth = dataclasses.replace(
+        dep.knobs(), mem_efficiency=0.5 * dep.knobs().mem_efficiency, step_overhead_s=4 * dep.knobs().step_overhead_s
+    )
     pts = _measured_by(dep, truth, (1, 4, 16))
     f = tmp_path / "points.yaml"
-    f.write_text(yaml.safe_dump({"points": [
-        {"concurrency": p.concurrency, "input_len": p.input_len, "output_len": p.output_len,
-         "output_tokens_per_s": p.output_tokens_per_s, "itl_ms": p.itl_ms} for p in pts]}))
-    flags = ["--model", "Llama-3.1-8B", "--gpu", "a100", "--gpus", "1", "--calibrate", str(f),
-             "--input-len", "256", "--output-len", "64", "--concurrency", "1,64", "--num-requests", "64"]
+    f.write_text(
+        yaml.safe_dump(
+            {
+                "points": [
+                    {
+                        "concurrency": p.concurrency,
+                        "input_len": p.input_len,
+                        "output_len": p.output_len,
+                        "output_tokens_per_s": p.output_tokens_per_s,
+                        "itl_ms": p.itl_ms,
+                    }
+                    for p in pts
+                ]
+            }
+        )
+    )
+    flags = [
+        "--model",
+        "Llama-3.1-8B",
+        "--gpu",
+        "a100",
+        "--gpus",
+        "1",
+        "--calibrate",
+        str(f),
+        "--input-len",
+        "256",
+        "--output-len",
+        "64",
+        "--concurrency",
+        "1,64",
+        "--num-requests",
+        "64",
+    ]
     code, doc = _plan_json(*flags)
     assert code == 0
     assert "left out" in doc["whatif"]["band_source"]
@@ -558,7 +735,20 @@ def test_calibrated_whatif_band_covers_the_leave_one_out_spread(tmp_path) -> Non
     res = CliRunner().invoke(plan_command, flags)
     assert res.exit_code == 0 and "is left out of the fit" in res.output and "c=64: ±" in res.output
     # two points: no leave-one-out (one point alone says nothing the prior does not)
-    f.write_text(yaml.safe_dump({"points": [{"concurrency": p.concurrency, "input_len": 256, "output_len": 64,
-                                             "output_tokens_per_s": p.output_tokens_per_s} for p in pts[:2]]}))
+    f.write_text(
+        yaml.safe_dump(
+            {
+                "points": [
+                    {
+                        "concurrency": p.concurrency,
+                        "input_len": 256,
+                        "output_len": 64,
+                        "output_tokens_per_s": p.output_tokens_per_s,
+                    }
+                    for p in pts[:2]
+                ]
+            }
+        )
+    )
     code, doc = _plan_json(*flags)
     assert code == 0 and "leave_one_out" not in doc["whatif"]["points"][0]

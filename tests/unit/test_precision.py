@@ -11,12 +11,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from servebench.results import columnar, precision, tokenpass
-from servebench.results.colsummary import summarize_columns
-from servebench.results.columnar import RECORDS, RecordWriter, load_columns
-from servebench.results.columns import RecordColumns
-from servebench.results.precision import half_width_pct, percentile_floor, quantile_interval, run_intervals
-from servebench.results.records import RequestRecord
+from servescope.results import columnar, precision, tokenpass
+from servescope.results.colsummary import summarize_columns
+from servescope.results.columnar import RECORDS, RecordWriter, load_columns
+from servescope.results.columns import RecordColumns
+from servescope.results.precision import half_width_pct, percentile_floor, quantile_interval, run_intervals
+from servescope.results.records import RequestRecord
 
 _Z = {0.5: 0.0, 0.99: 2.3263478740408408}  # standard normal quantiles
 _SIGMA = 0.5  # log-scale spread: lognormal latencies, median 100 ms, P99 ~320 ms
@@ -136,8 +136,9 @@ def _records_and_columns(split: bool) -> tuple[list[RequestRecord], RecordColumn
 
 
 @pytest.mark.parametrize(("split", "piece"), [(False, None), (True, None), (False, 100), (True, 37)])
-def test_the_column_path_gives_the_record_paths_intervals(split: bool, piece: int | None,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_column_path_gives_the_record_paths_intervals(
+    split: bool, piece: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from tests.unit.test_validation import _same
 
     if piece:  # the gaps read a few rows at a time, as a long run's are
@@ -151,8 +152,11 @@ def test_the_column_path_gives_the_record_paths_intervals(split: bool, piece: in
     _same(block, precision.precision_block_columns(cols, compact_above=0), "compact")
     for target in (1.0, 10.0, 50.0):
         assert precision.imprecise(recs, target) == precision.imprecise_columns(cols, target)
-        _same(precision.with_target(block, recs, target, None, "the limit came first"),
-              precision.with_target_columns(block, cols, target, None, "the limit came first"), "target")
+        _same(
+            precision.with_target(block, recs, target, None, "the limit came first"),
+            precision.with_target_columns(block, cols, target, None, "the limit came first"),
+            "target",
+        )
     assert precision.imprecise(recs, 1.0) and not precision.imprecise(recs, 50.0)
 
 
@@ -174,8 +178,9 @@ def test_the_stop_rule_keeps_three_numbers_a_request_and_says_what_the_records_s
     assert few() is None and few() is None
 
 
-def kept_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[RequestRecord], RecordColumns,
-                                                                          RecordColumns]:
+def kept_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[RequestRecord], RecordColumns, RecordColumns]:
     """Records (warm-up, failures, one-chunk answers; one token a chunk: a large run's integer gaps)
     whose ids are not in send order, written in the order they end into several row groups; their
     columns read back holding every gap, and read back as a run of more than HOLD_UP_TO gaps is
@@ -199,7 +204,8 @@ def kept_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Req
 
 @pytest.mark.parametrize("summary_first", [False, True])
 def test_a_run_that_keeps_no_gap_gets_the_same_intervals_without_reading_every_gap(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, summary_first: bool) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, summary_first: bool
+) -> None:
     """The ITL interval of a large run: each request's counts from the token lists read again a batch
     at a time, the estimates the summary's percentiles (or computed, before the summary), the ends
     from the gaps kept around the percentiles: the in-memory path's figures, to the bit."""
@@ -221,8 +227,9 @@ def test_gap_pieces_cover_every_request_once(tmp_path: Path, monkeypatch: pytest
     """`row_gaps_ms` names each request with gaps once, with its own gaps, held or read again."""
     _, held, streamed = kept_none(tmp_path, monkeypatch)
     starts = np.cumsum(held.itl_counts) - held.itl_counts
-    want = [float(np.sum(held.itl[a: a + n] / 1e6)) for a, n in zip(starts.tolist(), held.itl_counts.tolist(),
-                                                                      strict=True)]
+    want = [
+        float(np.sum(held.itl[a : a + n] / 1e6)) for a, n in zip(starts.tolist(), held.itl_counts.tolist(), strict=True)
+    ]
     got = []
     for cols in (held, streamed):
         counts = precision.per_row(cols, lambda ms, b: np.diff(b)[None, :], 1, np.int64)[0]

@@ -8,17 +8,24 @@ from pathlib import Path
 
 import pytest
 
-from servebench.deploy.loader import list_profiles, load_profile
-from servebench.errors import ConfigError
-from servebench.sim.profile import profile_from_dict
-from servebench.sim.request import SimRequest
-from servebench.sim.simulate import simulate
+from servescope.deploy.loader import list_profiles, load_profile
+from servescope.errors import ConfigError
+from servescope.sim.profile import profile_from_dict
+from servescope.sim.request import SimRequest
+from servescope.sim.simulate import simulate
 
 
 def test_all_profiles_load() -> None:
     names = list_profiles()
-    for required in ("tiny", "tiny-reasoning", "llama-3.1-8b", "llama-3.1-70b", "deepseek-r1",
-                     "deepseek-r1-reasoning", "deepseek-v3-awq"):
+    for required in (
+        "tiny",
+        "tiny-reasoning",
+        "llama-3.1-8b",
+        "llama-3.1-70b",
+        "deepseek-r1",
+        "deepseek-r1-reasoning",
+        "deepseek-v3-awq",
+    ):
         assert required in names
     for n in names:
         p = load_profile(n)
@@ -36,11 +43,16 @@ def test_reasoning_profiles() -> None:
 
 def test_kv_capacity_comes_from_memory_model() -> None:
     p = load_profile("deepseek-r1")
-    from servebench.sim import catalog, memory
+    from servescope.sim import catalog, memory
 
     layout = memory.Layout(gpu=catalog.get_gpu("h200"), gpus_per_node=8, tp=8, quant="fp8")
-    fit = memory.fit(catalog.get_model("DeepSeek-R1"), layout, max_model_len=32768, gpu_memory_utilization=0.9,
-                     max_num_batched_tokens=8192)
+    fit = memory.fit(
+        catalog.get_model("DeepSeek-R1"),
+        layout,
+        max_model_len=32768,
+        gpu_memory_utilization=0.9,
+        max_num_batched_tokens=8192,
+    )
     assert p.engine.kv_tokens == fit.kv_tokens // 16 * 16
 
 
@@ -59,17 +71,30 @@ def _closed(profile: str, c: int, inp: int, out: int) -> tuple[float, float]:
     return toks / (b - a), statistics.median(gaps) * 1e3
 
 
-@pytest.mark.parametrize(("profile", "flags"), [
-    ("llama-3.1-8b", {"model": "Llama-3.1-8B", "gpu": "h100", "gpus": 1, "max_num_seqs": 1024}),
-    ("llama-3.1-70b", {"model": "Llama-3.1-70B", "gpu": "h100", "gpus": 4, "tp": 4}),
-    ("deepseek-r1", {"model": "DeepSeek-R1", "gpu": "h200", "gpus": 8, "max_model_len": 32768}),
-    ("deepseek-v3-awq", {"model": "DeepSeek-V3-AWQ", "gpu": "h100", "gpus": 8, "engine": "vllm-0.7",
-                         "max_model_len": 8000, "gpu_memory_utilization": 0.95, "max_num_seqs": 128}),
-])
+@pytest.mark.parametrize(
+    ("profile", "flags"),
+    [
+        ("llama-3.1-8b", {"model": "Llama-3.1-8B", "gpu": "h100", "gpus": 1, "max_num_seqs": 1024}),
+        ("llama-3.1-70b", {"model": "Llama-3.1-70B", "gpu": "h100", "gpus": 4, "tp": 4}),
+        ("deepseek-r1", {"model": "DeepSeek-R1", "gpu": "h200", "gpus": 8, "max_model_len": 32768}),
+        (
+            "deepseek-v3-awq",
+            {
+                "model": "DeepSeek-V3-AWQ",
+                "gpu": "h100",
+                "gpus": 8,
+                "engine": "vllm-0.7",
+                "max_model_len": 8000,
+                "gpu_memory_utilization": 0.95,
+                "max_num_seqs": 128,
+            },
+        ),
+    ],
+)
 def test_a_profile_is_the_engine_plan_simulates_for_the_same_flags(profile: str, flags: dict) -> None:
     # One model, one answer: the emulator's profile and plan's deployment resolve to one engine
     # configuration (step costs, knobs, KV capacity, limits); no profile carries knobs of its own.
-    from servebench.plan.fit import PlanArgs, to_deployment
+    from servescope.plan.fit import PlanArgs, to_deployment
 
     dep = to_deployment(PlanArgs(**flags))
     assert load_profile(profile).engine == dep.engine_config()
@@ -124,7 +149,7 @@ def test_the_emulator_sets_aside_what_a_request_may_make() -> None:
     """The emulator tells the engine the most each request could make (`SimRequest.limit_tokens`, what
     TensorRT-LLM and SGLang reserve KV for): its max_tokens, else the context's room; the tokens it
     makes stop at a sampled EOS below that."""
-    from servebench.emulator.stream import Stream, plan_output
+    from servescope.emulator.stream import Stream, plan_output
 
     p = load_profile("tiny")
     cases = (({"max_tokens": 100}, 100), ({}, p.max_model_len - 16), ({"max_tokens": 7, "ignore_eos": True}, 7))

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from servebench.target.engines import HISTOGRAMS, KNOWN_ENGINES, METRIC_PREFIXES, METRICS, METRICS_PATHS, ROLES
-from servebench.target.prometheus import family_names, parse_prometheus
-from servebench.target.servermetrics import server_summary
+from servescope.target.engines import HISTOGRAMS, KNOWN_ENGINES, METRIC_PREFIXES, METRICS, METRICS_PATHS, ROLES
+from servescope.target.prometheus import family_names, parse_prometheus
+from servescope.target.servermetrics import server_summary
 
 PAGES = Path(__file__).resolve().parents[1] / "fixtures" / "engines" / "metrics"
 NAMES = sorted(p.stem for p in PAGES.glob("*.prom"))
@@ -50,14 +50,16 @@ def test_family_names_as_prometheus_client(name: str) -> None:
 
 
 def test_awkward_lines() -> None:
-    text = ('# HELP x a "quoted" } help\n'
-            'x{path="/a}b",q="say \\"hi\\"",z=""} 1.5 1700000000000\n'  # `}` and escaped quotes in values
-            "x 2\n"
-            "y_total 3e2\n"
-            "y_total{a=\"b\"} +Inf\n"
-            "z NaN\n"
-            "\n"
-            "w{a=\"1\"} -0.5\n")
+    text = (
+        '# HELP x a "quoted" } help\n'
+        'x{path="/a}b",q="say \\"hi\\"",z=""} 1.5 1700000000000\n'  # `}` and escaped quotes in values
+        "x 2\n"
+        "y_total 3e2\n"
+        'y_total{a="b"} +Inf\n'
+        "z NaN\n"
+        "\n"
+        'w{a="1"} -0.5\n'
+    )
     got = parse_prometheus(text)
     assert got == _oracle(text) == {"x": 3.5, "y": math.inf, "w": -0.5}
     assert family_names(text) == {"x", "y", "z", "w"}
@@ -83,8 +85,12 @@ def test_table_wide_views_keep_the_table_order() -> None:
     assert METRICS_PATHS == ("/metrics", "/prometheus/metrics")
     assert KNOWN_ENGINES["trtllm"].metrics_path == "/prometheus/metrics"
     assert [p for p, _ in METRIC_PREFIXES] == ["vllm:", "sglang:", "trtllm_", "tgi_", "llamacpp:"]
-    assert METRICS["kv_usage"] == ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage",
-                                   "trtllm_kv_cache_utilization")
+    assert METRICS["kv_usage"] == (
+        "vllm:kv_cache_usage_perc",
+        "vllm:gpu_cache_usage_perc",
+        "sglang:token_usage",
+        "trtllm_kv_cache_utilization",
+    )
     assert HISTOGRAMS["itl"][:2] == ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from servebench.client.conn import HttpError
-from servebench.client.openai import (
+from servescope.client.conn import HttpError
+from servescope.client.openai import (
     MalformedResponse,
     StreamAccumulator,
     allocate_tokens,
@@ -14,7 +14,7 @@ from servebench.client.openai import (
     interpret_response,
     normalize_base_url,
 )
-from servebench.client.outcome import exception_kind
+from servescope.client.outcome import exception_kind
 
 
 def chat(delta: dict | None = None, usage: dict | None = None, choices: bool = True, finish=None) -> bytes:
@@ -58,7 +58,7 @@ def test_usage_only_final_chunk_counts_tokens_not_time() -> None:
 
 def test_tool_call_delta_is_a_token_carrying_chunk() -> None:
     acc = StreamAccumulator("chat")
-    acc.on_event(chat({"tool_calls": [{"index": 0, "function": {"name": "f", "arguments": "{\"a\""}}]}), 50)
+    acc.on_event(chat({"tool_calls": [{"index": 0, "function": {"name": "f", "arguments": '{"a"'}}]}), 50)
     assert acc.chunk_ns == [50]
 
 
@@ -92,9 +92,12 @@ def test_in_band_error_object_is_kept() -> None:
 
 
 def test_non_streamed_chat_with_reasoning() -> None:
-    body = orjson.dumps({"choices": [{"message": {"role": "assistant", "reasoning_content": "hmm", "content": "ok"}}],
-                         "usage": {"prompt_tokens": 3, "completion_tokens": 9,
-                                   "completion_tokens_details": {"reasoning_tokens": 7}}})
+    body = orjson.dumps(
+        {
+            "choices": [{"message": {"role": "assistant", "reasoning_content": "hmm", "content": "ok"}}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 9, "completion_tokens_details": {"reasoning_tokens": 7}},
+        }
+    )
     res, has_text, has_answer = interpret_response(body, "chat")
     assert (res.output_tokens, res.reasoning_tokens, has_text, has_answer) == (9, 7, True, True)
 
@@ -104,8 +107,15 @@ def test_request_body_asks_for_exact_lengths_and_usage() -> None:
     assert body["messages"] == [{"role": "user", "content": "hi"}]
     assert body["max_tokens"] == 64 and body["ignore_eos"] is True and body["min_tokens"] == 64
     assert body["stream_options"] == {"include_usage": True}
-    plain = build_body(api="completions", model="m", prompt="hi", max_tokens=8, ignore_eos=False,
-                       min_tokens=False, extra_body={"temperature": 0})
+    plain = build_body(
+        api="completions",
+        model="m",
+        prompt="hi",
+        max_tokens=8,
+        ignore_eos=False,
+        min_tokens=False,
+        extra_body={"temperature": 0},
+    )
     assert "ignore_eos" not in plain and "min_tokens" not in plain and plain["temperature"] == 0
 
 
@@ -114,8 +124,17 @@ def test_base_url_with_or_without_v1() -> None:
         assert normalize_base_url(url) == "http://h:1/v1"
 
 
-@pytest.mark.parametrize("payload", [b'[1, 2]', b'{"choices": 5}', b'{"choices": [7]}', b'{"choices": "ab"}',
-                                     b'{"choices": [{"delta": {"content": 3}}]}', b'{"choices": {"a": 1}}'])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"[1, 2]",
+        b'{"choices": 5}',
+        b'{"choices": [7]}',
+        b'{"choices": "ab"}',
+        b'{"choices": [{"delta": {"content": 3}}]}',
+        b'{"choices": {"a": 1}}',
+    ],
+)
 def test_json_of_the_wrong_shape_is_the_servers_malformed_data(payload: bytes) -> None:
     with pytest.raises(MalformedResponse):
         StreamAccumulator("chat").on_event(payload, 0)

@@ -1,7 +1,7 @@
 """Recipes: golden files, YAML that parses, LeaderWorkerSet structure, engine flags per layout.
 
 Regenerate the golden files after an intended change with:
-    SERVEBENCH_UPDATE_GOLDEN=1 .venv/bin/pytest tests/unit/test_recipes.py
+    SERVESCOPE_UPDATE_GOLDEN=1 .venv/bin/pytest tests/unit/test_recipes.py
 """
 
 from __future__ import annotations
@@ -13,35 +13,50 @@ from pathlib import Path
 import pytest
 import yaml
 
-from servebench.errors import ConfigError
-from servebench.plan.recipes import RecipeSpec, render_all
-from servebench.plan.recipes.k8s import k8s_docs
-from servebench.sim.catalog import get_gpu, get_model
-from servebench.sim.memory import Layout
+from servescope.errors import ConfigError
+from servescope.plan.recipes import RecipeSpec, render_all
+from servescope.plan.recipes.k8s import k8s_docs
+from servescope.sim.catalog import get_gpu, get_model
+from servescope.sim.memory import Layout
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "recipes"
 H100, H200 = get_gpu("h100"), get_gpu("h200")
 
 CASES = {
     "deepseek-r1-8xh200-vllm": RecipeSpec(
-        model=get_model("DeepSeek-R1"), layout=Layout(gpu=H200, tp=8, quant="fp8"), engine="vllm"),
+        model=get_model("DeepSeek-R1"), layout=Layout(gpu=H200, tp=8, quant="fp8"), engine="vllm"
+    ),
     "deepseek-r1-2x8h100-vllm-tp8pp2": RecipeSpec(
-        model=get_model("DeepSeek-R1"), layout=Layout(gpu=H100, nodes=2, tp=8, pp=2, quant="fp8"), engine="vllm"),
+        model=get_model("DeepSeek-R1"), layout=Layout(gpu=H100, nodes=2, tp=8, pp=2, quant="fp8"), engine="vllm"
+    ),
     "deepseek-r1-2x8h200-vllm-dp16ep16": RecipeSpec(
-        model=get_model("DeepSeek-R1"), layout=Layout(gpu=H200, nodes=2, tp=1, dp=16, ep=16, quant="fp8"),
-        engine="vllm", max_model_len=16384),
+        model=get_model("DeepSeek-R1"),
+        layout=Layout(gpu=H200, nodes=2, tp=1, dp=16, ep=16, quant="fp8"),
+        engine="vllm",
+        max_model_len=16384,
+    ),
     "deepseek-r1-2x8h100-sglang-tp16": RecipeSpec(
-        model=get_model("DeepSeek-R1"), layout=Layout(gpu=H100, nodes=2, tp=16, quant="fp8"), engine="sglang"),
+        model=get_model("DeepSeek-R1"), layout=Layout(gpu=H100, nodes=2, tp=16, quant="fp8"), engine="sglang"
+    ),
     "deepseek-v3-awq-8xh100-sglang": RecipeSpec(
-        model=get_model("DeepSeek-V3-AWQ"), layout=Layout(gpu=H100, tp=8, quant="awq"), engine="sglang",
-        max_model_len=8000, gpu_memory_utilization=0.95, max_num_seqs=128),
+        model=get_model("DeepSeek-V3-AWQ"),
+        layout=Layout(gpu=H100, tp=8, quant="awq"),
+        engine="sglang",
+        max_model_len=8000,
+        gpu_memory_utilization=0.95,
+        max_num_seqs=128,
+    ),
     "llama-3.1-70b-4xh100-trtllm-fp8": RecipeSpec(
-        model=get_model("Llama-3.1-70B"), layout=Layout(gpu=H100, gpus_per_node=4, tp=4, quant="fp8", kv_dtype="fp8"),
-        engine="trtllm"),
+        model=get_model("Llama-3.1-70B"),
+        layout=Layout(gpu=H100, gpus_per_node=4, tp=4, quant="fp8", kv_dtype="fp8"),
+        engine="trtllm",
+    ),
     "llama-3.1-405b-2x8h100-trtllm": RecipeSpec(
-        model=get_model("Llama-3.1-405B"), layout=Layout(gpu=H100, nodes=2, tp=8, pp=2), engine="trtllm"),
+        model=get_model("Llama-3.1-405B"), layout=Layout(gpu=H100, nodes=2, tp=8, pp=2), engine="trtllm"
+    ),
     "qwen3-8b-1xmi300x-vllm": RecipeSpec(
-        model=get_model("Qwen3-8B"), layout=Layout(gpu=get_gpu("mi300x"), gpus_per_node=1, tp=1), engine="vllm"),
+        model=get_model("Qwen3-8B"), layout=Layout(gpu=get_gpu("mi300x"), gpus_per_node=1, tp=1), engine="vllm"
+    ),
 }
 
 
@@ -49,7 +64,7 @@ CASES = {
 def test_recipes_match_golden(case: str) -> None:
     files = render_all(CASES[case])
     folder = GOLDEN / case
-    if os.environ.get("SERVEBENCH_UPDATE_GOLDEN"):
+    if os.environ.get("SERVESCOPE_UPDATE_GOLDEN"):
         folder.mkdir(parents=True, exist_ok=True)
         for old in folder.iterdir():
             old.unlink()
@@ -124,8 +139,13 @@ def test_vllm_flags_follow_the_layout() -> None:
     assert "ray start --head" in ray and "ray start --address=10.0.0.1:6379 --block" in ray
     dp = render_all(CASES["deepseek-r1-2x8h200-vllm-dp16ep16"])["launch-vllm.sh"]
     node0, node1 = (_flags(x) for x in dp.split("# --- node 1"))
-    for f in ("--enable-expert-parallel", "--data-parallel-size 16", "--data-parallel-size-local 8",
-              "--data-parallel-address 10.0.0.1", "--data-parallel-rpc-port 13345"):
+    for f in (
+        "--enable-expert-parallel",
+        "--data-parallel-size 16",
+        "--data-parallel-size-local 8",
+        "--data-parallel-address 10.0.0.1",
+        "--data-parallel-rpc-port 13345",
+    ):
         assert f in node0 and f in node1
     assert "--headless" in node1 and "--data-parallel-start-rank 8" in node1 and "--headless" not in node0
     k8s = render_all(CASES["deepseek-r1-2x8h200-vllm-dp16ep16"])["k8s-leaderworkerset.yaml"]
@@ -145,8 +165,12 @@ def test_sglang_and_trtllm_flags() -> None:
     assert "--extra_llm_api_options extra-llm-api-options.yaml" in tr
     opts = yaml.safe_load(files["extra-llm-api-options.yaml"])
     assert opts["kv_cache_config"]["dtype"] == "fp8" and opts["kv_cache_config"]["free_gpu_memory_fraction"] == 0.9
-    dpa = RecipeSpec(model=get_model("DeepSeek-R1"), layout=Layout(gpu=H200, tp=1, dp=8, ep=8, quant="fp8"),
-                     engine="sglang", max_num_seqs=256)
+    dpa = RecipeSpec(
+        model=get_model("DeepSeek-R1"),
+        layout=Layout(gpu=H200, tp=1, dp=8, ep=8, quant="fp8"),
+        engine="sglang",
+        max_num_seqs=256,
+    )
     flags = _flags(render_all(dpa)["launch-sglang.sh"])
     # SGLang divides --max-running-requests among the DP-attention ranks: 8 x 256 gives each rank 256
     assert "--tp 8" in flags and "--dp 8" in flags and "--enable-dp-attention" in flags
@@ -156,10 +180,10 @@ def test_sglang_and_trtllm_flags() -> None:
     assert "trtllm-llmapi-launch" in multi["launch-trtllm.sh"]
 
 
-def test_benchmark_script_uses_servebench() -> None:
+def test_benchmark_script_uses_servescope() -> None:
     b = _flags(render_all(CASES["deepseek-v3-awq-8xh100-sglang"])["benchmark.sh"])
-    assert "servebench run --url http://localhost:8000 --model cognitivecomputations/DeepSeek-V3-AWQ" in b
-    assert "servebench sweep" in b and "--concurrency 1,2,4,8,16,32,64,128" in b
+    assert "servescope run --url http://localhost:8000 --model cognitivecomputations/DeepSeek-V3-AWQ" in b
+    assert "servescope sweep" in b and "--concurrency 1,2,4,8,16,32,64,128" in b
 
 
 def test_bad_specs_raise() -> None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from servebench.results.repeats import spread
+from servescope.results.repeats import spread
 
 
 def test_spread_mean_std_range_and_cv() -> None:
-    summaries = [{"throughput": {"output_tokens_per_s": v}, "latency_ms": {"ttft": {"p99": t}}}
-                 for v, t in ((100.0, 10.0), (110.0, 30.0), (90.0, None))]
+    summaries = [
+        {"throughput": {"output_tokens_per_s": v}, "latency_ms": {"ttft": {"p99": t}}}
+        for v, t in ((100.0, 10.0), (110.0, 30.0), (90.0, None))
+    ]
     doc = spread(summaries)
     out = doc["output tok/s"]
     assert out["values"] == [100.0, 110.0, 90.0]

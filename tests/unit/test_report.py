@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from servebench.errors import ConfigError
-from servebench.report.commands import report_command
-from servebench.report.data import inflight_series, load_results, tokens_per_s_series
-from servebench.report.html import write_overlay_report, write_report
-from servebench.results.store import SUMMARY
+from servescope.errors import ConfigError
+from servescope.report.commands import report_command
+from servescope.report.data import inflight_series, load_results, tokens_per_s_series
+from servescope.report.html import write_overlay_report, write_report
+from servescope.results.store import SUMMARY
 from tests.support.synth import synth_records, write_synth_run, write_synth_sweep
 
 PAYLOAD = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned=2"><h1>Bad Gateway</h1>'
@@ -21,11 +21,17 @@ PAYLOAD = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned
 @pytest.fixture
 def run_dir(tmp_path: Path) -> Path:
     recs = synth_records(120, seed=3, concurrency=6, fail_every=20, error_detail=PAYLOAD, warmup=3)
-    return write_synth_run(tmp_path / "run", recs, concurrency=6, model="<i>model</i>",
-                           slo={"ttft_ms": 200.0, "tpot_ms": 25.0},
-                           extra_summary={"cost": {"usd_per_million_output_tokens": 1.25},
-                                          "server": {"metrics_used": {"preemptions": "vllm:num_preemptions"},
-                                                     "preemptions": 3.0, "kv_usage": 0.42}})
+    return write_synth_run(
+        tmp_path / "run",
+        recs,
+        concurrency=6,
+        model="<i>model</i>",
+        slo={"ttft_ms": 200.0, "tpot_ms": 25.0},
+        extra_summary={
+            "cost": {"usd_per_million_output_tokens": 1.25},
+            "server": {"metrics_used": {"preemptions": "vllm:num_preemptions"}, "preemptions": 3.0, "kv_usage": 0.42},
+        },
+    )
 
 
 def _tags(html: str) -> set[str]:
@@ -34,13 +40,39 @@ def _tags(html: str) -> set[str]:
 
 def test_run_report_has_every_section(run_dir: Path) -> None:
     html = write_report(run_dir).read_text()
-    for text in ("Output throughput", "TTFT median", "ITL median", "SLO", "goodput", "Latency distributions",
-                 "Timeline", "Client self-check", "schedule lag", "Failures", "http_5xx", "timeout",
-                 "usd per million output tokens", "1.25", "Server metrics", "vllm:num_preemptions"):
+    for text in (
+        "Output throughput",
+        "TTFT median",
+        "ITL median",
+        "SLO",
+        "goodput",
+        "Latency distributions",
+        "Timeline",
+        "Client self-check",
+        "schedule lag",
+        "Failures",
+        "http_5xx",
+        "timeout",
+        "usd per million output tokens",
+        "1.25",
+        "Server metrics",
+        "vllm:num_preemptions",
+    ):
         assert text in html, text
     charts = sorted(p.stem for p in (run_dir / "charts").glob("*.svg"))
-    assert charts == sorted(["ttft_hist", "itl_hist", "e2e_hist", "latency_cdf", "requests_gantt", "inflight",
-                             "tokens_per_s", "ttft_over_time", "schedule_lag"])
+    assert charts == sorted(
+        [
+            "ttft_hist",
+            "itl_hist",
+            "e2e_hist",
+            "latency_cdf",
+            "requests_gantt",
+            "inflight",
+            "tokens_per_s",
+            "ttft_over_time",
+            "schedule_lag",
+        ]
+    )
     for name in charts:  # the standalone file is exactly the inline chart
         assert (run_dir / "charts" / f"{name}.svg").read_text() in html
 
@@ -57,7 +89,7 @@ def test_server_text_is_escaped(run_dir: Path) -> None:
     assert PAYLOAD not in html
     assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in html
     assert "&lt;i&gt;model&lt;/i&gt;" in html and "<i>model</i>" not in html
-    assert "<img" not in html and "onerror=\"" not in html
+    assert "<img" not in html and 'onerror="' not in html
 
 
 def test_rerender_is_byte_identical(run_dir: Path, tmp_path: Path) -> None:
@@ -77,8 +109,15 @@ def test_rerender_is_byte_identical(run_dir: Path, tmp_path: Path) -> None:
 def test_sweep_report(tmp_path: Path) -> None:
     sweep = write_synth_sweep(tmp_path / "sweep", [1, 4, 16, 64], n=40)
     html = write_report(sweep).read_text()
-    for name in ("sweep_throughput", "sweep_itl", "sweep_ttft", "sweep_e2e", "sweep_request_rate",
-                 "sweep_throughput_vs_latency", "sweep_per_user"):
+    for name in (
+        "sweep_throughput",
+        "sweep_itl",
+        "sweep_ttft",
+        "sweep_e2e",
+        "sweep_request_rate",
+        "sweep_throughput_vs_latency",
+        "sweep_per_user",
+    ):
         assert (sweep / "charts" / f"{name}.svg").is_file(), name
         assert f'id="fig-{name}"' in html
     assert "Peak output throughput" in html
@@ -125,19 +164,21 @@ def test_report_command_single_and_overlay(run_dir: Path, tmp_path: Path) -> Non
     empty = tmp_path / "empty"
     empty.mkdir()
     bad = CliRunner().invoke(report_command, [str(empty)])
-    assert bad.exit_code == 2 and "holds no servebench results" in " ".join(bad.output.split())
+    assert bad.exit_code == 2 and "holds no servescope results" in " ".join(bad.output.split())
 
 
 def test_sweep_with_length_pairs_slo_and_cost(tmp_path: Path) -> None:
-    """sweep.json as `servebench sweep` writes it: x_key, several length pairs, SLO, cost."""
+    """sweep.json as `servescope sweep` writes it: x_key, several length pairs, SLO, cost."""
     import json
 
-    sweep = write_synth_sweep(tmp_path / "sweep", [1, 4, 16], n=30, lengths=[(128, 32), (1024, 32)],
-                              itl_p99_limit_ms=25.0, usd_per_hour=2.5)
+    sweep = write_synth_sweep(
+        tmp_path / "sweep", [1, 4, 16], n=30, lengths=[(128, 32), (1024, 32)], itl_p99_limit_ms=25.0, usd_per_hour=2.5
+    )
     doc = json.loads((sweep / "sweep.json").read_text())
     # A point still running is listed with its status and must not be drawn.
-    doc["points"].append({"dir": "c0064-in128-out32", "concurrency": 64, "input_len": 128, "output_len": 32,
-                          "status": "interrupted"})
+    doc["points"].append(
+        {"dir": "c0064-in128-out32", "concurrency": 64, "input_len": 128, "output_len": 32, "status": "interrupted"}
+    )
     (sweep / "sweep.json").write_text(json.dumps(doc))
     write_synth_run(sweep / "c0064-in128-out32", synth_records(10, seed=1, concurrency=64), concurrency=64)
     res = load_results(sweep)
@@ -155,16 +196,22 @@ def test_repeats_directory(tmp_path: Path) -> None:
     """`--repeat N` writes DIR/repeat-k and repeats.json: the report shows the spread and overlays."""
     import json
 
-    from servebench.report.data import RepeatsResult
+    from servescope.report.data import RepeatsResult
 
     root = tmp_path / "rep"
     root.mkdir()
     for k in (1, 2, 3):
         write_synth_run(root / f"repeat-{k}", synth_records(40, seed=k), concurrency=8)
     spread = {"output tok/s": {"values": [1.0, 2.0, 3.0], "mean": 2.0, "std": 1.0, "min": 1.0, "max": 3.0, "cv": 0.5}}
-    (root / "repeats.json").write_text(json.dumps({"schema": "servebench.results.repeats/1",
-                                                   "repeats": ["repeat-1", "repeat-2", "repeat-3"],
-                                                   "spread": spread}))
+    (root / "repeats.json").write_text(
+        json.dumps(
+            {
+                "schema": "servescope.results.repeats/1",
+                "repeats": ["repeat-1", "repeat-2", "repeat-3"],
+                "spread": spread,
+            }
+        )
+    )
     res = load_results(root)
     assert isinstance(res, RepeatsResult) and [r.path.name for r in res.runs] == ["repeat-1", "repeat-2", "repeat-3"]
     html = write_report(root).read_text()

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from servebench.workload.schedule import open_loop_offsets_ns, ramp_rates
+from servescope.workload.schedule import open_loop_offsets_ns, ramp_rates
 
 
 def test_poisson_schedule_has_exact_mean_rate_and_exponential_gaps() -> None:

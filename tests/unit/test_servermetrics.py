@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from servebench.target.servermetrics import parse_prometheus, prefix_cache_note, scrape, server_summary
+from servescope.target.servermetrics import parse_prometheus, prefix_cache_note, scrape, server_summary
 from tests.support.loopback import serving
 
 VLLM_BEFORE = """
@@ -57,8 +57,10 @@ def test_vllm_window_deltas_and_hit_rate() -> None:
 
 
 def test_sglang_and_llamacpp_hit_rates() -> None:
-    sg = server_summary({"sglang:prompt_tokens": 100.0, "sglang:cached_tokens": 10.0},
-                        {"sglang:prompt_tokens": 1100.0, "sglang:cached_tokens": 510.0})
+    sg = server_summary(
+        {"sglang:prompt_tokens": 100.0, "sglang:cached_tokens": 10.0},
+        {"sglang:prompt_tokens": 1100.0, "sglang:cached_tokens": 510.0},
+    )
     assert sg is not None and sg["prefix_cache_hit_rate"] == pytest.approx(0.5)
     lc = server_summary(None, {"llamacpp:prompt_tokens": 400.0, "llamacpp:prompt_tokens_cached": 100.0})
     assert lc is not None and lc["prefix_cache_hit_rate"] == pytest.approx(0.25)
@@ -84,16 +86,20 @@ async def _scrape_from(routes: dict[str, tuple[int, str]], path: str | None) -> 
     """`scrape` against a real aiohttp server on loopback that answers `routes` (path -> status, body)."""
     app = web.Application()
     for route, (status, body) in routes.items():
+
         async def handler(request: web.Request, status: int = status, body: str = body) -> web.Response:
             return web.Response(status=status, text=body)
+
         app.router.add_get(route, handler)
     async with serving(app) as url:
         return await scrape(f"{url}/v1/", path=path)
 
 
 def test_scrape_reads_the_page_where_the_probe_found_it() -> None:
-    routes = {"/metrics": (200, "vllm:num_requests_running 1\n"),
-              "/prometheus/metrics": (200, "trtllm_num_requests_running 2\n")}
+    routes = {
+        "/metrics": (200, "vllm:num_requests_running 1\n"),
+        "/prometheus/metrics": (200, "trtllm_num_requests_running 2\n"),
+    }
     assert asyncio.run(_scrape_from(routes, "/prometheus/metrics")) == {"trtllm_num_requests_running": 2.0}
     assert asyncio.run(_scrape_from(routes, "/metrics")) == {"vllm:num_requests_running": 1.0}
     # no probe: each engine's path in turn; TensorRT-LLM's JSON /metrics is not a page

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from servebench.errors import ConfigError
-from servebench.results.metrics import summarize
-from servebench.results.records import RequestRecord
-from servebench.results.slo import MLPERF_PRESETS, evaluate, failing, parse_slo_spec
+from servescope.errors import ConfigError
+from servescope.results.metrics import summarize
+from servescope.results.records import RequestRecord
+from servescope.results.slo import MLPERF_PRESETS, evaluate, failing, parse_slo_spec
 
 MS = 1_000_000
 
@@ -17,12 +17,32 @@ def rec(i: int, ttft_ms: float, tpot_ms: float, n_out: int = 11, status: str = "
     send = i * 10 * MS
     chunks = [send + int((ttft_ms + k * tpot_ms) * MS) for k in range(n_out)]
     if status != "ok":
-        return RequestRecord(id=i, t_sched_ns=send, t_send_ns=send, t_end_ns=send + 5 * MS,
-                             status="error", error_kind="http_5xx", input_len=10, output_len=n_out)
-    return RequestRecord(id=i, t_sched_ns=send, t_send_ns=send, t_first_ns=chunks[0],
-                         t_first_answer_ns=chunks[0], t_last_ns=chunks[-1], t_end_ns=chunks[-1] + MS,
-                         status="ok", output_tokens=n_out, chunk_ns=chunks, chunk_tokens=[1] * n_out,
-                         input_tokens=10, input_len=10, output_len=n_out)
+        return RequestRecord(
+            id=i,
+            t_sched_ns=send,
+            t_send_ns=send,
+            t_end_ns=send + 5 * MS,
+            status="error",
+            error_kind="http_5xx",
+            input_len=10,
+            output_len=n_out,
+        )
+    return RequestRecord(
+        id=i,
+        t_sched_ns=send,
+        t_send_ns=send,
+        t_first_ns=chunks[0],
+        t_first_answer_ns=chunks[0],
+        t_last_ns=chunks[-1],
+        t_end_ns=chunks[-1] + MS,
+        status="ok",
+        output_tokens=n_out,
+        chunk_ns=chunks,
+        chunk_tokens=[1] * n_out,
+        input_tokens=10,
+        input_len=10,
+        output_len=n_out,
+    )
 
 
 def run(ttfts: list[float], tpot_ms: float, slo: dict[str, float] | None = None, failed: int = 0) -> dict:
@@ -35,14 +55,29 @@ def test_parse_aggregate_per_request_and_preset() -> None:
     spec = parse_slo_spec("ttft_p99_ms=2000, itl_p99_ms=50,tpot_median_ms=30,ttft_ms=1500,mlperf:llama2-70b")
     assert spec.per_request == {"ttft_ms": 1500.0}
     got = [(a.metric, a.stat, a.limit_ms) for a in spec.aggregate]
-    assert got == [("ttft", "p99", 2000.0), ("itl", "p99", 50.0), ("tpot", "median", 30.0),
-                   ("ttft", "p99", 2000.0), ("tpot", "p99", 200.0)]
+    assert got == [
+        ("ttft", "p99", 2000.0),
+        ("itl", "p99", 50.0),
+        ("tpot", "median", 30.0),
+        ("ttft", "p99", 2000.0),
+        ("tpot", "p99", 200.0),
+    ]
     assert spec.presets == ["llama2-70b"]
     assert parse_slo_spec("e2e_p50_ms=9").aggregate[0].stat == "median"
 
 
-@pytest.mark.parametrize("text", ["ttft=5", "ttft_p42_ms=1", "foo_p99_ms=1", "ttft_ms=abc", "mlperf:gpt5",
-                                  "goodput_fraction=0.9", "ttft_ms=1,goodput_fraction=1.5"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ttft=5",
+        "ttft_p42_ms=1",
+        "foo_p99_ms=1",
+        "ttft_ms=abc",
+        "mlperf:gpt5",
+        "goodput_fraction=0.9",
+        "ttft_ms=1,goodput_fraction=1.5",
+    ],
+)
 def test_parse_rejects(text: str) -> None:
     with pytest.raises(ConfigError):
         parse_slo_spec(text)

@@ -8,21 +8,24 @@ import time
 
 import pytest
 
-from servebench.client.host import dumps, wall_minus_perf_ns
-from servebench.client.spec import Prepared, ShardResult, ShardSpec
-from servebench.client.split import deal_units, global_id, shard_of, split_counts, split_spec
-from servebench.results.records import RequestRecord
-from servebench.workload.schedule import open_loop_offsets_ns
+from servescope.client.host import dumps, wall_minus_perf_ns
+from servescope.client.spec import Prepared, ShardResult, ShardSpec
+from servescope.client.split import deal_units, global_id, shard_of, split_counts, split_spec
+from servescope.results.records import RequestRecord
+from servescope.workload.schedule import open_loop_offsets_ns
 
 
 def _spec(items: list[Prepared], **kw: object) -> ShardSpec:
-    return ShardSpec(**{"url": "http://127.0.0.1:1/v1/completions", "api": "completions", "headers": {},
-                        "items": items, **kw})
+    return ShardSpec(
+        **{"url": "http://127.0.0.1:1/v1/completions", "api": "completions", "headers": {}, "items": items, **kw}
+    )
 
 
 def _items(n: int, offsets: list[int] | None = None) -> list[Prepared]:
-    return [Prepared(id=i, body=b"{}", input_len=8, output_len=4, offset_ns=None if offsets is None else offsets[i])
-            for i in range(n)]
+    return [
+        Prepared(id=i, body=b"{}", input_len=8, output_len=4, offset_ns=None if offsets is None else offsets[i])
+        for i in range(n)
+    ]
 
 
 def test_split_counts_first_parts_take_the_extra() -> None:
@@ -97,8 +100,17 @@ def test_spec_and_result_cross_a_process_boundary() -> None:
     back = pickle.loads(dumps(spec))
     assert back == spec
     rec = RequestRecord(id=4, t_send_ns=3, chunk_ns=[1, 2], chunk_tokens=[1, 1], status="ok")
-    res = ShardResult(records=[rec], t0_ns=7, elapsed_s=1.5, rx_timestamps="kernel", cpu_s=0.1, cpu_busy_peak=0.2,
-                      loop_lag_ms=[0.5], pid=123, start_late_ms=0.0)
+    res = ShardResult(
+        records=[rec],
+        t0_ns=7,
+        elapsed_s=1.5,
+        rx_timestamps="kernel",
+        cpu_s=0.1,
+        cpu_busy_peak=0.2,
+        loop_lag_ms=[0.5],
+        pid=123,
+        start_late_ms=0.0,
+    )
     assert pickle.loads(pickle.dumps(res)) == res
 
 

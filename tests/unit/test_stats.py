@@ -5,16 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from servebench.report.compare import side_data
-from servebench.report.stats import (
+from servescope.report.compare import side_data
+from servescope.report.stats import (
     METRICS,
     SideData,
     bootstrap_side,
     ratio_ci,
     weighted_quantile_rows,
 )
-from servebench.results import metrics
-from servebench.results.store import RunResult
+from servescope.results import metrics
+from servescope.results.store import RunResult
 from tests.support.synth import synth_records
 
 
@@ -84,10 +84,19 @@ def test_repeats_widen_the_interval_when_runs_disagree() -> None:
 
 
 def test_empty_side_gives_nan_not_a_crash() -> None:
-    empty = SideData(req_run=np.zeros(0, dtype=np.int64), window_s=np.zeros(1), busy_s=np.zeros(0),
-                     ttft_ms=np.zeros(0), e2e_ms=np.zeros(0), tpot_ms=np.zeros(0), output_tokens=np.zeros(0),
-                     total_tokens=np.zeros(0), ok=np.zeros(0), itl_ms=np.zeros(0),
-                     itl_owner=np.zeros(0, dtype=np.int64))
+    empty = SideData(
+        req_run=np.zeros(0, dtype=np.int64),
+        window_s=np.zeros(1),
+        busy_s=np.zeros(0),
+        ttft_ms=np.zeros(0),
+        e2e_ms=np.zeros(0),
+        tpot_ms=np.zeros(0),
+        output_tokens=np.zeros(0),
+        total_tokens=np.zeros(0),
+        ok=np.zeros(0),
+        itl_ms=np.zeros(0),
+        itl_owner=np.zeros(0, dtype=np.int64),
+    )
     full = side_data([_run(synth_records(30, seed=1))])
     est = ratio_ci(empty, full, resamples=100)
     assert all(e.verdict == "n/a" for e in est)
@@ -95,7 +104,7 @@ def test_empty_side_gives_nan_not_a_crash() -> None:
 
 def test_binned_quantiles_are_exact() -> None:
     """The fast path (rank bins + one bin walked) equals a cumulative sum over every value."""
-    from servebench.report.stats import _Quantiles
+    from servescope.report.stats import _Quantiles
 
     rng = np.random.default_rng(0)
     for n, g in ((5, 7), (50, 3000), (300, 300), (1000, 64000), (400, 250)):

@@ -7,16 +7,23 @@ import random
 
 import pytest
 
-from servebench.deploy.loader import load_profile
-from servebench.sim.catalog import get_gpu, get_model
-from servebench.sim.defaults import UNBOUNDED, mla_absorbed_prefix
-from servebench.sim.knobs import DEFAULT_KNOBS, resolve_knobs
-from servebench.sim.memory import Layout
-from servebench.sim.profile import step_cost
-from servebench.sim.steptime import StepCost, StepShape, decode_terms, distinct_experts, step_time_s
+from servescope.deploy.loader import load_profile
+from servescope.sim.catalog import get_gpu, get_model
+from servescope.sim.defaults import UNBOUNDED, mla_absorbed_prefix
+from servescope.sim.knobs import DEFAULT_KNOBS, resolve_knobs
+from servescope.sim.memory import Layout
+from servescope.sim.profile import step_cost
+from servescope.sim.steptime import StepCost, StepShape, decode_terms, distinct_experts, step_time_s
 
-DENSE = StepCost(dense_weight_bytes=16e9, kv_bytes_per_token=131072, flops_per_token=16e9, hbm_bytes_per_s=3.35e12,
-                 flops_per_s=989.5e12, mem_efficiency=1.0, compute_efficiency=1.0)
+DENSE = StepCost(
+    dense_weight_bytes=16e9,
+    kv_bytes_per_token=131072,
+    flops_per_token=16e9,
+    hbm_bytes_per_s=3.35e12,
+    flops_per_s=989.5e12,
+    mem_efficiency=1.0,
+    compute_efficiency=1.0,
+)
 
 
 def test_empty_step_is_free() -> None:
@@ -41,8 +48,16 @@ def test_kv_reads_grow_decode_time() -> None:
 
 
 def test_distinct_experts_grows_and_saturates() -> None:
-    moe = StepCost(dense_weight_bytes=1e9, kv_bytes_per_token=0, flops_per_token=1e9, hbm_bytes_per_s=1e12,
-                   flops_per_s=1e15, routed_expert_bytes=1e8, n_experts=256, experts_per_token=8)
+    moe = StepCost(
+        dense_weight_bytes=1e9,
+        kv_bytes_per_token=0,
+        flops_per_token=1e9,
+        hbm_bytes_per_s=1e12,
+        flops_per_s=1e15,
+        routed_expert_bytes=1e8,
+        n_experts=256,
+        experts_per_token=8,
+    )
     assert distinct_experts(moe, 1) == pytest.approx(8.0)
     assert distinct_experts(moe, 15) == pytest.approx(256 * (1 - (1 - 8 / 256) ** 15))
     assert 240 < distinct_experts(moe, 100) < 256
@@ -54,8 +69,18 @@ def test_distinct_experts_grows_and_saturates() -> None:
 
 
 def test_overheads_add() -> None:
-    c = StepCost(dense_weight_bytes=0, kv_bytes_per_token=0, flops_per_token=0, hbm_bytes_per_s=1, flops_per_s=1,
-                 layers=10, step_overhead_s=0.001, layer_overhead_s=0.0001, seq_overhead_s=1e-5, token_overhead_s=1e-6)
+    c = StepCost(
+        dense_weight_bytes=0,
+        kv_bytes_per_token=0,
+        flops_per_token=0,
+        hbm_bytes_per_s=1,
+        flops_per_s=1,
+        layers=10,
+        step_overhead_s=0.001,
+        layer_overhead_s=0.0001,
+        seq_overhead_s=1e-5,
+        token_overhead_s=1e-6,
+    )
     t = step_time_s(c, StepShape(decode_seqs=4, prefill_seqs=1, prefill_tokens=100))
     assert t == pytest.approx(0.001 + 10 * 0.0001 + 5 * 1e-5 + 104 * 1e-6)
 
@@ -80,8 +105,14 @@ def test_pd_decode_worker_does_not_pay_for_the_prompt() -> None:
 
     dec = dataclasses.replace(DENSE, prefill_work=0.0, seq_overhead_s=1e-4)
     decode_only = StepShape(decode_seqs=32, decode_ctx_tokens=32 * 1000)
-    with_prompt = StepShape(decode_seqs=32, decode_ctx_tokens=32 * 1000, prefill_seqs=1, prefill_tokens=4096,
-                            prefill_ctx_pairs=4096 * 2048.0, prefill_ctx_reads=0)
+    with_prompt = StepShape(
+        decode_seqs=32,
+        decode_ctx_tokens=32 * 1000,
+        prefill_seqs=1,
+        prefill_tokens=4096,
+        prefill_ctx_pairs=4096 * 2048.0,
+        prefill_ctx_reads=0,
+    )
     assert step_time_s(dec, with_prompt) == pytest.approx(step_time_s(dec, decode_only) + 1e-4)
     colocated = dataclasses.replace(DENSE, seq_overhead_s=1e-4)
     assert step_time_s(colocated, with_prompt) > 5 * step_time_s(colocated, decode_only)
@@ -124,10 +155,10 @@ def test_collectives_that_span_nodes_pay_the_internode_latency() -> None:
     latency; TP8 in one node has none such, and 0 falls back to the intra-node latency."""
     import dataclasses
 
-    from servebench.sim.catalog import get_gpu, get_model
-    from servebench.sim.knobs import DEFAULT_KNOBS, resolve_knobs
-    from servebench.sim.memory import Layout
-    from servebench.sim.profile import internode_collectives, step_cost
+    from servescope.sim.catalog import get_gpu, get_model
+    from servescope.sim.knobs import DEFAULT_KNOBS, resolve_knobs
+    from servescope.sim.memory import Layout
+    from servescope.sim.profile import internode_collectives, step_cost
 
     r1 = get_model("DeepSeek-R1")
     two = Layout(gpu=get_gpu("h100"), gpus_per_node=8, nodes=2, tp=16, quant="fp8")
@@ -151,10 +182,10 @@ def test_a_rack_scale_nvlink_fabric_keeps_tp_across_its_trays_off_the_network() 
     """GB200 NVL72 joins 72 GPUs on trays (hosts) of four with one NVLink fabric: TP8 over two trays
     prices its all-reduces as TP8 inside one HGX node does (NVLink bandwidth, intra-node latency),
     where two 4-GPU B200 nodes send them over the network. Past the 72 GPUs it is the network again."""
-    from servebench.sim.catalog import get_gpu, get_model
-    from servebench.sim.knobs import DEFAULT_KNOBS, resolve_knobs
-    from servebench.sim.memory import Layout
-    from servebench.sim.profile import comm_terms, internode_collectives, nvlink_domain, step_cost
+    from servescope.sim.catalog import get_gpu, get_model
+    from servescope.sim.knobs import DEFAULT_KNOBS, resolve_knobs
+    from servescope.sim.memory import Layout
+    from servescope.sim.profile import comm_terms, internode_collectives, nvlink_domain, step_cost
 
     r1 = get_model("DeepSeek-R1")
     gb, b = get_gpu("gb200"), get_gpu("b200")
@@ -175,24 +206,37 @@ def _random_cost(rng: random.Random) -> StepCost:
     moe = rng.random() < 0.5
     comm = rng.random() < 0.6
     return StepCost(
-        dense_weight_bytes=rng.uniform(1e8, 8e10), kv_bytes_per_token=rng.choice([0.0, rng.uniform(1e3, 4e5)]),
-        flops_per_token=rng.uniform(1e9, 1e11), hbm_bytes_per_s=rng.uniform(1e12, 8e12),
-        flops_per_s=rng.uniform(1e14, 5e15), attn_flops_per_token_ctx=rng.uniform(0, 3e6),
+        dense_weight_bytes=rng.uniform(1e8, 8e10),
+        kv_bytes_per_token=rng.choice([0.0, rng.uniform(1e3, 4e5)]),
+        flops_per_token=rng.uniform(1e9, 1e11),
+        hbm_bytes_per_s=rng.uniform(1e12, 8e12),
+        flops_per_s=rng.uniform(1e14, 5e15),
+        attn_flops_per_token_ctx=rng.uniform(0, 3e6),
         attn_flops_per_s=rng.choice([0.0, rng.uniform(1e14, 5e15)]),
         prefill_attn_flops_per_pair=rng.choice([0.0, rng.uniform(0, 3e6)]),
-        routed_expert_bytes=rng.uniform(1e6, 4e8) if moe else 0.0, n_experts=rng.choice([8, 128, 256]) if moe else 0,
-        experts_per_token=rng.choice([2, 4, 8]) if moe else 0, layers=rng.randint(1, 126),
-        mem_efficiency=rng.uniform(0.05, 0.95), compute_efficiency=rng.uniform(0.02, 0.95),
-        step_overhead_s=rng.uniform(0, 5e-3), layer_overhead_s=rng.uniform(0, 1e-4),
+        routed_expert_bytes=rng.uniform(1e6, 4e8) if moe else 0.0,
+        n_experts=rng.choice([8, 128, 256]) if moe else 0,
+        experts_per_token=rng.choice([2, 4, 8]) if moe else 0,
+        layers=rng.randint(1, 126),
+        mem_efficiency=rng.uniform(0.05, 0.95),
+        compute_efficiency=rng.uniform(0.02, 0.95),
+        step_overhead_s=rng.uniform(0, 5e-3),
+        layer_overhead_s=rng.uniform(0, 1e-4),
         seq_overhead_s=rng.uniform(0, 1e-4),
-        token_overhead_s=rng.uniform(0, 1e-6), prefill_layer_overhead_s=rng.uniform(0, 1e-3),
+        token_overhead_s=rng.uniform(0, 1e-6),
+        prefill_layer_overhead_s=rng.uniform(0, 1e-3),
         comm_bytes_per_token=rng.uniform(1e4, 5e6) if comm else 0.0,
         comm_bytes_per_s=rng.uniform(1e10, 9e11) if comm else 0.0,
-        comm_prefill_bytes_per_s=rng.choice([0.0, rng.uniform(1e10, 9e11)]), collectives=rng.randint(0, 250),
-        collective_s=rng.uniform(0, 2e-5), internode_collectives=rng.choice([0, 10]),
-        internode_collective_s=rng.choice([0.0, 1e-4]), moe_token_multiplier=rng.choice([1.0, 8.0]),
-        decode_tokens_per_seq=rng.choice([1.0, 2.4]), prefill_work=rng.choice([1.0, 0.0]),
-        graph_max_seqs=rng.choice([0, 160, 512]))
+        comm_prefill_bytes_per_s=rng.choice([0.0, rng.uniform(1e10, 9e11)]),
+        collectives=rng.randint(0, 250),
+        collective_s=rng.uniform(0, 2e-5),
+        internode_collectives=rng.choice([0, 10]),
+        internode_collective_s=rng.choice([0.0, 1e-4]),
+        moe_token_multiplier=rng.choice([1.0, 8.0]),
+        decode_tokens_per_seq=rng.choice([1.0, 2.4]),
+        prefill_work=rng.choice([1.0, 0.0]),
+        graph_max_seqs=rng.choice([0, 160, 512]),
+    )
 
 
 def test_decode_terms_price_a_decode_step_exactly_as_step_time() -> None:
@@ -210,9 +254,17 @@ def test_decode_terms_price_a_decode_step_exactly_as_step_time() -> None:
 def test_a_decode_batch_beyond_the_captured_graphs_pays_the_eager_launch_cost() -> None:
     """SGLang before 0.5.3 replays CUDA graphs for decode batches of up to 160 sequences: the 161st runs
     the step eager, at the per-layer launch cost a prompt step pays; 0 means every batch is captured."""
-    cost = StepCost(dense_weight_bytes=1e10, kv_bytes_per_token=1e5, flops_per_token=1e10, hbm_bytes_per_s=4e12,
-                    flops_per_s=1e15, layers=61, layer_overhead_s=2e-5, prefill_layer_overhead_s=1.8e-3,
-                    graph_max_seqs=160)
+    cost = StepCost(
+        dense_weight_bytes=1e10,
+        kv_bytes_per_token=1e5,
+        flops_per_token=1e10,
+        hbm_bytes_per_s=4e12,
+        flops_per_s=1e15,
+        layers=61,
+        layer_overhead_s=2e-5,
+        prefill_layer_overhead_s=1.8e-3,
+        graph_max_seqs=160,
+    )
     uncapped = dataclasses.replace(cost, graph_max_seqs=0)
     for n in (1, 160):
         shape = StepShape(decode_seqs=n, decode_ctx_tokens=1000 * n)
@@ -220,13 +272,14 @@ def test_a_decode_batch_beyond_the_captured_graphs_pays_the_eager_launch_cost() 
     shape = StepShape(decode_seqs=161, decode_ctx_tokens=161_000)
     assert step_time_s(cost, shape) - step_time_s(uncapped, shape) == pytest.approx(61 * 1.8e-3, rel=1e-9)
     # a step with prompt tokens pays it once, whatever its decode batch
-    mixed = StepShape(decode_seqs=161, decode_ctx_tokens=161_000, prefill_seqs=1, prefill_tokens=512,
-                      prefill_ctx_pairs=512 * 256)
+    mixed = StepShape(
+        decode_seqs=161, decode_ctx_tokens=161_000, prefill_seqs=1, prefill_tokens=512, prefill_ctx_pairs=512 * 256
+    )
     assert step_time_s(cost, mixed) == step_time_s(uncapped, mixed)
 
 
 def test_graph_limits_by_engine_and_release() -> None:
-    from servebench.sim.defaults import graph_max_seqs
+    from servescope.sim.defaults import graph_max_seqs
 
     assert graph_max_seqs("sglang", version="0.4.5", gpu_memory_gib=140.4, tp=8) == 160
     assert graph_max_seqs("sglang", version="0.5.2", gpu_memory_gib=79.6, tp=1) == 160
@@ -243,11 +296,11 @@ def test_attention_runs_at_the_kv_dtype_and_mla_prompts_in_their_mha_form() -> N
     unless the KV cache is FP8 on an FP8-capable GPU), not the weight format's; and DeepSeek's MLA
     computes a prompt in its multi-head form (QK over 128 + 64 dims, PV over 128: 640 FLOPs per head per
     pair) where decode runs the absorbed form (QK over 512 + 64, PV over 512: 2,176)."""
-    from servebench.deploy.deployment import Deployment
-    from servebench.sim.catalog import get_gpu, get_model
-    from servebench.sim.knobs import DEFAULT_KNOBS, resolve_knobs
-    from servebench.sim.memory import Layout
-    from servebench.sim.profile import step_cost
+    from servescope.deploy.deployment import Deployment
+    from servescope.sim.catalog import get_gpu, get_model
+    from servescope.sim.knobs import DEFAULT_KNOBS, resolve_knobs
+    from servescope.sim.memory import Layout
+    from servescope.sim.profile import step_cost
 
     h200 = get_gpu("h200")
     k = resolve_knobs(dict(DEFAULT_KNOBS), "vllm-v1", "hopper", "mla-moe")
@@ -262,8 +315,15 @@ def test_attention_runs_at_the_kv_dtype_and_mla_prompts_in_their_mha_form() -> N
     # a long prompt's compute: linear FLOPs at the FP8 peak plus its pairs' FLOPs at the BF16 peak
     n = 32768
     shape = StepShape(prefill_seqs=1, prefill_tokens=n, prefill_ctx_pairs=n * n / 2)
-    free = dataclasses.replace(bf16_kv, step_overhead_s=0.0, layer_overhead_s=0.0, seq_overhead_s=0.0,
-                               prefill_layer_overhead_s=0.0, comm_bytes_per_s=0.0, collectives=0)
+    free = dataclasses.replace(
+        bf16_kv,
+        step_overhead_s=0.0,
+        layer_overhead_s=0.0,
+        seq_overhead_s=0.0,
+        prefill_layer_overhead_s=0.0,
+        comm_bytes_per_s=0.0,
+        collectives=0,
+    )
     linear, attn = free.flops_per_token * n / h200.fp8_flops, 640 * per_pair * n * n / 2 / h200.bf16_flops
     want = (linear + attn) / k.compute_efficiency
     assert step_time_s(free, shape) == pytest.approx(want, rel=1e-12)
@@ -313,7 +373,7 @@ def test_sglang_default_chunked_prefill_size_follows_release_and_gpu_memory() ->
     """SGLang's ServerArgs: 8192 on an H100/H200/A100-80 in every release, 16384 on a B200 or MI300X from
     0.4.7 (0.4.7 by > 180,000 MiB, later by >= 160 GiB), 4096 on an A100-40 from 0.5.3; and the validation,
     plan and the emulator take it from `engine_defaults`."""
-    from servebench.sim.defaults import engine_defaults, sglang_chunked_prefill_size
+    from servescope.sim.defaults import engine_defaults, sglang_chunked_prefill_size
 
     def gib(name: str) -> float:
         return get_gpu(name).memory_bytes / 2**30

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from servebench.sweep.table import slo_capacity
+from servescope.sweep.table import slo_capacity
 
 
 def points(seq: list[tuple[int, bool]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

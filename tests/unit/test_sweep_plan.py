@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from servebench.errors import ConfigError
-from servebench.sweep.points import (
+from servescope.errors import ConfigError
+from servescope.sweep.points import (
     Point,
     auto_rates,
     build_grid,
@@ -64,6 +64,7 @@ def _table(limit: float):
     def measure(x: float) -> bool:
         calls.append(x)
         return x <= limit
+
     return measure, calls
 
 

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from servebench.sweep.summary import table_text
-from servebench.sweep.table import diagnose, point_row
+from servescope.sweep.summary import table_text
+from servescope.sweep.table import diagnose, point_row
 
 
-def summ(tok_s: float, ttft_ms: float, *, client: bool = False, waiting: float | None = None,
-         mode: str = "concurrency", offered: float = 1.0, done: float = 1.0) -> dict[str, Any]:
+def summ(
+    tok_s: float,
+    ttft_ms: float,
+    *,
+    client: bool = False,
+    waiting: float | None = None,
+    mode: str = "concurrency",
+    offered: float = 1.0,
+    done: float = 1.0,
+) -> dict[str, Any]:
     return {
         "load": {"mode": mode},
         "throughput": {"output_tokens_per_s": tok_s, "requests_per_s": done, "offered_requests_per_s": offered},
@@ -23,8 +31,9 @@ def test_knee_is_first_step_adding_less_than_ten_percent_and_server_queues() -> 
     loads = [1, 2, 4, 8, 16, 32]
     tput = [100, 190, 350, 600, 630, 640]  # 8 -> 16 adds 5%
     ttft = [20, 21, 25, 40, 120, 300]
-    d = diagnose(loads, [summ(t, f, waiting=w) for t, f, w in zip(tput, ttft, [0, 0, 0, 0, 7, 23])],
-                 label="concurrency")
+    d = diagnose(
+        loads, [summ(t, f, waiting=w) for t, f, w in zip(tput, ttft, [0, 0, 0, 0, 7, 23])], label="concurrency"
+    )
     assert d["saturation_load"] == 8
     assert d["next_step_gain"] == 630 / 600 - 1
     assert d["bottleneck"] == "server"
@@ -45,8 +54,11 @@ def test_still_growing_is_not_saturated() -> None:
 
 def test_open_loop_offered_vs_completed() -> None:
     loads = [1.0, 2.0, 4.0]
-    ss = [summ(100, 10, mode="rate", offered=1, done=1), summ(104, 10, mode="rate", offered=2, done=1.3),
-          summ(105, 11, mode="rate", offered=4, done=1.3)]
+    ss = [
+        summ(100, 10, mode="rate", offered=1, done=1),
+        summ(104, 10, mode="rate", offered=2, done=1.3),
+        summ(105, 11, mode="rate", offered=4, done=1.3),
+    ]
     d = diagnose(loads, ss, label="request rate")
     assert d["saturation_load"] == 1.0 and d["bottleneck"] == "server"
     assert any("offered" in e for e in d["evidence"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from servebench.emulator.tokenizer import Tokenizer, get_tokenizer
+from servescope.emulator.tokenizer import Tokenizer, get_tokenizer
 
 SAMPLES = [
     "",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from servebench.urls import api_base, server_root
+from servescope.urls import api_base, server_root
 
 SPELLINGS = ["http://h:1", "http://h:1/", "http://h:1/v1", "http://h:1/v1/", " http://h:1/v1// ", "http://h:1//"]
 

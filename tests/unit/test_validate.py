@@ -8,11 +8,11 @@ import math
 
 import pytest
 
-from servebench.deploy.calibration import Calibration, corpus_digest, dump_calibration, load_calibration
-from servebench.errors import ConfigError
-from servebench.plan.corpus import CorpusPoint, Source, corpus_files, load_corpus, parse_source
-from servebench.plan.fitting import fit_table, median_abs_error
-from servebench.plan.validate import (
+from servescope.deploy.calibration import Calibration, corpus_digest, dump_calibration, load_calibration
+from servescope.errors import ConfigError
+from servescope.plan.corpus import CorpusPoint, Source, corpus_files, load_corpus, parse_source
+from servescope.plan.fitting import fit_table, median_abs_error
+from servescope.plan.validate import (
     METRICS,
     Predictor,
     _lengths,
@@ -21,24 +21,44 @@ from servebench.plan.validate import (
     predict,
     setting_for,
 )
-from servebench.sim import catalog, memory
-from servebench.sim.config import EngineConfig
-from servebench.sim.defaults import admission_reserve
-from servebench.sim.disagg import simulate_disagg
-from servebench.sim.knobs import DEFAULT_KNOBS, arch_class, resolve_knobs
-from servebench.sim.steptime import StepCost, StepShape, step_time_s
+from servescope.sim import catalog, memory
+from servescope.sim.config import EngineConfig
+from servescope.sim.defaults import admission_reserve
+from servescope.sim.disagg import simulate_disagg
+from servescope.sim.knobs import DEFAULT_KNOBS, arch_class, resolve_knobs
+from servescope.sim.steptime import StepCost, StepShape, step_time_s
 
-SRC = Source(id="hand", title="hand-made", url="https://example.org/x", publisher="test", date="2025-01-01",
-             kind="test")
+SRC = Source(
+    id="hand", title="hand-made", url="https://example.org/x", publisher="test", date="2025-01-01", kind="test"
+)
 
 
 def _point(**kw: object) -> CorpusPoint:
     base: dict[str, object] = {
-        "source": SRC, "id": "p", "engine": "vllm", "engine_version": "0.10.0", "gpu": "h100", "gpus": 1,
-        "model": "Llama-3.1-8B", "quant": "bf16", "kv_quant": "", "tp": 1, "pp": 1, "dp": 1, "ep": 1,
-        "mode": "closed", "concurrency": 1, "request_rate": None, "num_prompts": 8, "input_len": 128,
-        "output_len": 128, "dataset": "random", "speculative": "",
-        "measured": {"output_tok_s": 100.0, "itl_ms_median": 10.0, "ttft_ms_mean": 20.0}, "notes": "n"}
+        "source": SRC,
+        "id": "p",
+        "engine": "vllm",
+        "engine_version": "0.10.0",
+        "gpu": "h100",
+        "gpus": 1,
+        "model": "Llama-3.1-8B",
+        "quant": "bf16",
+        "kv_quant": "",
+        "tp": 1,
+        "pp": 1,
+        "dp": 1,
+        "ep": 1,
+        "mode": "closed",
+        "concurrency": 1,
+        "request_rate": None,
+        "num_prompts": 8,
+        "input_len": 128,
+        "output_len": 128,
+        "dataset": "random",
+        "speculative": "",
+        "measured": {"output_tok_s": 100.0, "itl_ms_median": 10.0, "ttft_ms_mean": 20.0},
+        "notes": "n",
+    }
     base.update(kw)
     return CorpusPoint(**base)  # type: ignore[arg-type]
 
@@ -71,8 +91,9 @@ def test_errors_are_relative_to_the_measurement() -> None:
 
 
 def test_measured_statistic_preference() -> None:
-    p = _point(measured={"itl_ms_mean": 12.0, "tpot_ms_mean": 11.0, "ttft_ms_median": 5.0, "ttft_ms_mean": 9.0,
-                         "req_s": 2.0})
+    p = _point(
+        measured={"itl_ms_mean": 12.0, "tpot_ms_mean": 11.0, "ttft_ms_median": 5.0, "ttft_ms_mean": 9.0, "req_s": 2.0}
+    )
     m = measured_for(p)
     assert m["itl"] == ("tpot_ms_mean", 11.0)  # a TPOT mean before an ITL mean (ITL means count chunks)
     assert m["ttft"] == ("ttft_ms_median", 5.0)
@@ -80,8 +101,9 @@ def test_measured_statistic_preference() -> None:
 
 
 def test_unexpressible_points_say_why() -> None:
-    pred = Predictor([_point(id="a", input_len=None), _point(id="b", gpu="tpu-v9"),
-                      _point(id="c", model="Llama-3.1-405B", gpus=1)])
+    pred = Predictor(
+        [_point(id="a", input_len=None), _point(id="b", gpu="tpu-v9"), _point(id="c", model="Llama-3.1-405B", gpus=1)]
+    )
     assert set(pred.unexpressible) == {"hand/a", "hand/b", "hand/c"}
     assert "length" in pred.unexpressible["hand/a"]
     assert "catalogue" in pred.unexpressible["hand/b"]
@@ -93,9 +115,17 @@ def _predictor_measuring(truth: dict[str, float]) -> Predictor:
     pts = [_point(id=f"c{c}", concurrency=c, num_prompts=4 * c) for c in (1, 4)]
     gen = Predictor(pts)
     measured = [gen.predicted(p.key, truth) for p in pts]
-    return Predictor([_point(id=f"c{c}", concurrency=c, num_prompts=4 * c, measured={
-        "output_tok_s": m["tok_s"], "itl_ms_median": m["itl"], "ttft_ms_mean": m["ttft"]})
-        for c, m in zip((1, 4), measured)])
+    return Predictor(
+        [
+            _point(
+                id=f"c{c}",
+                concurrency=c,
+                num_prompts=4 * c,
+                measured={"output_tok_s": m["tok_s"], "itl_ms_median": m["itl"], "ttft_ms_mean": m["ttft"]},
+            )
+            for c, m in zip((1, 4), measured)
+        ]
+    )
 
 
 def test_fit_recovers_a_known_memory_efficiency() -> None:
@@ -117,8 +147,18 @@ def test_a_point_far_off_hardly_pulls_the_fit() -> None:
     rows = []
     for c, p in zip(conc, pts):
         m = gen.predicted(p.key, truth)
-        rows.append(_point(id=f"c{c}", concurrency=c, num_prompts=4 * c, measured={
-            "output_tok_s": m["tok_s"] * (10 if c == 8 else 1), "itl_ms_median": m["itl"], "ttft_ms_mean": m["ttft"]}))
+        rows.append(
+            _point(
+                id=f"c{c}",
+                concurrency=c,
+                num_prompts=4 * c,
+                measured={
+                    "output_tok_s": m["tok_s"] * (10 if c == 8 else 1),
+                    "itl_ms_median": m["itl"],
+                    "ttft_ms_mean": m["ttft"],
+                },
+            )
+        )
     pred = Predictor(rows)
     fitted = fit_table(pred, sorted(pred.settings), iterations=8, start=DEFAULT_KNOBS, only=("mem.gpu.hopper",))
     assert fitted["mem.gpu.hopper"] == pytest.approx(0.8, rel=0.03)
@@ -131,12 +171,14 @@ def test_the_fit_stops_on_its_tolerance() -> None:
     pred = _predictor_measuring({**DEFAULT_KNOBS, "mem.gpu.hopper": 0.8})
     start = {**DEFAULT_KNOBS, "mem.gpu.hopper": 0.3}
     steps: list[str] = []
-    one = fit_table(pred, sorted(pred.settings), iterations=8, start=start, only=("mem.gpu.hopper",), tol=1.0,
-                    progress=steps.append)
+    one = fit_table(
+        pred, sorted(pred.settings), iterations=8, start=start, only=("mem.gpu.hopper",), tol=1.0, progress=steps.append
+    )
     assert len(steps) == 1
     steps.clear()
-    more = fit_table(pred, sorted(pred.settings), iterations=8, start=start, only=("mem.gpu.hopper",),
-                     progress=steps.append)
+    more = fit_table(
+        pred, sorted(pred.settings), iterations=8, start=start, only=("mem.gpu.hopper",), progress=steps.append
+    )
     assert len(steps) > 1
     assert abs(more["mem.gpu.hopper"] - 0.8) < abs(one["mem.gpu.hopper"] - 0.8)
 
@@ -145,13 +187,17 @@ def test_the_held_out_median_carries_its_interval_over_resampled_folds() -> None
     """`fold_interval`: two folds whose points are 10% and 30% off. Resampling two folds with
     replacement gives medians 10% (A, A), 20% (A, B) and 30% (B, B), so the 90% interval is
     10%-30%; one fold alone has no spread; it is seeded (the same interval every run)."""
-    from servebench.plan.corpus import Source
-    from servebench.plan.fitting import fold_interval
-    from servebench.plan.validate import PointResult
+    from servescope.plan.corpus import Source
+    from servescope.plan.fitting import fold_interval
+    from servescope.plan.validate import PointResult
 
     def results(src: Source, err: float, n: int) -> list[PointResult]:
-        return [PointResult(_point(source=src, id=f"{src.id}{i}"), {"tok_s": ("output_tok_s", 100.0)},
-                            {"tok_s": 100.0 * (1 + err)}) for i in range(n)]
+        return [
+            PointResult(
+                _point(source=src, id=f"{src.id}{i}"), {"tok_s": ("output_tok_s", 100.0)}, {"tok_s": 100.0 * (1 + err)}
+            )
+            for i in range(n)
+        ]
 
     a = Source(id="a", title="a", url="https://example.org/a", publisher="p", date="2025", kind="test")
     b = Source(id="b", title="b", url="https://example.org/b", publisher="q", date="2025", kind="test")
@@ -162,8 +208,11 @@ def test_the_held_out_median_carries_its_interval_over_resampled_folds() -> None
     assert fold_interval(results(a, 0.1, 5), "tok_s") == (pytest.approx(0.1), pytest.approx(0.1))
     assert fold_interval(both, "itl") is None
     # a group is one fold: the two documents of one publisher's group resample together
-    grouped = results(a, 0.1, 5) + results(Source(id="c", title="c", url="https://example.org/c", publisher="p",
-                                                  date="2025", kind="test", group="a"), -0.3, 5)
+    grouped = results(a, 0.1, 5) + results(
+        Source(id="c", title="c", url="https://example.org/c", publisher="p", date="2025", kind="test", group="a"),
+        -0.3,
+        5,
+    )
     assert fold_interval(grouped, "tok_s") == (pytest.approx(0.2), pytest.approx(0.2))
 
 
@@ -191,8 +240,15 @@ def test_generated_length_overrides_the_requested_one() -> None:
 
 
 def test_sharegpt_lengths_are_long_tailed_with_the_stated_means() -> None:
-    p = _point(dataset="sharegpt", input_len=215.2, output_len=120.7, num_prompts=1000, mode="rate",
-               request_rate=8.0, concurrency=None)
+    p = _point(
+        dataset="sharegpt",
+        input_len=215.2,
+        output_len=120.7,
+        num_prompts=1000,
+        mode="rate",
+        request_rate=8.0,
+        concurrency=None,
+    )
     s = Predictor([p]).settings[p.key]
     lengths = _lengths(s)
     ins, outs = [a for a, _ in lengths], [b for _, b in lengths]
@@ -220,11 +276,16 @@ def vars_of(obj: CorpusPoint | Source) -> dict[str, object]:
 def test_pd_single_request_by_hand() -> None:
     """One request through one prefill and one decode worker: TTFT = the prefill step + the KV transfer
     + the decode worker's admitting step; then one decode step per further token."""
-    cost = StepCost(dense_weight_bytes=16e9, kv_bytes_per_token=131072, flops_per_token=16e9,
-                    hbm_bytes_per_s=3.35e12, flops_per_s=989.5e12, step_overhead_s=1e-3)
+    cost = StepCost(
+        dense_weight_bytes=16e9,
+        kv_bytes_per_token=131072,
+        flops_per_token=16e9,
+        hbm_bytes_per_s=3.35e12,
+        flops_per_s=989.5e12,
+        step_overhead_s=1e-3,
+    )
     pre = EngineConfig(cost=cost, kv_blocks=4096, enable_prefix_caching=False)
-    dec = EngineConfig(cost=dataclasses.replace(cost, prefill_work=0.0), kv_blocks=4096,
-                       enable_prefix_caching=False)
+    dec = EngineConfig(cost=dataclasses.replace(cost, prefill_work=0.0), kv_blocks=4096, enable_prefix_caching=False)
     run = simulate_disagg(pre, dec, 1, 1, [(2000, 4)], concurrency=1, transfer_s_per_token=1e-6)
     t_pre = step_time_s(cost, StepShape(prefill_seqs=1, prefill_tokens=2000, prefill_ctx_pairs=2000 * 1000.0))
     t_adm = step_time_s(dec.cost, StepShape(prefill_seqs=1, prefill_tokens=2000, prefill_ctx_pairs=2000 * 1000.0))
@@ -237,11 +298,16 @@ def test_pd_single_request_by_hand() -> None:
 def test_pd_closed_loop_first_wave_arrives_after_the_first_step_starts() -> None:
     """As in `simulate`'s closed loop: of four requests sent at 0 to one prefill worker, the first
     starts a prompt step alone and the other three arrive after it began, so they share the next."""
-    cost = StepCost(dense_weight_bytes=16e9, kv_bytes_per_token=131072, flops_per_token=16e9,
-                    hbm_bytes_per_s=3.35e12, flops_per_s=989.5e12, step_overhead_s=1e-3)
+    cost = StepCost(
+        dense_weight_bytes=16e9,
+        kv_bytes_per_token=131072,
+        flops_per_token=16e9,
+        hbm_bytes_per_s=3.35e12,
+        flops_per_s=989.5e12,
+        step_overhead_s=1e-3,
+    )
     pre = EngineConfig(cost=cost, kv_blocks=4096, enable_prefix_caching=False)
-    dec = EngineConfig(cost=dataclasses.replace(cost, prefill_work=0.0), kv_blocks=4096,
-                       enable_prefix_caching=False)
+    dec = EngineConfig(cost=dataclasses.replace(cost, prefill_work=0.0), kv_blocks=4096, enable_prefix_caching=False)
     run = simulate_disagg(pre, dec, 1, 1, [(2000, 4)] * 4, concurrency=4)
     t_one = step_time_s(cost, StepShape(prefill_seqs=1, prefill_tokens=2000, prefill_ctx_pairs=2000 * 1000.0))
     t_three = step_time_s(cost, StepShape(prefill_seqs=3, prefill_tokens=6000, prefill_ctx_pairs=3 * 2000 * 1000.0))
@@ -254,11 +320,25 @@ def test_pd_closed_loop_first_wave_arrives_after_the_first_step_starts() -> None
 def test_fewer_prefill_workers_queue_longer() -> None:
     """Prefill-heavy closed loop (2048 in, 64 out, 64 users) on 8xH200 gpt-oss TP2 workers: one
     prefill worker queues the prompts (TTFT up), three decode workers share the batch (ITL down)."""
+
     def pt(pre: int) -> CorpusPoint:
-        return _point(id=f"p{pre}", model="openai/gpt-oss-120b", gpu="h200", gpus=8, tp=2, engine="sglang",
-                      engine_version="0.5", quant="mxfp4", concurrency=64, num_prompts=256, input_len=2048,
-                      output_len=64, disaggregated=(2 * pre, 8 - 2 * pre),
-                      measured={"output_tok_s": 1.0, "itl_ms_median": 1.0, "ttft_ms_median": 1.0})
+        return _point(
+            id=f"p{pre}",
+            model="openai/gpt-oss-120b",
+            gpu="h200",
+            gpus=8,
+            tp=2,
+            engine="sglang",
+            engine_version="0.5",
+            quant="mxfp4",
+            concurrency=64,
+            num_prompts=256,
+            input_len=2048,
+            output_len=64,
+            disaggregated=(2 * pre, 8 - 2 * pre),
+            measured={"output_tok_s": 1.0, "itl_ms_median": 1.0, "ttft_ms_median": 1.0},
+        )
+
     pred = Predictor([pt(1), pt(3)])
     one, three = pred.predicted("hand/p1", DEFAULT_KNOBS), pred.predicted("hand/p3", DEFAULT_KNOBS)
     assert one["ttft"] > 2 * three["ttft"]
@@ -272,8 +352,11 @@ def test_calibration_round_trips(tmp_path) -> None:  # type: ignore[no-untyped-d
     back = load_calibration(f)
     assert back.knobs == {"mem.base": 0.7} and back.held_out == {"s": {"mem.base": 0.6}}
     assert back.heldout_median_abs_error == {}
-    band = dataclasses.replace(cal, heldout_median_abs_error={"output_tokens_per_s": 0.2, "itl_ms": 0.3,
-                                                              "ttft_ms": 0.4}, heldout_source="held out")
+    band = dataclasses.replace(
+        cal,
+        heldout_median_abs_error={"output_tokens_per_s": 0.2, "itl_ms": 0.3, "ttft_ms": 0.4},
+        heldout_source="held out",
+    )
     f.write_text(dump_calibration(band))
     back = load_calibration(f)
     assert back.heldout_median_abs_error == band.heldout_median_abs_error and back.heldout_source == "held out"
@@ -281,15 +364,16 @@ def test_calibration_round_trips(tmp_path) -> None:  # type: ignore[no-untyped-d
     modes = dataclasses.replace(band, heldout_by_mode={"closed": {"ttft_ms": 0.3}, "offline": {"itl_ms": 0.35}})
     f.write_text(dump_calibration(modes))
     assert load_calibration(f).heldout_by_mode == modes.heldout_by_mode
-    f.write_text(dump_calibration(modes).replace("heldout_median_abs_error_by_mode:",
-                                                 "heldout_median_abs_error_by_mode: 3\nx:"))
+    f.write_text(
+        dump_calibration(modes).replace("heldout_median_abs_error_by_mode:", "heldout_median_abs_error_by_mode: 3\nx:")
+    )
     with pytest.raises(ConfigError, match="by_mode"):
         load_calibration(f)
 
 
 def test_committed_calibration_publishes_its_held_out_error(validation: tuple[Predictor, Calibration]) -> None:
     """plan's uncertainty band is the committed calibration's held-out median |error| (plan/command.py)."""
-    from servebench.plan.command import _band
+    from servescope.plan.command import _band
 
     _, cal = validation
     got = _held_out(validation)
@@ -381,8 +465,11 @@ def test_held_out_error_does_not_regress(validation: tuple[Predictor, Calibratio
         assert got[m] <= NO_REGRESSION[m], f"{m}: held-out median |error| {got[m]:.1%} > {NO_REGRESSION[m]:.0%}"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13 bounds not met (held-out 16.7% / 20.4% / 32.9% on 664 of 713 "
-                                        "points: output tok/s and ITL within their bounds, TTFT over); docs/plan.md")
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 13 bounds not met (held-out 16.7% / 20.4% / 32.9% on 664 of 713 "
+    "points: output tok/s and ITL within their bounds, TTFT over); docs/plan.md",
+)
 def test_held_out_error_within_the_issue_bounds(validation: tuple[Predictor, Calibration]) -> None:
     got = _held_out(validation)
     for m in METRICS:
@@ -399,8 +486,17 @@ def test_deterministic(validation: tuple[Predictor, Calibration]) -> None:
 def test_multi_node_tp_all_reduce_is_hierarchical() -> None:
     """TP16 over two 8-GPU nodes: each GPU moves 2(8-1)/8 M over NVLink and only 2(2-1)/2 M/8 over its
     NIC (NCCL reduces within the node first), the NIC bytes weighed by NVLink / NIC bandwidth (9x)."""
-    p = _point(model="DeepSeek-R1", gpu="h100", gpus=16, tp=16, engine="sglang", engine_version="0.4.9",
-               quant="fp8", input_len=128, output_len=128)
+    p = _point(
+        model="DeepSeek-R1",
+        gpu="h100",
+        gpus=16,
+        tp=16,
+        engine="sglang",
+        engine_version="0.4.9",
+        quant="fp8",
+        input_len=128,
+        output_len=128,
+    )
     s = Predictor([p]).settings[p.key]
     model = catalog.get_model("DeepSeek-R1")
     m = 2 * model.layers * model.hidden * 2.0
@@ -412,8 +508,8 @@ def test_validation_and_deployment_state_one_engine() -> None:
     """One answer: a corpus point of current vLLM and the deployment plan and the emulator run for the
     same model, GPUs and TP resolve to the same engine limits by version (1024 sequences on an H100)
     and the same step costs (TP all-reduce bytes and collectives, per-sequence overhead included)."""
-    from servebench.deploy.deployment import Deployment
-    from servebench.sim.steptime import StepShape as Shape
+    from servescope.deploy.deployment import Deployment
+    from servescope.sim.steptime import StepShape as Shape
 
     p = _point(model="Llama-3.1-70B", gpus=4, tp=4, engine_version="0.10.0", input_len=1000, output_len=200)
     s = Predictor([p]).settings[p.key]
@@ -427,28 +523,33 @@ def test_validation_and_deployment_state_one_engine() -> None:
     theirs = _engine_cost(s, k)
     assert mine.comm_bytes_per_token == theirs.comm_bytes_per_token > 0
     assert mine.collectives == theirs.collectives == 2 * 80
-    for shape in (Shape(decode_seqs=64, decode_ctx_tokens=64 * 1100), Shape(prefill_seqs=2, prefill_tokens=2000,
-                                                                          prefill_ctx_pairs=2000 * 500)):
+    for shape in (
+        Shape(decode_seqs=64, decode_ctx_tokens=64 * 1100),
+        Shape(prefill_seqs=2, prefill_tokens=2000, prefill_ctx_pairs=2000 * 500),
+    ):
         assert step_time_s(mine, shape) == pytest.approx(step_time_s(theirs, shape), rel=1e-6)
 
 
-@pytest.mark.parametrize(("corpus_engine", "version", "engine", "reserve"), [
-    ("trtllm", "1.0.0", "trtllm", 1.0), ("sglang", "0.5.2", "sglang", 0.7), ("vllm", "0.10.0", "vllm", 0.0)])
-def test_validation_plan_and_emulator_admit_by_one_rule(corpus_engine: str, version: str, engine: str,
-                                                        reserve: float) -> None:
+@pytest.mark.parametrize(
+    ("corpus_engine", "version", "engine", "reserve"),
+    [("trtllm", "1.0.0", "trtllm", 1.0), ("sglang", "0.5.2", "sglang", 0.7), ("vllm", "0.10.0", "vllm", 0.0)],
+)
+def test_validation_plan_and_emulator_admit_by_one_rule(
+    corpus_engine: str, version: str, engine: str, reserve: float
+) -> None:
     """One answer: the KV an engine sets aside when it admits a request (TensorRT-LLM's
     GUARANTEED_NO_EVICT: prompt + max_tokens; SGLang's new_token_ratio 0.7; vLLM none) is one field of
     the engine (`EngineConfig.reserve_output`), stated alike for a corpus point and for the deployment
     plan's what-if and the emulator run, so the batch a KV-bound load holds is the one the validation
     checked, counted in the engine's KV blocks (`sim.memory.sim_block_tokens`). At 1000/1000 on one H100
     the reserve caps the batch below the sequence limit."""
-    from servebench.deploy.deployment import Deployment
+    from servescope.deploy.deployment import Deployment
 
-    p = _point(engine=corpus_engine, engine_version=version, concurrency=512, num_prompts=1024,
-               input_len=1000, output_len=1000)
+    p = _point(
+        engine=corpus_engine, engine_version=version, concurrency=512, num_prompts=1024, input_len=1000, output_len=1000
+    )
     s = Predictor([p]).settings[p.key]
-    dep = Deployment.build(model="Llama-3.1-8B", gpu="h100", gpus=1, engine=engine,
-                           max_model_len=s.base.max_model_len)
+    dep = Deployment.build(model="Llama-3.1-8B", gpu="h100", gpus=1, engine=engine, max_model_len=s.base.max_model_len)
     assert s.base.reserve_output == dep.engine_config().reserve_output == admission_reserve(s.family) == reserve
     # ...in the same blocks: TensorRT-LLM's tokens_per_block 32, vLLM's 16, SGLang's token pages as 16
     assert s.base.block_size == dep.engine_config().block_size == (32 if engine == "trtllm" else 16)
@@ -458,7 +559,7 @@ def test_validation_plan_and_emulator_admit_by_one_rule(corpus_engine: str, vers
 
 
 def _engine_cost(s, k):  # type: ignore[no-untyped-def]
-    from servebench.plan.validate import _engine_for
+    from servescope.plan.validate import _engine_for
 
     return _engine_for(s, k).cost
 
@@ -468,10 +569,9 @@ def test_deepseek_classes_by_release() -> None:
     TensorRT-LLM 0.x and unstated versions mla-moe; SGLang >= 0.5, vLLM >= 0.10 and TensorRT-LLM >= 1.0
     mla-moe-late, which plan's engines (their current releases) read too; GQA and dense models are not
     split by release."""
-    from servebench.deploy.deployment import Deployment, load_knob_table
+    from servescope.deploy.deployment import Deployment, load_knob_table
 
-    old = _point(model="DeepSeek-V3", gpu="h200", gpus=8, tp=8, engine="sglang", engine_version="0.4.1",
-                 quant="fp8")
+    old = _point(model="DeepSeek-V3", gpu="h200", gpus=8, tp=8, engine="sglang", engine_version="0.4.1", quant="fp8")
     mid = dataclasses.replace(old, id="m", engine_version="0.4.5.post1")
     new = dataclasses.replace(old, id="q", engine_version="0.5.7")
     unstated = dataclasses.replace(old, id="u", engine_version="")
@@ -502,10 +602,16 @@ def test_prompt_steps_launch_cost_is_per_family_times_class() -> None:
     prompt tokens' share of the link is the fitted factor of a generation without a published bus
     bandwidth and the measured one (`PINNED`, whatever a table says) of Hopper and Ampere; an unseen
     mla-moe-early class takes the fitted mla-moe factor, as for layer.arch."""
-    from servebench.plan.fitting import _with_unseen_families
+    from servescope.plan.fitting import _with_unseen_families
 
-    t = {"pfl.eng.sglang": 2e-4, "pfl.arch.mla-moe": 5.0, "pfl.arch.moe": 2.0, "comm.prefill": 0.3,
-         "comm.prefill.gpu.cdna3": 0.6, "comm.prefill.gpu.hopper": 0.1}
+    t = {
+        "pfl.eng.sglang": 2e-4,
+        "pfl.arch.mla-moe": 5.0,
+        "pfl.arch.moe": 2.0,
+        "comm.prefill": 0.3,
+        "comm.prefill.gpu.cdna3": 0.6,
+        "comm.prefill.gpu.hopper": 0.1,
+    }
     assert resolve_knobs(t, "sglang", "hopper", "dense").prefill_layer_overhead_s == pytest.approx(2e-4)
     assert resolve_knobs(t, "sglang", "hopper", "moe").prefill_layer_overhead_s == pytest.approx(4e-4)
     assert resolve_knobs(t, "sglang", "hopper", "mla-moe").prefill_layer_overhead_s == pytest.approx(1e-3)
@@ -520,8 +626,8 @@ def test_prompt_steps_launch_cost_is_per_family_times_class() -> None:
 def test_pinned_knobs_are_never_fitted(validation: tuple[Predictor, Calibration]) -> None:
     """A knob set by a published measurement (`PINNED`: the prompt all-reduce share of Hopper and Ampere)
     is not among the knobs any fit moves, and the committed tables do not carry it."""
-    from servebench.plan.fitting import _fit_names
-    from servebench.sim.knobs import PINNED
+    from servescope.plan.fitting import _fit_names
+    from servescope.sim.knobs import PINNED
 
     pred, cal = validation
     names = _fit_names(pred, sorted(pred.settings))
@@ -534,8 +640,8 @@ def test_by_source_rows_are_each_documents_medians() -> None:
     """`fitting.by_source`: one row per source and measured metric, with its point count, the median
     |error| in the fit and held out, and the held-out median signed error; a metric a source did not
     measure has no row."""
-    from servebench.plan.fitting import by_source
-    from servebench.plan.validate import PointResult
+    from servescope.plan.fitting import by_source
+    from servescope.plan.validate import PointResult
 
     other = dataclasses.replace(SRC, id="other")
     pts = [_point(id=f"p{i}") for i in range(3)] + [_point(source=other, id="q")]
@@ -555,11 +661,17 @@ def test_compute_efficiency_is_per_family_generation_and_class() -> None:
     """compute_efficiency = comp.base x comp.gpu.<gen> x comp.eng.<family> [x comp.arch.<class> for an MoE
     class]; the DeepSeek release classes read mla-moe's factor where a table lacks theirs (resolve and
     the fit alike); the product stays clipped to 0.02..0.95; a MoE deployment's knob names carry it."""
-    from servebench.plan.fitting import _with_unseen_families
-    from servebench.sim.knobs import knob_names_for
+    from servescope.plan.fitting import _with_unseen_families
+    from servescope.sim.knobs import knob_names_for
 
-    t = {"comp.base": 0.5, "comp.gpu.hopper": 1.2, "comp.eng.vllm-v1": 0.8, "comp.arch.mla-moe": 0.5,
-         "comp.arch.moe": 0.9, "comp.arch.mla-moe-late": 0.75}
+    t = {
+        "comp.base": 0.5,
+        "comp.gpu.hopper": 1.2,
+        "comp.eng.vllm-v1": 0.8,
+        "comp.arch.mla-moe": 0.5,
+        "comp.arch.moe": 0.9,
+        "comp.arch.mla-moe-late": 0.75,
+    }
     assert resolve_knobs(t, "vllm-v1", "hopper", "dense").compute_efficiency == pytest.approx(0.48)
     assert resolve_knobs(t, "vllm-v1", "hopper", "moe").compute_efficiency == pytest.approx(0.432)
     assert resolve_knobs(t, "vllm-v1", "hopper", "mla-moe").compute_efficiency == pytest.approx(0.24)
@@ -575,8 +687,8 @@ def test_compute_efficiency_is_per_family_generation_and_class() -> None:
 def test_prompt_steps_of_their_own_where_the_engine_does_not_mix() -> None:
     """vLLM V0 without chunked prefill and TGI run prompts in steps of their own; V0 with it, V1, SGLang
     and TensorRT-LLM mix; the validation and plan's deployment state it alike."""
-    from servebench.deploy.deployment import Deployment
-    from servebench.sim.defaults import mixes_steps
+    from servescope.deploy.deployment import Deployment
+    from servescope.sim.defaults import mixes_steps
 
     assert not mixes_steps("vllm-v0", False) and not mixes_steps("tgi", False) and not mixes_steps("tgi", True)
     assert mixes_steps("vllm-v0", True) and mixes_steps("vllm-v1", True) and mixes_steps("sglang", True)
@@ -596,12 +708,23 @@ def test_prompt_steps_of_their_own_where_the_engine_does_not_mix() -> None:
 def test_stated_max_model_len_sets_vllm_v0_chunked_prefill() -> None:
     """vLLM 0.6 with --max-model-len over 32K switches chunked prefill on with its 512-token budget;
     a point that states --enable-chunked-prefill=False runs whole prompts under a max_model_len budget."""
-    p = _point(model="Llama-3.1-405B", gpu="h100", gpus=8, tp=8, quant="fp8", engine_version="0.6.3",
-               mode="offline", concurrency=None, num_prompts=16, engine_args={"max_model_len": 91680})
+    p = _point(
+        model="Llama-3.1-405B",
+        gpu="h100",
+        gpus=8,
+        tp=8,
+        quant="fp8",
+        engine_version="0.6.3",
+        mode="offline",
+        concurrency=None,
+        num_prompts=16,
+        engine_args={"max_model_len": 91680},
+    )
     s = Predictor([p]).settings[p.key]
     assert s.base.chunked_prefill and s.base.max_num_batched_tokens == 512 and s.base.max_model_len == 91680
-    q = dataclasses.replace(p, id="q", gpu="mi300x", engine_args={"max_model_len": 91680, "chunked_prefill": False,
-                                                                   "max_num_seqs": 1024})
+    q = dataclasses.replace(
+        p, id="q", gpu="mi300x", engine_args={"max_model_len": 91680, "chunked_prefill": False, "max_num_seqs": 1024}
+    )
     t = Predictor([q]).settings[q.key]
     assert not t.base.chunked_prefill and t.base.max_num_batched_tokens == 91680 and t.base.max_num_seqs == 1024
 
@@ -623,42 +746,66 @@ def test_memo_key_drops_only_knobs_the_simulation_cannot_feel(validation: tuple[
     drafts, no link traffic, no collectives, no API server). Moving every such knob must give what a
     direct simulation gives, for points with and without drafts, TP, DP+EP, disaggregation and an
     API server."""
-    from servebench.plan.validate import _compare, predict
-    from servebench.sim.knobs import FAMILIES
+    from servescope.plan.validate import _compare, predict
+    from servescope.sim.knobs import FAMILIES
 
     pred, cal = validation
-    kinds = {"spec": lambda s: s.draft_tokens > 0, "disagg": lambda s: s.disagg is not None,
-             "tp1": lambda s: not s.base.cost.collectives, "tp": lambda s: s.base.cost.collectives > 0,
-             "in-process": lambda s: not s.served, "served-tp": lambda s: s.served and s.base.cost.collectives > 0}
+    kinds = {
+        "spec": lambda s: s.draft_tokens > 0,
+        "disagg": lambda s: s.disagg is not None,
+        "tp1": lambda s: not s.base.cost.collectives,
+        "tp": lambda s: s.base.cost.collectives > 0,
+        "in-process": lambda s: not s.served,
+        "served-tp": lambda s: s.served and s.base.cost.collectives > 0,
+    }
     keys = [next(k for k, s in sorted(pred.settings.items()) if f(s)) for f in kinds.values()]
-    moved = {**cal.knobs, "spec.accept": 0.6, "comm.eff": cal.knobs["comm.eff"] * 0.5,
-             "comm.latency_s": 3e-5, "ttft.base": cal.knobs["ttft.base"] * 2, "comm.prefill.gpu.cdna3": 0.2,
-             **{f"admit.eng.{f}": 0.02 for f in FAMILIES}}
+    moved = {
+        **cal.knobs,
+        "spec.accept": 0.6,
+        "comm.eff": cal.knobs["comm.eff"] * 0.5,
+        "comm.latency_s": 3e-5,
+        "ttft.base": cal.knobs["ttft.base"] * 2,
+        "comm.prefill.gpu.cdna3": 0.2,
+        **{f"admit.eng.{f}": 0.02 for f in FAMILIES},
+    }
     for key in keys:
         s = pred.settings[key]
         for table in (cal.knobs, moved):
             k = pred.knobs(key, table)
-            assert pred.predicted(key, table) == pytest.approx(_compare(predict(s, k), pred.measured[key]),
-                                                               rel=1e-12), key
+            assert pred.predicted(key, table) == pytest.approx(
+                _compare(predict(s, k), pred.measured[key]), rel=1e-12
+            ), key
         if s.draft_tokens:  # the knob that is kept matters: acceptance moves a speculative point
             assert pred.predicted(key, moved)["tok_s"] != pred.predicted(key, cal.knobs)["tok_s"]
         if not s.served:  # an in-process point has no API server: the admission cost is not felt
             assert pred.knobs(key, moved).frontend_s == 0.02
-            assert pred.predicted(key, {**moved, **{f"admit.eng.{f}": 0.001 for f in FAMILIES}}) \
-                == pred.predicted(key, moved)
+            assert pred.predicted(key, {**moved, **{f"admit.eng.{f}": 0.001 for f in FAMILIES}}) == pred.predicted(
+                key, moved
+            )
 
 
 def test_sglang_request_pool_follows_its_kv_pool() -> None:
     """SGLang's default max running requests is min(max(kv_tokens / context_len x 512, 2048), 4096):
     a validation point and a plan deployment of SGLang both use it."""
-    from servebench.deploy.deployment import Deployment
-    from servebench.sim.defaults import sglang_max_running
+    from servescope.deploy.deployment import Deployment
+    from servescope.sim.defaults import sglang_max_running
 
     assert sglang_max_running(100_000, 131_072) == 2048
     assert sglang_max_running(676_303, 163_840) == 2113
     assert sglang_max_running(5_000_000, 131_072) == 4096
-    p = _point(model="Llama-3.3-70B", gpu="h200", gpus=4, tp=4, engine="sglang", engine_version="0.4.0",
-               mode="offline", concurrency=None, num_prompts=5000, input_len=130, output_len=255)
+    p = _point(
+        model="Llama-3.3-70B",
+        gpu="h200",
+        gpus=4,
+        tp=4,
+        engine="sglang",
+        engine_version="0.4.0",
+        mode="offline",
+        concurrency=None,
+        num_prompts=5000,
+        input_len=130,
+        output_len=255,
+    )
     s = Predictor([p]).settings[p.key]
     dep = Deployment.build(model="Llama-3.3-70B", gpu="h200", gpus=4, engine="sglang")
     assert dep.limits.max_num_seqs == 4096
@@ -671,8 +818,15 @@ def test_sglang_request_pool_follows_its_kv_pool() -> None:
 
 def test_context_length_comes_from_the_config() -> None:
     """The engines' default max_model_len is the checkpoint's max_position_embeddings."""
-    cfg = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 32,
-           "vocab_size": 128_256, "intermediate_size": 14_336, "max_position_embeddings": 32_768}
+    cfg = {
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_hidden_layers": 32,
+        "vocab_size": 128_256,
+        "intermediate_size": 14_336,
+        "max_position_embeddings": 32_768,
+    }
     assert catalog.parse_hf_config(cfg).context_len == 32_768
     assert catalog.get_model("DeepSeek-R1").context_len == 163_840
     assert catalog.get_model("Llama-3.1-405B").context_len == 131_072
@@ -681,8 +835,18 @@ def test_context_length_comes_from_the_config() -> None:
 def test_sglang_dp_attention_stays_on_the_stated_gpus() -> None:
     """SGLang `--tp 8 --enable-dp-attention --dp 8` on 8 GPUs: 8 attention ranks of one GPU each inside the
     TP group, the MoE over all 8 (stated as EP 8), never 8 replicas of TP 8 (64 GPUs); PP is refused."""
-    p = _point(model="DeepSeek-V3", gpu="h200", gpus=8, tp=8, dp=8, ep=1, engine="sglang", engine_version="0.4.1",
-               quant="fp8", concurrency=16)
+    p = _point(
+        model="DeepSeek-V3",
+        gpu="h200",
+        gpus=8,
+        tp=8,
+        dp=8,
+        ep=1,
+        engine="sglang",
+        engine_version="0.4.1",
+        quant="fp8",
+        concurrency=16,
+    )
     wide = dataclasses.replace(p, id="tp8", dp=1)
     piped = dataclasses.replace(p, id="pp", model="Llama-3.1-8B", quant="bf16", gpus=2, tp=1, dp=1, pp=2)
     pred = Predictor([p, wide, piped])
@@ -696,8 +860,18 @@ def test_a_closed_loop_of_fewer_users_than_dp_ranks_keeps_only_theirs_busy() -> 
     """SGLang's cookbook ran DeepSeek-V3 with DP attention 8 at --max-concurrency 1: one request in flight,
     so one rank works. It was predicted as 8 ranks of one user each (392 output tok/s against 34
     measured); now as one (`plan.whatif.dp_share`), and 100 users as 7.7 ranks of 13, not 8."""
-    kw: dict[str, object] = {"model": "DeepSeek-V3", "gpu": "h200", "gpus": 8, "tp": 8, "dp": 8, "ep": 1,
-                             "engine": "sglang", "engine_version": "0.5.7", "quant": "fp8", "num_prompts": 64}
+    kw: dict[str, object] = {
+        "model": "DeepSeek-V3",
+        "gpu": "h200",
+        "gpus": 8,
+        "tp": 8,
+        "dp": 8,
+        "ep": 1,
+        "engine": "sglang",
+        "engine_version": "0.5.7",
+        "quant": "fp8",
+        "num_prompts": 64,
+    }
     one, eight, hundred = (_point(id=f"c{c}", concurrency=c, **kw) for c in (1, 8, 100))
     pred = Predictor([one, eight, hundred])
     assert [pred.settings[p.key].replicas for p in (one, eight)] == [1.0, 8.0]
@@ -726,11 +900,30 @@ def test_prefix_caching_follows_the_engine_default_unless_the_launch_switched_it
 def test_length_dist_states_how_lengths_varied() -> None:
     """`length_dist: uniform` (SGLang bench_serving's random dataset at range ratio 0) spreads both lengths
     around the stated means; without it a random dataset keeps fixed prompts; a bad value is refused."""
-    from servebench.plan import lengths
+    from servescope.plan import lengths
 
-    row = {**{k: getattr(_point(), k) for k in ("engine", "engine_version", "gpu", "gpus", "model", "quant", "mode",
-                                                  "concurrency", "input_len", "output_len", "dataset", "notes")},
-           "id": "u", "measured": {"output_tok_s": 10.0}, "length_dist": "uniform"}
+    row = {
+        **{
+            k: getattr(_point(), k)
+            for k in (
+                "engine",
+                "engine_version",
+                "gpu",
+                "gpus",
+                "model",
+                "quant",
+                "mode",
+                "concurrency",
+                "input_len",
+                "output_len",
+                "dataset",
+                "notes",
+            )
+        },
+        "id": "u",
+        "measured": {"output_tok_s": 10.0},
+        "length_dist": "uniform",
+    }
     _, [pt] = parse_source({"source": vars_of(SRC), "points": [row]})
     assert lengths.distributions(pt) == ("uniform", "uniform")
     assert lengths.distributions(dataclasses.replace(pt, length_dist="")) == ("fixed", "fixed")
@@ -745,8 +938,13 @@ def test_an_offline_burst_over_http_runs_with_the_server_defaults() -> None:
     server: an offline burst sent over HTTP (`harness: server`, GPUStack's `vllm bench serve` at
     request rate inf) gets the server's budget, an in-process one the LLM class's."""
     inproc = _point(mode="offline", concurrency=None, num_prompts=100)
-    served = _point(mode="offline", concurrency=None, num_prompts=100, id="q",
-                    source=dataclasses.replace(SRC, id="s2", harness="server"))
+    served = _point(
+        mode="offline",
+        concurrency=None,
+        num_prompts=100,
+        id="q",
+        source=dataclasses.replace(SRC, id="s2", harness="server"),
+    )
     pred = Predictor([inproc, served])
     assert pred.settings[inproc.key].base.max_num_batched_tokens == 16384
     assert pred.settings[served.key].base.max_num_batched_tokens == 8192
@@ -777,22 +975,26 @@ def test_an_unseen_engine_family_gets_the_fitted_families_typical_knobs() -> Non
     assert table["step.eng.vllm-v1"] != table["step.eng.sglang"]
 
 
-@pytest.mark.parametrize(("model", "quant", "gpu", "gpus"), [
-    ("gpt-oss-120b", "mxfp4", "h100", 1),  # Marlin-era vLLM: repacked experts, BF16 peak
-    ("gpt-oss-120b", "mxfp4", "b200", 1),  # FP4 tensor cores
-    ("DeepSeek-R1", "fp4", "b200", 8),  # NVIDIA's NVFP4 checkpoint
-])
+@pytest.mark.parametrize(
+    ("model", "quant", "gpu", "gpus"),
+    [
+        ("gpt-oss-120b", "mxfp4", "h100", 1),  # Marlin-era vLLM: repacked experts, BF16 peak
+        ("gpt-oss-120b", "mxfp4", "b200", 1),  # FP4 tensor cores
+        ("DeepSeek-R1", "fp4", "b200", 8),  # NVIDIA's NVFP4 checkpoint
+    ],
+)
 def test_fp4_formats_cost_the_same_in_plan_and_validation(model: str, quant: str, gpu: str, gpus: int) -> None:
     """One answer for FP4 weights: a corpus point and the deployment plan runs for it price the weights
     (memory quant nvfp4 / mxfp4), the compute peak and its efficiency (`sim.profile.compute_peak`) alike."""
-    from servebench.deploy.deployment import Deployment
-    from servebench.sim.steptime import StepShape as Shape
+    from servescope.deploy.deployment import Deployment
+    from servescope.sim.steptime import StepShape as Shape
 
     hf = {"gpt-oss-120b": "openai/gpt-oss-120b"}.get(model, model)
     p = _point(model=hf, quant=quant, gpu=gpu, gpus=gpus, tp=gpus, input_len=1000, output_len=200)
     s = Predictor([p]).settings[p.key]
-    dep = Deployment.build(model=model, gpu=gpu, gpus=gpus, quant="nvfp4" if quant == "fp4" else quant,
-                           max_model_len=s.base.max_model_len)
+    dep = Deployment.build(
+        model=model, gpu=gpu, gpus=gpus, quant="nvfp4" if quant == "fp4" else quant, max_model_len=s.base.max_model_len
+    )
     k = resolve_knobs(dict(DEFAULT_KNOBS), s.family, s.generation, s.arch)
     mine, theirs = dep.engine_config(k).cost, _engine_cost(s, k)
     assert mine.flops_per_s == theirs.flops_per_s
@@ -810,15 +1012,14 @@ def test_w4a16_dense_computes_at_the_knobs_efficiency_and_moe_experts_count_more
     does (vLLM dequantizes to an FP16 matmul from 256 tokens, or runs Marlin), attention FLOPs included;
     with fewer weight bytes its prompt step is no slower than BF16's. A W4A16 MoE's routed experts count
     1 / 0.2 times their FLOPs (fused MoE kernels dequantize per token block), its other layers do not."""
-    from servebench.sim.catalog import get_model
-    from servebench.sim.memory import Layout
-    from servebench.sim.profile import linear_flops_per_token, step_cost
+    from servescope.sim.catalog import get_model
+    from servescope.sim.memory import Layout
+    from servescope.sim.profile import linear_flops_per_token, step_cost
 
     k = resolve_knobs(dict(DEFAULT_KNOBS), "vllm-v0", "ampere", "dense")
     a100 = catalog.get_gpu("a100")
     qwen = get_model("Qwen2.5-72B")
-    cost = {q: step_cost(qwen, Layout(gpu=a100, gpus_per_node=2, tp=2, quant=q), k)
-            for q in ("bf16", "awq", "int4")}
+    cost = {q: step_cost(qwen, Layout(gpu=a100, gpus_per_node=2, tp=2, quant=q), k) for q in ("bf16", "awq", "int4")}
     for q in ("awq", "int4"):
         assert cost[q].flops_per_s == cost["bf16"].flops_per_s == a100.bf16_flops
         assert cost[q].compute_efficiency == cost["bf16"].compute_efficiency == k.compute_efficiency
@@ -860,11 +1061,12 @@ def test_vllm_v1_batch_budget_by_device_and_harness() -> None:
     8192 for the LLM class, but 8192 / 16384 on an H100 or H200 already in 0.8 (vllm PR #12369); from
     0.9 a >= 70 GiB GPU other than an A100 gets 1024 sequences and 8192 / 16384. An A100 keeps the
     small budget whatever the version."""
-    from servebench.sim.defaults import engine_defaults
+    from servescope.sim.defaults import engine_defaults
 
     def d(version: str, gpu: str, gib: float, offline: bool) -> tuple[int, int]:
-        e = engine_defaults("vllm-v1", max_model_len=8192, version=version, gpu=gpu, gpu_memory_gib=gib,
-                            offline=offline)
+        e = engine_defaults(
+            "vllm-v1", max_model_len=8192, version=version, gpu=gpu, gpu_memory_gib=gib, offline=offline
+        )
         return e.max_num_seqs, e.max_num_batched_tokens
 
     assert d("0.10.2", "h100", 79.6, False) == (1024, 8192)
@@ -881,7 +1083,7 @@ def test_vllm_v1_batch_budget_by_device_and_harness() -> None:
 def test_vllm_v0_chunked_budget_for_long_contexts_by_release() -> None:
     """vLLM V0 switches chunked prefill on for contexts over 32K, with 512 batched tokens before 0.6.5
     and 2048 from 0.6.5 (vllm PR #10544); up to 32K it stays off and the budget covers a whole prompt."""
-    from servebench.sim.defaults import engine_defaults
+    from servescope.sim.defaults import engine_defaults
 
     def d(version: str, max_len: int) -> tuple[bool, int]:
         e = engine_defaults("vllm-v0", max_model_len=max_len, version=version, gpu="h100", gpu_memory_gib=79.6)
@@ -943,7 +1145,7 @@ def test_a_disaggregated_request_passes_one_front_end(validation: tuple[Predicto
     worker's engine computes none of the prompt and has no front end; a request's first token is
     later by the front end's time, and a burst of five shares it: none reaches its prefill worker
     before five service times after the send."""
-    from servebench.plan.validate import _engine_for, decode_worker
+    from servescope.plan.validate import _engine_for, decode_worker
 
     pred, cal = validation
     key = next(k for k, s in sorted(pred.settings.items()) if s.disagg is not None)
@@ -964,11 +1166,12 @@ def test_a_disaggregated_request_passes_one_front_end(validation: tuple[Predicto
 def test_only_points_whose_tp_spans_nodes_inform_the_internode_latency() -> None:
     """comm.latency_s.internode is fitted from points whose TP group is wider than a node (and moves
     their prediction); a one-node TP8 point neither reads it nor re-simulates when it moves."""
-    from servebench.plan.fitting import _fit_names
+    from servescope.plan.fitting import _fit_names
 
     wide = _point(id="w", model="DeepSeek-R1", quant="fp8", gpus=16, tp=16, engine="sglang", engine_version="0.4.6")
-    narrow = _point(id="n", model="DeepSeek-R1", quant="fp8", gpu="h200", gpus=8, tp=8, engine="sglang",
-                    engine_version="0.4.6")
+    narrow = _point(
+        id="n", model="DeepSeek-R1", quant="fp8", gpu="h200", gpus=8, tp=8, engine="sglang", engine_version="0.4.6"
+    )
     pred = Predictor([wide, narrow])
     assert "comm.latency_s.internode" in _fit_names(pred, [wide.key])
     assert "comm.latency_s.internode" not in _fit_names(pred, [narrow.key])
@@ -993,14 +1196,19 @@ def test_sglang_dp_attention_points_run_each_rank_with_its_share_of_the_prompt_c
 
 def test_source_weights_balance_a_large_source(validation: tuple[Predictor, Calibration]) -> None:
     """A fold's residuals weigh min(1, sqrt(60 / its residual count)) in a fit, counted over that fit's keys."""
-    from servebench.plan.fitting import _source_weights
+    from servescope.plan.fitting import _source_weights
 
     pred, _ = validation
     keys = sorted(pred.settings)
     w = _source_weights(pred, keys)
     assert set(w) == {s.source for s in pred.settings.values()}
-    n = sum(1 for k in keys if pred.settings[k].source == "gpustack-performance-lab-2025"
-            for m in METRICS if m in pred.measured[k])
+    n = sum(
+        1
+        for k in keys
+        if pred.settings[k].source == "gpustack-performance-lab-2025"
+        for m in METRICS
+        if m in pred.measured[k]
+    )
     assert n > 60 and w["gpustack-performance-lab-2025"] == pytest.approx((60 / n) ** 0.5)
     assert w["vllm-pr-23151-qwen3-30b-a3b-h100"] == 1.0  # a small source keeps its full weight
     # counted over the fit's own keys: a fit of one small source's points weighs them 1
@@ -1019,8 +1227,9 @@ def test_sglang_speculative_points_run_48_requests_a_dp_rank_its_share() -> None
     assert setting_for(points[gs + "dsr1-h200-sglang-s3-fp8-tp8-dp8-compile"]).base.max_num_seqs > 48
     spec = points["sglang-attention-backend-h200-2025/dsv3-h200-tp8-fa3-in1024-out1024-spec"]
     assert setting_for(spec).base.max_num_seqs == 48
-    many = dataclasses.replace(points[gs + "dsr1-h200-sglang-s4-fp8-tp8-dp8-compile"], mode="closed",
-                               concurrency=256, num_prompts=1024)
+    many = dataclasses.replace(
+        points[gs + "dsr1-h200-sglang-s4-fp8-tp8-dp8-compile"], mode="closed", concurrency=256, num_prompts=1024
+    )
     assert setting_for(many).base.max_num_seqs == 32
 
 
@@ -1032,8 +1241,7 @@ def test_a_stated_stream_interval_makes_itl_the_gap_between_chunks() -> None:
     gaps."""
     stats = {"output_tok_s": 100.0, "itl_ms_mean": 10.0, "itl_ms_median": 10.0, "tpot_ms_mean": 10.0}
     one = _point(id="one", engine="sglang", engine_version="0.5.6", measured=stats)
-    ten = _point(id="ten", engine="sglang", engine_version="0.5.6", measured=stats,
-                 engine_args={"stream_interval": 10})
+    ten = _point(id="ten", engine="sglang", engine_version="0.5.6", measured=stats, engine_args={"stream_interval": 10})
     pred = Predictor([one, ten])
     assert [pred.settings[p.key].stream_interval for p in (one, ten)] == [1, 10]
     knobs = load_calibration().knobs
@@ -1050,9 +1258,17 @@ def test_an_mtp_points_itl_follows_how_its_client_counts_a_multi_token_chunk() -
     backend (`itl: token`) splits it over the chunk's tokens. TPOT and throughput are the same either way."""
     stats = {"output_tok_s": 100.0, "itl_ms_mean": 10.0, "itl_ms_median": 10.0, "tpot_ms_mean": 10.0}
     token_src = dataclasses.replace(SRC, id="tok", itl="token")
-    kw: dict[str, object] = {"engine": "sglang", "engine_version": "0.5.6", "gpu": "h200", "gpus": 8,
-                             "model": "DeepSeek-R1", "quant": "fp8", "tp": 8, "speculative": "mtp-3",
-                             "measured": stats}
+    kw: dict[str, object] = {
+        "engine": "sglang",
+        "engine_version": "0.5.6",
+        "gpu": "h200",
+        "gpus": 8,
+        "model": "DeepSeek-R1",
+        "quant": "fp8",
+        "tp": 8,
+        "speculative": "mtp-3",
+        "measured": stats,
+    }
     chunk = _point(id="chunk", **kw)
     token = _point(source=token_src, id="token", **kw)
     pred = Predictor([chunk, token])
@@ -1067,28 +1283,53 @@ def test_an_mtp_points_itl_follows_how_its_client_counts_a_multi_token_chunk() -
     assert b.itl_ms["itl_ms_mean"] == pytest.approx(b.itl_ms["tpot_ms_mean"], rel=1e-9)
     assert a.itl_ms["itl_ms_mean"] == pytest.approx(a.itl_ms["tpot_ms_mean"] * accept, rel=0.05)
     with pytest.raises(ConfigError, match="itl must be chunk or token"):
-        parse_source({"source": {"id": "x", "title": "t", "url": "https://x", "publisher": "p", "date": "d",
-                                 "kind": "k", "itl": "both"}, "points": []}, origin="x.yaml")
+        parse_source(
+            {
+                "source": {
+                    "id": "x",
+                    "title": "t",
+                    "url": "https://x",
+                    "publisher": "p",
+                    "date": "d",
+                    "kind": "k",
+                    "itl": "both",
+                },
+                "points": [],
+            },
+            origin="x.yaml",
+        )
 
 
-@pytest.mark.parametrize(("engine", "corpus_engine", "version", "chunked", "max_len", "budget"), [
-    ("trtllm", "trtllm", "1.3", False, 4096, 8192),     # TensorRT-LLM keeps max_num_tokens 8192
-    ("trtllm", "trtllm", "1.3", False, 16384, 16384),   # ...raised to a whole prompt
-    ("vllm-0.7", "vllm", "0.7.3", True, 4096, 2048),    # V0's own budget when switched on
-    ("vllm-0.7", "vllm", "0.7.3", False, 4096, 4096),   # V0's default below 32K: off, max(len, 2048)
-])
-def test_validation_and_deployment_state_one_batch_budget(engine: str, corpus_engine: str, version: str,
-                                                           chunked: bool, max_len: int, budget: int) -> None:
+@pytest.mark.parametrize(
+    ("engine", "corpus_engine", "version", "chunked", "max_len", "budget"),
+    [
+        ("trtllm", "trtllm", "1.3", False, 4096, 8192),  # TensorRT-LLM keeps max_num_tokens 8192
+        ("trtllm", "trtllm", "1.3", False, 16384, 16384),  # ...raised to a whole prompt
+        ("vllm-0.7", "vllm", "0.7.3", True, 4096, 2048),  # V0's own budget when switched on
+        ("vllm-0.7", "vllm", "0.7.3", False, 4096, 4096),  # V0's default below 32K: off, max(len, 2048)
+    ],
+)
+def test_validation_and_deployment_state_one_batch_budget(
+    engine: str, corpus_engine: str, version: str, chunked: bool, max_len: int, budget: int
+) -> None:
     """One answer: with chunked prefill switched by a flag, a corpus point that states it and the
     deployment plan runs resolve the same batch budget (`sim.defaults.batch_budget`)."""
-    from servebench.deploy.deployment import Deployment
-    from servebench.sim.defaults import batch_budget, engine_defaults
+    from servescope.deploy.deployment import Deployment
+    from servescope.sim.defaults import batch_budget, engine_defaults
 
-    p = _point(engine=corpus_engine, engine_version=version, concurrency=4, num_prompts=16, input_len=1000,
-               output_len=200, engine_args={"chunked_prefill": chunked, "max_model_len": max_len})
+    p = _point(
+        engine=corpus_engine,
+        engine_version=version,
+        concurrency=4,
+        num_prompts=16,
+        input_len=1000,
+        output_len=200,
+        engine_args={"chunked_prefill": chunked, "max_model_len": max_len},
+    )
     s = Predictor([p]).settings[p.key]
-    dep = Deployment.build(model="Llama-3.1-8B", gpu="h100", gpus=1, engine=engine, chunked_prefill=chunked,
-                           max_model_len=max_len)
+    dep = Deployment.build(
+        model="Llama-3.1-8B", gpu="h100", gpus=1, engine=engine, chunked_prefill=chunked, max_model_len=max_len
+    )
     d = engine_defaults(s.family, max_model_len=max_len, version=version, gpu="h100", gpu_memory_gib=80)
     assert batch_budget(d, s.family, version, chunked=chunked, max_model_len=max_len) == budget
     assert s.base.chunked_prefill == dep.limits.chunked_prefill == chunked

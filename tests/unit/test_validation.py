@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from servebench.results import metrics
-from servebench.results.columns import RecordColumns
-from servebench.results.records import RequestRecord
-from servebench.results.schema import ServerMetrics, Summary
-from servebench.results.validation import (
+from servescope.results import metrics
+from servescope.results.columns import RecordColumns
+from servescope.results.records import RequestRecord
+from servescope.results.schema import ServerMetrics, Summary
+from servescope.results.validation import (
     Bounds,
     bounds_from_cost,
     concurrency_held,
@@ -25,7 +25,7 @@ from servebench.results.validation import (
     validate,
     validate_columns,
 )
-from servebench.sim.steptime import StepCost
+from servescope.sim.steptime import StepCost
 from tests.support.synth import synth_records, synth_run_info
 
 
@@ -36,8 +36,7 @@ def _summary(records: list[RequestRecord], server: ServerMetrics | None = None) 
 
 
 def _server(generated: float) -> ServerMetrics:
-    return {"metrics_used": {}, "prefix_cache_hit_rate": 0.0, "generation_tokens": generated,
-            "prompt_tokens": 1000.0}
+    return {"metrics_used": {}, "prefix_cache_hit_rate": 0.0, "generation_tokens": generated, "prompt_tokens": 1000.0}
 
 
 @pytest.fixture
@@ -50,8 +49,13 @@ def test_a_consistent_run_passes_every_check(records: list[RequestRecord]) -> No
     s = _summary(records, _server(gen))
     bounds: Bounds = {"itl_floor_ms": 5.0, "tokens_per_s_ceiling": 1e6, "source": "test"}
     checks = validate(records, s, bounds=bounds)
-    assert [c["name"] for c in checks] == ["token_counts", "littles_law", "e2e_consistency", "physical_bounds",
-                                           "percentile_floors"]
+    assert [c["name"] for c in checks] == [
+        "token_counts",
+        "littles_law",
+        "e2e_consistency",
+        "physical_bounds",
+        "percentile_floors",
+    ]
     assert all(c["status"] == "pass" for c in checks), checks
 
 
@@ -79,8 +83,12 @@ def test_littles_law_fails_when_failed_requests_hold_their_slots(records: list[R
     assert littles_law(records, _summary(records))["status"] == "pass"
     # every tenth request times out after 10 s: in flight all that time, yet in no latency or throughput
     # figure of completed requests
-    stuck = [dataclasses.replace(r, status="error", error_kind="timeout", t_end_ns=(r.t_send_ns or 0) + 10**10)
-             if r.id % 10 == 0 else r for r in records]
+    stuck = [
+        dataclasses.replace(r, status="error", error_kind="timeout", t_end_ns=(r.t_send_ns or 0) + 10**10)
+        if r.id % 10 == 0
+        else r
+        for r in records
+    ]
     c = littles_law(stuck, _summary(stuck))
     assert c["status"] == "fail" and "failed requests" in c["why"], c
     assert c["figures"]["mean_in_flight"] > c["figures"]["throughput_x_latency"]  # type: ignore[operator]
@@ -89,8 +97,10 @@ def test_littles_law_fails_when_failed_requests_hold_their_slots(records: list[R
 def test_e2e_consistency_fails_when_usage_disagrees_with_the_chunks(records: list[RequestRecord]) -> None:
     assert e2e_consistency(records)["status"] == "pass"
     # a fifth of the requests report twice the tokens their chunks carried
-    bad = [dataclasses.replace(r, output_tokens=2 * (r.output_tokens or 0)) if r.id % 5 == 0 and r.ok else r
-           for r in records]
+    bad = [
+        dataclasses.replace(r, output_tokens=2 * (r.output_tokens or 0)) if r.id % 5 == 0 and r.ok else r
+        for r in records
+    ]
     c = e2e_consistency(bad)
     assert c["status"] == "fail" and c["figures"]["share_off"] > 0.15, c  # type: ignore[operator]
 
@@ -111,8 +121,14 @@ def test_physical_bounds(records: list[RequestRecord]) -> None:
 def test_bounds_from_a_step_cost_by_hand() -> None:
     # 16 GB of weights at 3.35 TB/s: 4.776 ms a step; 2 tokens a step (speculative): 2.388 ms a token.
     # 989.5 TFLOP/s over 16 GFLOP a token: 61,844 tokens/s a replica, 2 replicas.
-    cost = StepCost(dense_weight_bytes=16e9, kv_bytes_per_token=1e5, flops_per_token=16e9, hbm_bytes_per_s=3.35e12,
-                    flops_per_s=989.5e12, decode_tokens_per_seq=2.0)
+    cost = StepCost(
+        dense_weight_bytes=16e9,
+        kv_bytes_per_token=1e5,
+        flops_per_token=16e9,
+        hbm_bytes_per_s=3.35e12,
+        flops_per_s=989.5e12,
+        decode_tokens_per_seq=2.0,
+    )
     b = bounds_from_cost(cost, replicas=2, source="x")
     assert b["itl_floor_ms"] == pytest.approx(16e9 / 3.35e12 * 1e3 / 2)
     assert b["tokens_per_s_ceiling"] == pytest.approx(2 * 989.5e12 / 16e9)
@@ -180,10 +196,11 @@ def _same(a: object, b: object, where: str = "", rel: float = 1e-12) -> None:
 
 
 @pytest.mark.parametrize(("seed", "piece"), [(5, None), (6, 50)])
-def test_the_column_path_gives_the_record_paths_figures(seed: int, piece: int | None,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_column_path_gives_the_record_paths_figures(
+    seed: int, piece: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if piece:  # the gaps read a few rows at a time, as a long run's are
-        from servebench.results import precision
+        from servescope.results import precision
 
         monkeypatch.setattr(precision, "_PIECE", piece)
     recs = _varied(seed=seed)
@@ -202,8 +219,9 @@ def test_the_column_path_gives_the_record_paths_figures(seed: int, piece: int | 
     few = recs[:10]
     assert concurrency_held(few, 24) is concurrency_held_columns(RecordColumns.from_records(few), 24) is None
     # a failing E2E check is failed the same way
-    bad = [dataclasses.replace(r, output_tokens=2 * (r.output_tokens or 0)) if r.id % 5 == 0 and r.ok else r
-           for r in recs]
+    bad = [
+        dataclasses.replace(r, output_tokens=2 * (r.output_tokens or 0)) if r.id % 5 == 0 and r.ok else r for r in recs
+    ]
     _same(e2e_consistency(bad), validate_columns(RecordColumns.from_records(bad), _summary(bad))[2], "e2e", rel=1e-9)
     assert e2e_consistency(bad)["status"] == "fail"
 
@@ -215,7 +233,8 @@ def test_the_column_path_reads_an_empty_run() -> None:
 
 
 def test_a_run_that_keeps_no_gap_gets_the_same_checks_without_reading_every_gap(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """E2E consistency's per-request gap sums of a large run, read again from the token lists a batch
     at a time: the figures of the columns that hold every gap, to the bit."""
     from tests.unit.test_precision import kept_none

@@ -12,12 +12,12 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from servebench.deploy.deployment import Deployment
-from servebench.errors import ConfigError
-from servebench.plan.command import plan_command, plan_main
-from servebench.plan.fit import PlanArgs
-from servebench.plan.whatif import poisson_arrivals, shared_prefix_hashes, simulate_point, whatif
-from servebench.sim.request import block_hashes
+from servescope.deploy.deployment import Deployment
+from servescope.errors import ConfigError
+from servescope.plan.command import plan_command, plan_main
+from servescope.plan.fit import PlanArgs
+from servescope.plan.whatif import poisson_arrivals, shared_prefix_hashes, simulate_point, whatif
+from servescope.sim.request import block_hashes
 
 
 def _dep(**kw: object) -> Deployment:
@@ -91,7 +91,7 @@ def test_a_closed_loop_of_fewer_users_than_replicas_keeps_only_theirs_busy() -> 
     assert alone_2.itl_ms_p50 == pytest.approx(alone_1.itl_ms_p50, rel=1e-9)
     assert each_2.output_tokens_per_s == pytest.approx(2 * alone_1.output_tokens_per_s, rel=0.01)
     assert three.output_tokens_per_s == pytest.approx(1.5 * pair_1.output_tokens_per_s, rel=0.02)
-    from servebench.plan.whatif import dp_share
+    from servescope.plan.whatif import dp_share
 
     assert dp_share(1, 8) == (1, 1.0) and dp_share(8, 8) == (1, 8.0) and dp_share(16, 8) == (2, 8.0)
     assert dp_share(100, 8) == (13, pytest.approx(100 / 13))
@@ -126,8 +126,14 @@ def test_a_shared_prefix_meets_the_prefix_cache() -> None:
     assert shared.total_tokens_per_s == pytest.approx(shared.requests_per_s * (1024 + 64), rel=1e-9)
     assert whole.prefix_cache_hit_rate is None
     # caching off (as set, or vLLM 0.7's default): no hits, the prefix recomputed every time
-    (off,) = whatif(_dep(enable_prefix_caching=False), input_len=512, output_len=64, concurrencies=(1,),
-                    num_requests=20, prefix_len=512)
+    (off,) = whatif(
+        _dep(enable_prefix_caching=False),
+        input_len=512,
+        output_len=64,
+        concurrencies=(1,),
+        num_requests=20,
+        prefix_len=512,
+    )
     assert off.prefix_cache_hit_rate == 0.0 and off.ttft_ms_p50 == pytest.approx(whole.ttft_ms_p50, rel=1e-9)
     with pytest.raises(ConfigError, match="prefix_len \\+ input_len \\+ output_len"):
         whatif(dep, input_len=4096, output_len=256, concurrencies=(1,), prefix_len=4096)
@@ -144,10 +150,31 @@ def test_engines_prefix_caching_defaults() -> None:
 
 
 def test_plan_command_rates_burst_and_prefix(tmp_path) -> None:
-    res = CliRunner().invoke(plan_command, ["--model", "Llama-3.1-8B", "--gpu", "h100", "--gpus", "1",
-                                            "--concurrency", "4", "--request-rate", "2,inf", "--prefix-len", "256",
-                                            "--input-len", "256", "--output-len", "32", "--num-requests", "40",
-                                            "--json", "-"])
+    res = CliRunner().invoke(
+        plan_command,
+        [
+            "--model",
+            "Llama-3.1-8B",
+            "--gpu",
+            "h100",
+            "--gpus",
+            "1",
+            "--concurrency",
+            "4",
+            "--request-rate",
+            "2,inf",
+            "--prefix-len",
+            "256",
+            "--input-len",
+            "256",
+            "--output-len",
+            "32",
+            "--num-requests",
+            "40",
+            "--json",
+            "-",
+        ],
+    )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     w = doc["whatif"]
@@ -167,13 +194,21 @@ def test_plan_command_rates_burst_and_prefix(tmp_path) -> None:
     assert "2 req/s" in text and "all at once" in text and "prefix hits" not in text
     # caching off: a note says the prefix is recomputed, and the table shows no hits
     con = Console(record=True, width=200, color_system=None)
-    assert plan_main(PlanArgs(model="Llama-3.1-8B", gpus=1, engine="vllm-0.7", request_rate=(1.0,), prefix_len=64,
-                              num_requests=10), con) == 0
+    assert (
+        plan_main(
+            PlanArgs(
+                model="Llama-3.1-8B", gpus=1, engine="vllm-0.7", request_rate=(1.0,), prefix_len=64, num_requests=10
+            ),
+            con,
+        )
+        == 0
+    )
     text = con.export_text()
     assert "prefix caching is off for vllm-0.7" in text and "prefix hits" in text and "64+1024/256" in text
-    # `--rate`, as `servebench run` spells it, is the same flag
-    res = CliRunner().invoke(plan_command, ["--model", "Llama-3.1-8B", "--gpus", "1", "--rate", "inf",
-                                            "--num-requests", "8", "--json", "-"])
+    # `--rate`, as `servescope run` spells it, is the same flag
+    res = CliRunner().invoke(
+        plan_command, ["--model", "Llama-3.1-8B", "--gpus", "1", "--rate", "inf", "--num-requests", "8", "--json", "-"]
+    )
     assert res.exit_code == 0 and json.loads(res.stdout)["whatif"]["points"][0]["request_rate"] == "inf"
     for bad in ("0", "1,x", "-2"):
         res = CliRunner().invoke(plan_command, ["--model", "Llama-3.1-8B", "--request-rate", bad])

@@ -8,17 +8,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from servebench.emulator.tokenizer import get_tokenizer
-from servebench.errors import ConfigError
-from servebench.workload.counter import LocalCounter
-from servebench.workload.exact import ANCHOR, UnitPool, approximate_units, calibrate_units
-from servebench.workload.random import mixture_lengths
-from servebench.workload.spec import SHARED_PREFIX_PRESET, parse_dataset
-from servebench.workload.synthetic import intended_hit_rate
+from servescope.emulator.tokenizer import get_tokenizer
+from servescope.errors import ConfigError
+from servescope.workload.counter import LocalCounter
+from servescope.workload.exact import ANCHOR, UnitPool, approximate_units, calibrate_units
+from servescope.workload.random import mixture_lengths
+from servescope.workload.spec import SHARED_PREFIX_PRESET, parse_dataset
+from servescope.workload.synthetic import intended_hit_rate
 
 
 class BuiltinCounter:
-    """The emulator's own tokenizer (servebench.emulator.tokenizer), counted in-process: the real thing, no HTTP."""
+    """The emulator's own tokenizer (servescope.emulator.tokenizer), counted in-process: the real thing, no HTTP."""
 
     label = "exact (builtin)"
 
@@ -46,9 +46,20 @@ def test_parse_random_forms() -> None:
     assert [m.weight for m in rest] == pytest.approx([0.1, 0.9])
 
 
-@pytest.mark.parametrize("bad", ["random:abc", "random:10:10@60%,20:20@50%", "random:0:5", "random:5:5@-1%",
-                                 "nosuch", "jsonl", "shared-prefix:groups=0", "shared-prefix:users=3",
-                                 "shared-prefix:groups=x"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "random:abc",
+        "random:10:10@60%,20:20@50%",
+        "random:0:5",
+        "random:5:5@-1%",
+        "nosuch",
+        "jsonl",
+        "shared-prefix:groups=0",
+        "shared-prefix:users=3",
+        "shared-prefix:groups=x",
+    ],
+)
 def test_parse_rejects(bad: str) -> None:
     with pytest.raises(ConfigError):
         parse_dataset(bad)
@@ -95,7 +106,7 @@ def test_pool_is_seeded() -> None:
 def _train_bpe(path: Path) -> Path:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from servebench.workload.random import WORDS
+    from servescope.workload.random import WORDS
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -169,7 +180,7 @@ def test_server_counter_asks_again_when_a_pooled_connection_was_closed_by_the_se
     import socket
     import threading
 
-    from servebench.workload.counter import ServerCounter
+    from servescope.workload.counter import ServerCounter
 
     lsock = socket.create_server(("127.0.0.1", 0))
     port = lsock.getsockname()[1]
@@ -183,13 +194,16 @@ def test_server_counter_asks_again_when_a_pooled_connection_was_closed_by_the_se
                 while b"\r\n\r\n" not in buf:
                     buf += conn.recv(65536)
                 head, _, body = buf.partition(b"\r\n\r\n")
-                length = int(next(ln.split(b":")[1] for ln in head.split(b"\r\n")
-                                  if ln.lower().startswith(b"content-length")))
+                length = int(
+                    next(ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length"))
+                )
                 while len(body) < length:
                     body += conn.recv(65536)
                 msg = b'{"count": 3, "tokens": [1, 2, 3]}'
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: keep-alive\r\n"
-                             b"Content-Length: %d\r\n\r\n%s" % (len(msg), msg))
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: keep-alive\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(msg), msg)
+                )
                 answered.append(1)
                 conn.recv(65536)  # the next request on this connection: dropped, unanswered
         lsock.close()

@@ -4,7 +4,7 @@ set -euo pipefail
 until curl -sf http://localhost:8000/health >/dev/null; do sleep 10; done
 
 # one point
-servebench run \
+servescope run \
   --url http://localhost:8000 \
   --model meta-llama/Llama-3.1-70B-Instruct \
   --input-len 1024 \
@@ -15,7 +15,7 @@ servebench run \
   --out results/llama-3-1-70b-trtllm-run
 
 # the curve: throughput and latency per concurrency
-servebench sweep \
+servescope sweep \
   --url http://localhost:8000 \
   --model meta-llama/Llama-3.1-70B-Instruct \
   --input-len 1024 \

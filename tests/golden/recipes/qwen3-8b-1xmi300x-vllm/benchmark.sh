@@ -4,7 +4,7 @@ set -euo pipefail
 until curl -sf http://localhost:8000/health >/dev/null; do sleep 10; done
 
 # one point
-servebench run \
+servescope run \
   --url http://localhost:8000 \
   --model Qwen/Qwen3-8B \
   --input-len 1024 \
@@ -15,7 +15,7 @@ servebench run \
   --out results/qwen3-8b-vllm-run
 
 # the curve: throughput and latency per concurrency
-servebench sweep \
+servescope sweep \
   --url http://localhost:8000 \
   --model Qwen/Qwen3-8B \
   --input-len 1024 \

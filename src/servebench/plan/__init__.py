@@ -1,1 +1,0 @@
-"""`servebench plan`: memory fit, what-if on the performance model's virtual clock, calibration, launch recipes."""

@@ -1,1 +1,0 @@
-"""`servebench sweep`: a series of runs over concurrency or rate, the capacity search and the sweep table."""

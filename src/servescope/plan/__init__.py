@@ -1,0 +1,1 @@
+"""`servescope plan`: memory fit, what-if on the performance model's virtual clock, calibration, launch recipes."""

@@ -1,0 +1,112 @@
+"""The requests' Gantt chart as SVG (one row per request in send order: waiting for the first token,
+generating, failed), drawn with the frame, axes and legend of `charts.py`; pure and deterministic
+as the other charts (the same data gives the same bytes)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from servescope.report.charts import (
+    PALETTE,
+    Series,
+    _Axis,
+    _axis,
+    _draw_axes,
+    _f,
+    _frame,
+    _legend,
+    _no_data,
+    _step_of,
+    nice_ticks,
+)
+
+__all__ = ["gantt_chart", "gantt_columns"]
+
+
+def gantt_chart(
+    bars: Sequence[tuple[float, float | None, float, bool]],
+    *,
+    title: str,
+    x_label: str = "run time (s)",
+    subtitle: str = "",
+    width: int = 640,
+    height: int = 360,
+    max_rows: int = 2000,
+    presorted: bool = False,
+) -> str:
+    """One row per request, top to bottom in send order: (send, first token or None, end, failed).
+
+    Waiting for the first token is drawn light, generating dark, failures red. With more than
+    `max_rows` requests an evenly spaced subset is drawn and the subtitle says so.
+    """
+    # presorted: the caller gives them in send order, every send and end finite
+    rows = list(bars) if presorted else sorted(b for b in bars if all(math.isfinite(v) for v in (b[0], b[2])))
+    first = [math.nan if r[1] is None else r[1] for r in rows]
+    return gantt_columns(
+        np.asarray([r[0] for r in rows], dtype=float),
+        np.asarray(first, dtype=float),
+        np.asarray([r[2] for r in rows], dtype=float),
+        np.asarray([r[3] for r in rows], dtype=bool),
+        title=title,
+        x_label=x_label,
+        subtitle=subtitle,
+        width=width,
+        height=height,
+        max_rows=max_rows,
+    )
+
+
+def gantt_columns(
+    send: np.ndarray,
+    first: np.ndarray,
+    end: np.ndarray,
+    failed: np.ndarray,
+    *,
+    title: str,
+    x_label: str = "run time (s)",
+    subtitle: str = "",
+    width: int = 640,
+    height: int = 360,
+    max_rows: int = 2000,
+) -> str:
+    """`gantt_chart` of requests given as columns in send order (every send and end finite; `first`
+    NaN where there was no first token): the axis from every request, the rows drawn only for the
+    evenly spaced subset, so a million requests cost no Python object each."""
+    n = int(send.size)
+    order = np.arange(n)
+    if n > max_rows:  # an evenly spaced subset, each drawn at its own position in send order
+        order = np.arange(max_rows) * n // max_rows
+        subtitle = "; ".join(p for p in (subtitle, f"{max_rows} of {n} requests shown") if p)
+    names = ["waiting for first token", "generating", "failed"]
+    colors = ["#fdba74", PALETTE[0], "#dc2626"]
+    svg, left, top, right, bottom, legend_rows = _frame(title, subtitle, names, width, height, "request")
+    box = (left, top, right, bottom)
+    if not n:
+        return _no_data(svg, box)
+    xa = _axis(np.concatenate([end, send]), log=False, zero=True)
+    ticks = [t for t in nice_ticks(0, n) if t <= n]
+    ya = _Axis(float(n), 0.0, ticks, False)
+    _draw_axes(svg, xa, ya, box, x_label, "request (send order)", _step_of(xa.ticks), _step_of(ticks))
+    row_h = (bottom - top) / n
+    stroke = max(0.6, min(6.0, row_h * 0.75))
+    paths: list[list[str]] = [[], [], []]
+    stroke = max(stroke, min(6.0, (bottom - top) / order.size * 0.75))
+    rows = zip(order.tolist(), send[order].tolist(), first[order].tolist(), end[order].tolist(), failed[order].tolist())
+    for i, s, f, e, bad in rows:
+        y = top + (i + 0.5) * row_h
+        x0 = left + xa.frac(s) * (right - left)
+        x2 = left + xa.frac(e) * (right - left)
+        if bad or math.isnan(f):
+            paths[2 if bad else 0].append(f"M{_f(x0)},{_f(y)}H{_f(max(x2, x0 + 3.0))}")
+            continue
+        x1 = left + xa.frac(f) * (right - left)
+        paths[0].append(f"M{_f(x0)},{_f(y)}H{_f(max(x1, x0 + 0.5))}")
+        paths[1].append(f"M{_f(x1)},{_f(y)}H{_f(max(x2, x1 + 0.5))}")
+    for d, color in zip(paths, colors):
+        if d:
+            svg.add(f'<path d="{"".join(d)}" fill="none" stroke="{color}" stroke-width="{stroke:.2f}"/>')
+    _legend(svg, legend_rows, [Series(nm, [], [], c) for nm, c in zip(names, colors)], top)
+    return svg.done()

@@ -1,0 +1,392 @@
+"""Records -> metrics. Pure functions; every formula is written down in docs/metrics.md.
+
+Nothing here runs during a run: the runner only stores timestamps and counts, and the summary is
+computed afterwards from the records (so `servescope report` can recompute it from disk).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from servescope.results.interactivity import interactivity_block
+from servescope.results.records import RequestRecord
+from servescope.results.schema import (
+    SUMMARY_VERSION,
+    Client,
+    ClientMeasures,
+    Distribution,
+    ErrorAdjusted,
+    Goodput,
+    RunInfo,
+    Summary,
+    Throughput,
+)
+
+__all__ = [
+    "PERCENTILES",
+    "assess_client",
+    "dig",
+    "SCHEMA",
+    "distribution",
+    "error_adjusted",
+    "itl_gaps_ms",
+    "offered_rate",
+    "request_latencies_ms",
+    "meets_slo",
+    "summarize",
+    "window_ns",
+]
+
+SCHEMA = SUMMARY_VERSION
+PERCENTILES = (50, 90, 95, 99)
+# Failures that say nothing about the server: requests cut short by the user or by --duration.
+_NOT_A_SERVER_FAILURE = frozenset({"cancelled"})
+
+
+def dig(doc: Mapping[str, Any] | None, *path: str) -> Any:
+    """doc[a][b]... of a summary-like document, or None when any step is missing.
+
+    For paths held as data (tables of metrics: repeats.SPREAD_METRICS, the report's axes); code
+    that names a key reads the typed `Summary` instead, so mypy checks it."""
+    cur: Any = doc
+    for key in path:
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(key)
+    return cur
+
+
+def distribution(values: Sequence[float] | np.ndarray) -> Distribution:
+    """mean, median, p90, p95, p99, min, max, std (population) and count of finite values.
+
+    Percentiles use linear interpolation between order statistics (numpy's default, the same
+    as vLLM's `bench serve`), so figures compare with theirs.
+    """
+    arr = np.asarray(values, dtype=float)
+    if arr.size == 0:
+        return {
+            "count": 0,
+            "mean": None,
+            "median": None,
+            "p90": None,
+            "p95": None,
+            "p99": None,
+            "min": None,
+            "max": None,
+            "std": None,
+        }
+    p50, p90, p95, p99 = np.percentile(arr, PERCENTILES)
+    return {
+        "count": int(arr.size),
+        "mean": float(arr.mean()),
+        "median": float(p50),
+        "p90": float(p90),
+        "p95": float(p95),
+        "p99": float(p99),
+        "min": float(arr.min()),
+        "max": float(arr.max()),
+        "std": float(arr.std()),
+    }
+
+
+def error_adjusted(values: Sequence[float], n_failed: int) -> ErrorAdjusted:
+    """Percentiles where each failed request counts as +inf; `None` in JSON means infinite.
+
+    With 2% failures the P99 is infinite: the tail is made of requests that never finished, and a
+    percentile that quietly drops them would hide exactly what the SLO is about.
+    """
+    arr = np.concatenate([np.asarray(values, dtype=float), np.full(n_failed, np.inf)])
+    if arr.size == 0:
+        return {"median": None, "p90": None, "p95": None, "p99": None}
+    # "lower" picks an order statistic, so inf never mixes into an interpolation (inf - x = nan).
+    median, p90, p95, p99 = (
+        float(q) if math.isfinite(q) else None for q in np.percentile(arr, PERCENTILES, method="lower")
+    )
+    return {"median": median, "p90": p90, "p95": p95, "p99": p99}
+
+
+def itl_gaps_ms(record: RequestRecord) -> np.ndarray:
+    """Inter-token gaps of one request, per token.
+
+    A chunk arriving `gap` after the previous one and carrying k tokens contributes k gaps of
+    gap/k. Tokens of the first chunk arrive with the first token and are part of TTFT, not ITL.
+    """
+    t = record.chunk_ns
+    if len(t) < 2:
+        return np.empty(0)
+    gaps = np.diff(np.asarray(t, dtype=np.int64)) / 1e6
+    k = np.asarray(record.chunk_tokens[1:], dtype=np.int64) if record.chunk_tokens else None
+    if k is None or k.size != gaps.size or np.all(k == 1):
+        return gaps
+    k = np.maximum(k, 1)
+    return np.repeat(gaps / k, k)
+
+
+def request_latencies_ms(r: RequestRecord) -> dict[str, float | None]:
+    """TTFT, TTFAT, E2E and TPOT of one completed request (None where undefined)."""
+    send = r.t_send_ns
+    ttft = (r.t_first_ns - send) / 1e6 if r.t_first_ns is not None and send is not None else None
+    ttfat = (r.t_first_answer_ns - send) / 1e6 if r.t_first_answer_ns is not None and send is not None else None
+    e2e = (r.t_last_ns - send) / 1e6 if r.t_last_ns is not None and send is not None else None
+    n = r.output_tokens or 0
+    tpot = None
+    if n > 1 and r.t_last_ns is not None and r.t_first_ns is not None:
+        tpot = (r.t_last_ns - r.t_first_ns) / 1e6 / (n - 1)
+    return {"ttft": ttft, "ttfat": ttfat, "e2e": e2e, "tpot": tpot}
+
+
+def meets_slo(lat: Mapping[str, float | None], slo: Mapping[str, float]) -> bool:
+    """Per-request SLO check for goodput: every `<metric>_ms` limit in `slo` holds.
+
+    A limit on a metric the request does not have (TPOT of a 1-token answer) is not violated.
+    """
+    for key, limit in slo.items():
+        value = lat.get(key.removesuffix("_ms"))
+        if value is not None and value > limit:
+            return False
+    return True
+
+
+def window_ns(measured: Iterable[RequestRecord]) -> tuple[int, int] | None:
+    """The measured window: first send of a measured request to the last end of one."""
+    sends = [r.t_send_ns for r in measured if r.t_send_ns is not None]
+    ends = [r.t_end_ns for r in measured if r.t_end_ns is not None]
+    if not sends or not ends:
+        return None
+    return min(sends), max(ends)
+
+
+def _closed_loop(run: RunInfo | None) -> bool:
+    """A closed-loop run (N workers, each sending when its last request ended); a trace replays its
+    own send times whatever the load mode says."""
+    return dig(run, "load", "mode") == "concurrency" and not dig(run, "workload", "trace")
+
+
+def offered_rate(sched_ns: Sequence[int], window_s: float, *, closed_loop: bool) -> float:
+    """Requests per second the client offered (docs/metrics.md, "The measured window and throughput").
+
+    Open loop: the schedule's rate, (n − 1) / (last − first scheduled send); every request at once
+    (one instant): n / window. Closed loop: the rate requests were sent over the measured window,
+    n / window — never a rate over the first wave's spread of slot times (c requests sent within
+    ~ms of each other would read as thousands of requests/s). 0 when there is no window.
+    """
+    n = len(sched_ns)
+    if not closed_loop and n > 1:
+        span_s = (max(sched_ns) - min(sched_ns)) / 1e9
+        if span_s > 0:
+            return (n - 1) / span_s
+    return n / window_s if window_s > 0 else 0.0
+
+
+def summarize(
+    records: Sequence[RequestRecord],
+    *,
+    run: RunInfo | None = None,
+    slo: Mapping[str, float] | None = None,
+    client: ClientMeasures | None = None,
+    gpus: int | None = None,
+    gpus_source: str | None = None,
+) -> Summary:
+    """The `summary.json` document (schema servescope.summary/1, results.schema.Summary) of a run's records.
+
+    `run` carries what the records cannot know (run_id, started_at, target, load, workload); it is
+    merged in as given. `slo` holds per-request limits (`ttft_ms`, `tpot_ms`, `e2e_ms`, `ttfat_ms`)
+    for goodput. `client` holds the client's self-measurements (CPU, loop lag). `gpus`: the GPUs
+    serving the target, for the per-GPU throughputs (None: unknown; `gpus_source` says who said so).
+    """
+    measured = [r for r in records if not r.warmup and r.t_send_ns is not None]
+    completed = [r for r in measured if r.status == "ok"]
+    failed = [r for r in measured if r.status != "ok"]
+    errors = Counter(r.error_kind or "unknown" for r in failed)
+    server_failures = sum(n for kind, n in errors.items() if kind not in _NOT_A_SERVER_FAILURE)
+
+    win = window_ns(measured)
+    window_s = (win[1] - win[0]) / 1e9 if win and win[1] > win[0] else 0.0
+
+    lats = [request_latencies_ms(r) for r in completed]
+    col = {k: [v for x in lats if (v := x[k]) is not None] for k in ("ttft", "ttfat", "e2e", "tpot")}
+    itl = np.concatenate([itl_gaps_ms(r) for r in completed]) if completed else np.empty(0)
+
+    out_tokens = sum(r.output_tokens or 0 for r in completed)
+    in_tokens = sum((r.input_tokens if r.input_tokens is not None else r.input_len) for r in completed)
+    reasoning = sum(r.reasoning_tokens for r in completed)
+    per_user = [
+        (r.output_tokens or 0) / (e2e / 1e3)
+        for r, x in zip(completed, lats)
+        if (e2e := x["e2e"]) and (r.output_tokens or 0) > 0
+    ]
+    lag_ms = [(r.t_send_ns - r.t_sched_ns) / 1e6 for r in measured if r.t_send_ns is not None]
+
+    def rate(n: float) -> float:
+        return n / window_s if window_s > 0 else 0.0
+
+    offered = offered_rate([r.t_sched_ns for r in measured], window_s, closed_loop=_closed_loop(run))
+
+    goodput: Goodput | None = None
+    if slo:
+        good = sum(1 for x in lats if meets_slo(x, slo))
+        goodput = {
+            "slo": dict(slo),
+            "requests_meeting_slo": good,
+            "fraction": good / len(measured) if measured else 0.0,
+            "requests_per_s": rate(good),
+        }
+
+    client_doc: Client = {**(client or ClientMeasures()), "schedule_lag_ms": distribution(lag_ms)}
+    throughput: Throughput = {
+        "requests_per_s": rate(len(completed)),
+        "offered_requests_per_s": offered,
+        "input_tokens_per_s": rate(in_tokens),
+        "output_tokens_per_s": rate(out_tokens),
+        "total_tokens_per_s": rate(in_tokens + out_tokens),
+    }
+    return {
+        "schema": SCHEMA,
+        **(run or RunInfo()),
+        "duration_s": window_s,
+        "requests": {
+            "total": len(measured),
+            "completed": len(completed),
+            "failed": len(failed),
+            "errors": dict(sorted(errors.items())),
+            "warmup": sum(1 for r in records if r.warmup),
+        },
+        "throughput": throughput,
+        "latency_ms": {
+            "ttft": distribution(col["ttft"]),
+            "tpot": distribution(col["tpot"]),
+            "itl": distribution(itl),
+            "e2e": distribution(col["e2e"]),
+            "ttfat": distribution(col["ttfat"]),
+        },
+        "latency_ms_error_adjusted": {
+            "ttft": error_adjusted(col["ttft"], server_failures),
+            "e2e": error_adjusted(col["e2e"], server_failures),
+        },
+        "tokens": {
+            "input_total": in_tokens,
+            "output_total": out_tokens,
+            "reasoning_total": reasoning,
+            "answer_total": out_tokens - reasoning,
+            "input_source": _input_source(completed),
+            "output_source": _output_source(completed),
+        },
+        "per_user_output_tokens_per_s": {
+            "median": float(np.median(per_user)) if per_user else None,
+            "p10": float(np.percentile(per_user, 10)) if per_user else None,
+            "mean": float(np.mean(per_user)) if per_user else None,
+        },
+        "interactivity": interactivity_block(col["tpot"], throughput, gpus, gpus_source),
+        "goodput": goodput,
+        "client": client_doc,
+    }
+
+
+def _input_source(completed: Sequence[RequestRecord]) -> Literal["usage", "requested", "mixed", "none"]:
+    """usage: every completed request's input count came from usage; requested: none did."""
+    n_usage = sum(1 for r in completed if r.input_tokens is not None)
+    if not completed:
+        return "none"
+    return "usage" if n_usage == len(completed) else "requested" if n_usage == 0 else "mixed"
+
+
+def _output_source(completed: Sequence[RequestRecord]) -> Literal["usage", "counted", "mixed", "none"]:
+    """usage: every completed request's output count came from usage; counted: none did."""
+    n_usage = sum(1 for r in completed if r.output_tokens_source == "usage")
+    if not completed:
+        return "none"
+    return "usage" if n_usage == len(completed) else "counted" if n_usage == 0 else "mixed"
+
+
+# Client self-check thresholds (docs/metrics.md, "Client self-check").
+LOOP_LAG_P99_MS = 5.0
+# "Tokens read together" needs a record of it: more than this share of token gaps at 0 (two chunks of a
+# stream in one read, `client.tokens_read_together`). Against the scripted server's truth at 512 streams
+# (2026-11-27, 22 runs with 0-2 busy or duty-cycled processes beside the client), the runs whose figures
+# were right had 0.3-7.1%, those with 1.5-5.2% of gaps merged 8.0-54% (one with 0.7% merged 3.5%): a
+# server starved beside the client writes tokens together too, so the share bounds the merged gaps from
+# above, it does not count them.
+READ_TOGETHER_SHARE = 0.08
+# ...and a stall is no reason where at most this share of the gaps is 0: a pair read together makes one gap 0
+# and puts one more off, so at most twice the share is off, under the 1% a P99 may hold (CI 2026-11-27: loop
+# lag p99 25 ms against 20 ms tokens while every gap but 1% was within 0.06 ms of the truth).
+READ_TOGETHER_FLOOR = 0.005
+SCHEDULE_LAG_P99_MS = 10.0
+CONCURRENCY_HELD_MIN = 0.9
+CPU_MEAN_CEILING = 0.9
+CPU_BUSY_PEAK = 0.95
+
+
+def assess_client(summary: Summary, *, open_loop: bool, rx_timestamps: str = "kernel") -> tuple[bool, list[str], str]:
+    """Did the client limit the run? (saturated, reasons, advice) from the summary's client block.
+
+    Only what harms the figures counts: sends that lag the schedule (open loop: schedule lag p99 >
+    10 ms; closed loop: less than 90% of --concurrency held between the first wave and the last
+    send), the client's CPU at its ceiling (≥ 90% of a core over the run; where the run's CPU time
+    is not known, a one-second peak ≥ 95%), and, only where arrivals are stamped when the loop gets
+    to read them (`rx_timestamps` "read": TLS, other systems, or asked for), event-loop lag p99 >
+    5 ms, which then delays every stamp. With kernel receive stamps loop lag delays reading, not
+    timing, while it is shorter than the gap between tokens; stalls as long as the gap are a reason:
+    loop lag p99 > 5 ms and > the median TPOT, or > half of it where more than `READ_TOGETHER_SHARE`
+    of token gaps are 0 (`client.tokens_read_together`), because one read then returns several tokens
+    and a read carries one stamp, that of its newest bytes (client/transport.py); never where at most
+    `READ_TOGETHER_FLOOR` of the gaps are 0, as then at most twice that share can be off.
+    A run too large to hold its gaps (no share) keeps the rule before it: loop lag p99 > the median
+    TPOT. Otherwise it stays in `client.loop_lag_ms_p99`.
+    """
+    client = summary["client"]
+    reasons = []
+    lag = client["schedule_lag_ms"]["p99"] or 0.0
+    if open_loop and lag > SCHEDULE_LAG_P99_MS:
+        reasons.append(f"sends lag the schedule: schedule lag p99 {lag:.1f} ms > {SCHEDULE_LAG_P99_MS:g} ms")
+    held = client.get("concurrency_held")
+    if not open_loop and held is not None and held < CONCURRENCY_HELD_MIN:
+        reasons.append(
+            f"sends lag: the closed loop held {held:.0%} of --concurrency in flight "
+            f"(< {CONCURRENCY_HELD_MIN:.0%}): slots waited on the client to refill them"
+        )
+    cpu_s, elapsed = client.get("cpu_s"), client.get("elapsed_s")
+    if cpu_s is not None and elapsed:
+        if cpu_s / elapsed >= CPU_MEAN_CEILING:
+            reasons.append(f"client CPU at its ceiling: {cpu_s / elapsed:.0%} of a core over the run")
+    elif (peak := client.get("cpu_busy_peak") or 0.0) >= CPU_BUSY_PEAK:
+        reasons.append(f"client CPU peaked at {peak * 100:.0f}% of a core")
+    loop_lag = client.get("loop_lag_ms_p99") or 0.0
+    # the spacing of a stream's tokens: TPOT (from each request's first and last stamps), not ITL, whose
+    # median is 0 when a server writes tokens in bursts (seen: the scripted server pacing 512 streams)
+    gap = ((summary.get("latency_ms") or {}).get("tpot") or {}).get("median")
+    together = client.get("tokens_read_together")
+    if rx_timestamps != "kernel" and loop_lag > LOOP_LAG_P99_MS:
+        reasons.append(
+            f"arrivals stamped at read time and the event loop lags: loop lag p99 {loop_lag:.1f} ms "
+            f"> {LOOP_LAG_P99_MS:g} ms"
+        )
+    # a p99 stall longer than the gap, or one of half the gap (it has a tail beyond: seen 19.8 ms p99 against a
+    # 20 ms TPOT with 2.8% of gaps merged) where the records show tokens read together; a run too large to
+    # hold its gaps (no share) has the first test only
+    elif (
+        loop_lag > LOOP_LAG_P99_MS
+        and gap is not None
+        and (together is None or together > READ_TOGETHER_FLOOR)
+        and (loop_lag > gap or (together is not None and loop_lag > gap / 2 and together > READ_TOGETHER_SHARE))
+    ):
+        seen = "" if together is None else f"; {together:.1%} of token gaps were read together, two tokens in one read"
+        reasons.append(
+            f"the event loop stalls about as long as the gap between tokens (loop lag p99 {loop_lag:.1f} "
+            f"ms, median TPOT {gap:.2f} ms){seen}: tokens that arrive during a stall are read together "
+            "and share the newest one's receive stamp, which shortens ITL and TPOT"
+        )
+    advice = ""
+    if reasons:
+        advice = (
+            "the client, not the server, may be limiting this run ("
+            + "; ".join(reasons)
+            + "). Lower --concurrency/--rate, close other work on this "
+            "machine, or split the load over more client processes."
+        )
+    return bool(reasons), reasons, advice

@@ -1,0 +1,117 @@
+"""The target's own Prometheus metrics: scraped before and after the measured window, never during.
+
+A run's server-side figures are deltas (counters) or end values (gauges) between two scrapes,
+taken outside the clock. Names are matched with any trailing `_total` stripped (a counter `foo`
+is exposed as `foo_total`), and the engines' names map onto a few common keys through the one
+engine table (engines.py; docs/compatibility.md). The page is read by the one Prometheus
+reader (prometheus.py). `server_summary` is pure; `scrape` is the only I/O, and it reads the page
+where the capability probe found it (TensorRT-LLM: `/prometheus/metrics`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import aiohttp
+
+from servescope.results.schema import ServerMetrics
+from servescope.target.engines import COUNTER_ROLES, HISTOGRAMS, METRICS, METRICS_PATHS
+from servescope.target.prometheus import parse_prometheus
+from servescope.urls import server_root
+
+__all__ = ["COMMON", "HISTOGRAMS", "parse_prometheus", "prefix_cache_note", "scrape", "server_summary"]
+
+COMMON = METRICS  # common key -> metric names (without `_total`), in the order they are tried
+PREFIX_TOLERANCE = 0.05  # intended vs achieved prefix-cache hit rate: warn beyond 5 points
+
+
+async def _get_page(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> dict[str, float] | None:
+    async with session.get(url, headers=headers) as r:
+        if r.status != 200:
+            return None
+        text = await r.text(errors="replace")
+    return parse_prometheus(text) or None  # JSON (TensorRT-LLM's /metrics) parses to nothing
+
+
+async def scrape(
+    base_url: str, headers: dict[str, str] | None = None, timeout_s: float = 5.0, path: str | None = None
+) -> dict[str, float] | None:
+    """GET <root><path> (root = base URL without /v1; `path`: where the probe found the page, else each
+    of the engines' metrics paths in turn); None when the target exposes no Prometheus page."""
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as s:
+            for p in (path,) if path else METRICS_PATHS:
+                page = await _get_page(s, server_root(base_url) + p, headers or {})
+                if page:
+                    return page
+    except (aiohttp.ClientError, TimeoutError):
+        return None
+    return None
+
+
+def _pick(sample: dict[str, float], key: str) -> tuple[str, float] | None:
+    for name in COMMON[key]:
+        if name in sample:
+            return name, sample[name]
+    return None
+
+
+def server_summary(before: dict[str, float] | None, after: dict[str, float] | None) -> ServerMetrics | None:
+    """Counter deltas and end-of-run gauges over the window, in common keys; names used are listed."""
+    if not after:
+        return None
+    doc: dict[str, Any] = {"metrics_used": {}}
+    for key in COMMON:
+        hit = _pick(after, key)
+        if hit is None:
+            continue
+        name, value = hit
+        doc["metrics_used"][key] = name
+        if key in COUNTER_ROLES:
+            doc[key] = value - (before or {}).get(name, 0.0)
+        else:
+            doc[key] = value
+    q, h = doc.get("prefix_queries"), doc.get("prefix_hits")
+    doc["prefix_cache_hit_rate"] = (h / q) if q and h is not None and q > 0 else None
+    means: dict[str, float] = {}
+    for key, names in HISTOGRAMS.items():
+        for name in names:
+            if f"{name}_count" in after:
+                dn = after[f"{name}_count"] - (before or {}).get(f"{name}_count", 0.0)
+                ds = after.get(f"{name}_sum", 0.0) - (before or {}).get(f"{name}_sum", 0.0)
+                if dn > 0:
+                    means[f"{key}_mean_ms"] = ds / dn * 1e3
+                    doc["metrics_used"][f"{key}_hist"] = name
+                break
+    if means:
+        doc["latency_ms"] = means
+    return cast(ServerMetrics, doc)  # common keys only (COMMON, HISTOGRAMS): the open ServerMetrics block
+
+
+def prefix_cache_note(
+    intended: float | None, server: ServerMetrics | None, tolerance: float = PREFIX_TOLERANCE, *, at_most: bool = False
+) -> str | None:
+    """A warning when the workload's intended (designed) prefix-cache hit rate and the server's achieved
+    one disagree by more than `tolerance` (a fraction: 0.05 = 5 points); None when they agree or when
+    either is unknown. `at_most`: the designed rate is a ceiling (a random workload shares only the chat
+    template, and caches hit whole blocks), so only an achieved rate above it is worth a word: the
+    server then served prompts, or parts of them, from a cache warmed before this run's requests."""
+    if intended is None or not server:
+        return None
+    achieved = server.get("prefix_cache_hit_rate")
+    if achieved is None:
+        return None
+    if abs(achieved - intended) <= tolerance or (at_most and achieved < intended):
+        return None
+    why = (
+        "prefix caching may be off, the cache too small for the shared prefixes, or requests evicted before reuse"
+        if achieved < intended
+        else "the server reused more than the workload shares (repeated prompts, or a cache warmed by an "
+        "earlier run or sweep point: TTFT and throughput look better than a cold server gives; give "
+        "each run its own prompts (sweeps and repeats do unless --same-prompts) or --reset-cache)"
+    )
+    return (
+        f"prefix cache: intended hit rate {intended:.1%}, achieved {achieved:.1%} "
+        f"(server {server.get('metrics_used', {}).get('prefix_hits', 'counters')}); they differ by more than "
+        f"{tolerance * 100:.0f} points: {why}"
+    )
