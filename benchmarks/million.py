@@ -38,8 +38,8 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from servescope.results.columnar import JOIN_ROWS, PARQUET_OPTIONS, RECORDS  # noqa: E402
 from servescope.results.columns import SCHEMA  # noqa: E402
+from servescope.results.parquet import JOIN_ROWS, PARQUET_OPTIONS, RECORDS  # noqa: E402
 
 _GROUP = 2048  # records per part file of a run; joined into row groups of JOIN_ROWS
 
@@ -120,8 +120,8 @@ if what == "summary":
 elif what == "checks":
     from servescope.results import precision
     from servescope.results.colsummary import summarize_columns
-    from servescope.results.columnar import load_columns
-    from servescope.results.validation import validate_columns
+    from servescope.results.parquet import load_columns
+    from servescope.results.selfcheck import validate_columns
     cols = load_columns(d)  # as run/bench.py after a run: the columns, the summary, then the checks
     summary = summarize_columns(cols)
     r = resource.getrusage(resource.RUSAGE_SELF)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from servescope.plan.fit import PlanArgs, to_deployment
+from servescope.plan.memfit import PlanArgs, to_deployment
 from servescope.plan.whatif import engine_config, simulate_point
 
 TARGET_S = 2.0

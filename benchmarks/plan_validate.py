@@ -27,7 +27,7 @@ from pathlib import Path
 
 from servescope.deploy.calibration import Calibration, corpus_digest, dump_calibration, load_calibration
 from servescope.plan.corpus import corpus_files, load_corpus
-from servescope.plan.fitting import by_source, fit_table, knob_sources, loso, published_bands, summarize
+from servescope.plan.knobfit import by_source, fit_table, knob_sources, loso, published_bands, summarize
 from servescope.plan.validate import METRICS, Predictor, evaluate
 
 BOUNDS = {"tok_s": 0.20, "itl": 0.25, "ttft": 0.25}

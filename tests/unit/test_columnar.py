@@ -33,9 +33,9 @@ from servescope.results.colsummary import (
     streamed_gap_distribution,
     summarize_columns,
 )
-from servescope.results.columnar import PARTS, RECORDS, RecordWriter, join_parts, load_columns, read_records
 from servescope.results.columns import LIST_COLUMNS, SCHEMA, RecordColumns, compact
 from servescope.results.export import export_records
+from servescope.results.parquet import PARTS, RECORDS, RecordWriter, join_parts, load_columns, read_records
 from servescope.results.records import RequestRecord
 from servescope.results.store import load_run, write_json
 from tests.support.synth import synth_records, synth_run_info

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from servescope.errors import ConfigError
-from servescope.workload.builder import PromptBuilder, Target
-from servescope.workload.exact import ANCHOR, approximate_units, calibrate_units
+from servescope.workload.exact.builder import PromptBuilder, Target
+from servescope.workload.exact.units import ANCHOR, approximate_units, calibrate_units
 from servescope.workload.files import load_hf, load_jsonl, load_sharegpt, resolve_hf_path
 from servescope.workload.sessions import flatten, records_to_items
 from servescope.workload.trace import read_trace, trace_items

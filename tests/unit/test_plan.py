@@ -15,7 +15,7 @@ from servescope.deploy.deployment import Deployment
 from servescope.errors import ConfigError
 from servescope.plan.calibrate import MeasuredPoint, calibrate, load_measurements
 from servescope.plan.command import plan_command, plan_main
-from servescope.plan.fit import PlanArgs, resolve_layout, to_deployment
+from servescope.plan.memfit import PlanArgs, resolve_layout, to_deployment
 from servescope.plan.whatif import knobs_yaml, whatif
 from servescope.sim.catalog import get_gpu, get_model
 
@@ -496,7 +496,7 @@ def test_whatif_band_follows_the_kind_of_load() -> None:
 
 def test_band_of_a_kind_of_load_with_too_few_points_is_the_overall_one() -> None:
     from servescope.plan.command import Band
-    from servescope.plan.fitting import MODE_BAND_MIN_POINTS, published_bands
+    from servescope.plan.knobfit import MODE_BAND_MIN_POINTS, published_bands
 
     def stats(err: float, n: int) -> dict[str, object]:
         return {"median_abs_error": err, "n": n}

@@ -11,10 +11,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from servescope.results import columnar, precision, tokenpass
+from servescope.results import parquet, precision, tokenpass
 from servescope.results.colsummary import summarize_columns
-from servescope.results.columnar import RECORDS, RecordWriter, load_columns
 from servescope.results.columns import RecordColumns
+from servescope.results.parquet import RECORDS, RecordWriter, load_columns
 from servescope.results.precision import half_width_pct, percentile_floor, quantile_interval, run_intervals
 from servescope.results.records import RequestRecord
 
@@ -127,7 +127,7 @@ def test_stop_rule_needs_the_target_twice_in_a_row() -> None:
 
 
 def _records_and_columns(split: bool) -> tuple[list[RequestRecord], RecordColumns]:
-    from tests.unit.test_validation import _varied
+    from tests.unit.test_selfcheck import _varied
 
     recs = _varied(1500, seed=8)
     if not split:  # every chunk one token: the gaps stay integer ns in the columns
@@ -139,7 +139,7 @@ def _records_and_columns(split: bool) -> tuple[list[RequestRecord], RecordColumn
 def test_the_column_path_gives_the_record_paths_intervals(
     split: bool, piece: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.unit.test_validation import _same
+    from tests.unit.test_selfcheck import _same
 
     if piece:  # the gaps read a few rows at a time, as a long run's are
         monkeypatch.setattr(precision, "_PIECE", piece)
@@ -188,7 +188,7 @@ def kept_none(
     recs, _ = _records_and_columns(split=False)
     for r, i in zip(recs, np.random.default_rng(1).permutation(len(recs)), strict=True):
         r.id = int(i)
-    monkeypatch.setattr(columnar, "join_parts", functools.partial(columnar.join_parts, group_rows=150))
+    monkeypatch.setattr(parquet, "join_parts", functools.partial(parquet.join_parts, group_rows=150))
     with RecordWriter(tmp_path / RECORDS, flush_records=64) as w:
         for r in sorted(recs, key=lambda r: r.t_end_ns or 0):
             w.write(r)
@@ -209,7 +209,7 @@ def test_a_run_that_keeps_no_gap_gets_the_same_intervals_without_reading_every_g
     """The ITL interval of a large run: each request's counts from the token lists read again a batch
     at a time, the estimates the summary's percentiles (or computed, before the summary), the ends
     from the gaps kept around the percentiles: the in-memory path's figures, to the bit."""
-    from tests.unit.test_validation import _same
+    from tests.unit.test_selfcheck import _same
 
     recs, held, streamed = kept_none(tmp_path, monkeypatch)
     want = precision.precision_block_columns(held)

@@ -94,7 +94,7 @@ def _closed(profile: str, c: int, inp: int, out: int) -> tuple[float, float]:
 def test_a_profile_is_the_engine_plan_simulates_for_the_same_flags(profile: str, flags: dict) -> None:
     # One model, one answer: the emulator's profile and plan's deployment resolve to one engine
     # configuration (step costs, knobs, KV capacity, limits); no profile carries knobs of its own.
-    from servescope.plan.fit import PlanArgs, to_deployment
+    from servescope.plan.memfit import PlanArgs, to_deployment
 
     dep = to_deployment(PlanArgs(**flags))
     assert load_profile(profile).engine == dep.engine_config()

@@ -11,7 +11,7 @@ import pytest
 from servescope.deploy.calibration import Calibration, corpus_digest, dump_calibration, load_calibration
 from servescope.errors import ConfigError
 from servescope.plan.corpus import CorpusPoint, Source, corpus_files, load_corpus, parse_source
-from servescope.plan.fitting import fit_table, median_abs_error
+from servescope.plan.knobfit import fit_table, median_abs_error
 from servescope.plan.validate import (
     METRICS,
     Predictor,
@@ -137,7 +137,7 @@ def test_fit_recovers_a_known_memory_efficiency() -> None:
 
 
 def test_a_point_far_off_hardly_pulls_the_fit() -> None:
-    """The Cauchy loss (plan/fitting.py): four closed loops measured at mem.gpu.hopper = 0.8, one of
+    """The Cauchy loss (plan/knobfit.py): four closed loops measured at mem.gpu.hopper = 0.8, one of
     whose throughput reads 10x (a point the model cannot express). The fit still finds 0.8 within 3%
     (seen: 0.810); soft-L1, whose pull stays constant however far off a point is, gave 0.853."""
     truth = {**DEFAULT_KNOBS, "mem.gpu.hopper": 0.8}
@@ -188,7 +188,7 @@ def test_the_held_out_median_carries_its_interval_over_resampled_folds() -> None
     replacement gives medians 10% (A, A), 20% (A, B) and 30% (B, B), so the 90% interval is
     10%-30%; one fold alone has no spread; it is seeded (the same interval every run)."""
     from servescope.plan.corpus import Source
-    from servescope.plan.fitting import fold_interval
+    from servescope.plan.knobfit import fold_interval
     from servescope.plan.validate import PointResult
 
     def results(src: Source, err: float, n: int) -> list[PointResult]:
@@ -602,7 +602,7 @@ def test_prompt_steps_launch_cost_is_per_family_times_class() -> None:
     prompt tokens' share of the link is the fitted factor of a generation without a published bus
     bandwidth and the measured one (`PINNED`, whatever a table says) of Hopper and Ampere; an unseen
     mla-moe-early class takes the fitted mla-moe factor, as for layer.arch."""
-    from servescope.plan.fitting import _with_unseen_families
+    from servescope.plan.knobfit import _with_unseen_families
 
     t = {
         "pfl.eng.sglang": 2e-4,
@@ -626,7 +626,7 @@ def test_prompt_steps_launch_cost_is_per_family_times_class() -> None:
 def test_pinned_knobs_are_never_fitted(validation: tuple[Predictor, Calibration]) -> None:
     """A knob set by a published measurement (`PINNED`: the prompt all-reduce share of Hopper and Ampere)
     is not among the knobs any fit moves, and the committed tables do not carry it."""
-    from servescope.plan.fitting import _fit_names
+    from servescope.plan.knobfit import _fit_names
     from servescope.sim.knobs import PINNED
 
     pred, cal = validation
@@ -640,7 +640,7 @@ def test_by_source_rows_are_each_documents_medians() -> None:
     """`fitting.by_source`: one row per source and measured metric, with its point count, the median
     |error| in the fit and held out, and the held-out median signed error; a metric a source did not
     measure has no row."""
-    from servescope.plan.fitting import by_source
+    from servescope.plan.knobfit import by_source
     from servescope.plan.validate import PointResult
 
     other = dataclasses.replace(SRC, id="other")
@@ -661,7 +661,7 @@ def test_compute_efficiency_is_per_family_generation_and_class() -> None:
     """compute_efficiency = comp.base x comp.gpu.<gen> x comp.eng.<family> [x comp.arch.<class> for an MoE
     class]; the DeepSeek release classes read mla-moe's factor where a table lacks theirs (resolve and
     the fit alike); the product stays clipped to 0.02..0.95; a MoE deployment's knob names carry it."""
-    from servescope.plan.fitting import _with_unseen_families
+    from servescope.plan.knobfit import _with_unseen_families
     from servescope.sim.knobs import knob_names_for
 
     t = {
@@ -1166,7 +1166,7 @@ def test_a_disaggregated_request_passes_one_front_end(validation: tuple[Predicto
 def test_only_points_whose_tp_spans_nodes_inform_the_internode_latency() -> None:
     """comm.latency_s.internode is fitted from points whose TP group is wider than a node (and moves
     their prediction); a one-node TP8 point neither reads it nor re-simulates when it moves."""
-    from servescope.plan.fitting import _fit_names
+    from servescope.plan.knobfit import _fit_names
 
     wide = _point(id="w", model="DeepSeek-R1", quant="fp8", gpus=16, tp=16, engine="sglang", engine_version="0.4.6")
     narrow = _point(
@@ -1196,7 +1196,7 @@ def test_sglang_dp_attention_points_run_each_rank_with_its_share_of_the_prompt_c
 
 def test_source_weights_balance_a_large_source(validation: tuple[Predictor, Calibration]) -> None:
     """A fold's residuals weigh min(1, sqrt(60 / its residual count)) in a fit, counted over that fit's keys."""
-    from servescope.plan.fitting import _source_weights
+    from servescope.plan.knobfit import _source_weights
 
     pred, _ = validation
     keys = sorted(pred.settings)

@@ -15,7 +15,7 @@ from rich.console import Console
 from servescope.deploy.deployment import Deployment
 from servescope.errors import ConfigError
 from servescope.plan.command import plan_command, plan_main
-from servescope.plan.fit import PlanArgs
+from servescope.plan.memfit import PlanArgs
 from servescope.plan.whatif import poisson_arrivals, shared_prefix_hashes, simulate_point, whatif
 from servescope.sim.request import block_hashes
 

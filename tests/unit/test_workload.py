@@ -10,8 +10,8 @@ import pytest
 
 from servescope.emulator.tokenizer import get_tokenizer
 from servescope.errors import ConfigError
-from servescope.workload.counter import LocalCounter
-from servescope.workload.exact import ANCHOR, UnitPool, approximate_units, calibrate_units
+from servescope.workload.exact.counter import LocalCounter
+from servescope.workload.exact.units import ANCHOR, UnitPool, approximate_units, calibrate_units
 from servescope.workload.random import mixture_lengths
 from servescope.workload.spec import SHARED_PREFIX_PRESET, parse_dataset
 from servescope.workload.synthetic import intended_hit_rate
@@ -180,7 +180,7 @@ def test_server_counter_asks_again_when_a_pooled_connection_was_closed_by_the_se
     import socket
     import threading
 
-    from servescope.workload.counter import ServerCounter
+    from servescope.workload.exact.counter import ServerCounter
 
     lsock = socket.create_server(("127.0.0.1", 0))
     port = lsock.getsockname()[1]

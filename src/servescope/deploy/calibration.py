@@ -33,7 +33,7 @@ class Calibration:
     heldout_median_abs_error: dict[str, float] = field(default_factory=dict)
     heldout_source: str = ""
     # the same by workload mode (closed, rate, offline: how the corpus point loaded the server), where a
-    # mode has enough points (plan/fitting.py `published_bands`): the band of a what-if point of that mode
+    # mode has enough points (plan/knobfit.py `published_bands`): the band of a what-if point of that mode
     heldout_by_mode: dict[str, dict[str, float]] = field(default_factory=dict)
 
 

@@ -20,7 +20,7 @@ from rich.console import Console
 
 from servescope.errors import handle_errors
 from servescope.plan.calibrate import MeasuredPoint, calibrate, leave_one_out, load_measurements
-from servescope.plan.fit import GIB, PlanArgs, engine_base, fit_table, to_deployment
+from servescope.plan.memfit import GIB, PlanArgs, engine_base, fit_table, to_deployment
 from servescope.plan.recipes import RecipeSpec, render_all
 from servescope.plan.whatif import SEED, WhatIfPoint, knobs_yaml, point_dict, simulate_point, whatif, whatif_table
 from servescope.sim.catalog import GPUS, MODELS

@@ -1,4 +1,4 @@
-"""Predict every corpus point with the what-if model and compare with what was measured (the fit: plan/fitting.py).
+"""Predict every corpus point with the what-if model and compare with what was measured (the fit: plan/knobfit.py).
 
 For each published point (`plan/corpus.py`) `plan/setting.py` builds the deployment it describes (model
 from the catalogue, GPU, parallelism, quantization, the engine family's default limits from

@@ -24,7 +24,7 @@ from servescope.report.data import RepeatsResult, SweepResult, load_results, spl
 from servescope.report.html import esc, fmt, render_overlay, write_page
 from servescope.report.multi import point_label
 from servescope.report.pareto import frontiers, interactivity_rows
-from servescope.report.stats import (
+from servescope.results.bootstrap import (
     METRICS,
     MetricSpec,
     RatioEstimate,

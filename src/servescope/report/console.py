@@ -17,7 +17,7 @@ from servescope.results.interactivity import LevelReading
 from servescope.results.metrics import dig
 from servescope.results.precision import plus_minus
 from servescope.results.schema import Summary
-from servescope.results.validation import summary_line
+from servescope.results.selfcheck import summary_line
 
 __all__ = ["LiveProgress", "print_interactivity_table", "print_spread", "print_summary", "summary_table"]
 

@@ -18,9 +18,9 @@ import numpy as np
 
 from servescope.errors import ConfigError
 from servescope.results.colsummary import tpot_ms
-from servescope.results.columnar import has_records
 from servescope.results.columns import RecordColumns
 from servescope.results.metrics import dig
+from servescope.results.parquet import has_records
 from servescope.results.records import RequestRecord
 from servescope.results.schema import Summary
 from servescope.results.store import RunResult, load_run, read_json

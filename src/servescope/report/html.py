@@ -35,8 +35,8 @@ from servescope.report.multi import render_overlay, render_repeats, render_sweep
 from servescope.results.interactivity import DEFAULT_LEVELS
 from servescope.results.precision import plus_minus
 from servescope.results.schema import ServerMetrics, Summary
+from servescope.results.selfcheck import summary_line
 from servescope.results.store import RunResult
-from servescope.results.validation import summary_line
 
 __all__ = [
     "esc",

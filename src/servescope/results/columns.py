@@ -1,5 +1,5 @@
 """Records as columns: the Arrow schema of `requests.parquet` and the numpy view the summary and the
-report compute from. No file I/O here (see `columnar.py`).
+report compute from. No file I/O here (see `parquet.py`).
 
 One row per request. Token arrival times are a list column of offsets in ns from the request's
 send (`chunk_offsets_ns`); every other time is ns from the run origin, as in `RequestRecord`

@@ -25,8 +25,8 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from servescope.errors import ConfigError, handle_errors
-from servescope.results.columnar import RECORDS, has_records, iter_batches, record_files
 from servescope.results.columns import LIST_COLUMNS, SCHEMA
+from servescope.results.parquet import RECORDS, has_records, iter_batches, record_files
 from servescope.results.records import RequestRecord
 
 __all__ = ["FORMATS", "export_command", "export_records"]

@@ -25,9 +25,9 @@ import orjson
 
 from servescope.errors import ConfigError
 from servescope.results.colsummary import summarize_columns
-from servescope.results.columnar import PARTS, RECORDS, RECORDS_JSONL, RecordWriter, has_records, load_columns
-from servescope.results.columnar import read_records as _read_records
 from servescope.results.columns import RecordColumns, records_to_table
+from servescope.results.parquet import PARTS, RECORDS, RECORDS_JSONL, RecordWriter, has_records, load_columns
+from servescope.results.parquet import read_records as _read_records
 from servescope.results.records import RequestRecord
 from servescope.results.schema import SUMMARY_VERSIONS, RunInfo, Summary, current_schema_id
 

@@ -28,11 +28,18 @@ from servescope.client.spec import Prepared, ShardSpec
 from servescope.report.console import LiveProgress, print_spread, print_summary
 from servescope.results import precision
 from servescope.results.colsummary import summarize_columns, tokens_read_together
-from servescope.results.columnar import load_columns
 from servescope.results.metrics import assess_client
+from servescope.results.parquet import load_columns
 from servescope.results.repeats import spread
 from servescope.results.schema import ApiKind, ClientMeasures, LoadMode, RunInfo, Summary, Target
 from servescope.results.schema import Workload as SummaryWorkload
+from servescope.results.selfcheck import (
+    Bounds,
+    bounds_from_cost,
+    concurrency_held_columns,
+    validate_columns,
+    window_columns,
+)
 from servescope.results.slo import evaluate as evaluate_slo
 from servescope.results.slo import parse_slo_spec
 from servescope.results.store import (
@@ -45,13 +52,6 @@ from servescope.results.store import (
     start_warm_up,
     warm_up,
     write_json,
-)
-from servescope.results.validation import (
-    Bounds,
-    bounds_from_cost,
-    concurrency_held_columns,
-    validate_columns,
-    window_columns,
 )
 from servescope.run.config import RunConfig
 from servescope.run.describe import run_manifest, run_notes

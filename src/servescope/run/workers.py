@@ -49,7 +49,7 @@ from servescope.results.columns import RecordColumns
 from servescope.results.metrics import assess_client
 from servescope.results.records import RequestRecord
 from servescope.results.schema import ShardFigures, Summary
-from servescope.results.validation import concurrency_held_columns
+from servescope.results.selfcheck import concurrency_held_columns
 
 __all__ = ["LEAD_S", "ProcessShards", "assess_shards", "shard_figures"]
 

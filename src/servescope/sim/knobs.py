@@ -19,7 +19,7 @@ fit has not seen falls back to the base (factor 1)::
                                                prior is 1: it moves only as far as its points say, and
                                                a class no training point ran falls back to the dense
                                                layer; mla-moe-early and mla-moe-late to mla-moe,
-                                               plan/fitting.py)
+                                               plan/knobfit.py)
     prefill_layer_overhead_s = pfl.eng.<family> [* pfl.arch.<class> for a class other than dense]
                                               (per layer, on a step with prompt tokens: prompt batches
                                                run their kernels from the host where decode replays

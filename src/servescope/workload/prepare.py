@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from servescope.errors import ConfigError
 from servescope.workload import Workload
-from servescope.workload.builder import PromptBuilder, Target
+from servescope.workload.exact.builder import PromptBuilder, Target
 from servescope.workload.spec import parse_dataset
 
 if TYPE_CHECKING:

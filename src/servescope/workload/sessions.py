@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from servescope.workload import WorkItem
-from servescope.workload.builder import PromptBuilder
+from servescope.workload.exact.builder import PromptBuilder
 from servescope.workload.files import Record
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from servescope.workload import WorkItem
-from servescope.workload.builder import PromptBuilder
+from servescope.workload.exact.builder import PromptBuilder
 from servescope.workload.random import mixture_lengths
 from servescope.workload.spec import SHARED_PREFIX_PRESET, DatasetSpec
 

@@ -17,8 +17,8 @@ import numpy as np
 
 from servescope.errors import ConfigError
 from servescope.workload import WorkItem
-from servescope.workload.builder import PromptBuilder
-from servescope.workload.exact import ANCHOR
+from servescope.workload.exact.builder import PromptBuilder
+from servescope.workload.exact.units import ANCHOR
 from servescope.workload.files import _file, _messages, _read_json_any
 from servescope.workload.sessions import flatten
 

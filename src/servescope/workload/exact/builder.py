@@ -1,7 +1,7 @@
 """Exact-length prompts for one target: units calibrated with its counter, overheads measured once.
 
 `PromptBuilder.create` picks the counter (`--tokenizer PATH`, else the server's /tokenize, else none:
-approximate), calibrates word units (workload/exact.py), and measures, once per message structure,
+approximate), calibrates word units (workload/exact/units.py), and measures, once per message structure,
 the tokens the server adds around the content (anchor, BOS, chat template): one real request with
 `max_tokens: 1` and its `usage.prompt_tokens`, or /tokenize on the chat messages where the server
 has it. All of it happens before the clock.
@@ -15,8 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from servescope.workload.counter import LocalCounter, ServerCounter, TokenCounter, detect_server_counter, probe_usage
-from servescope.workload.exact import ANCHOR, UnitPool, Units, approximate_units, calibrate_units
+from servescope.workload.exact.counter import (
+    LocalCounter,
+    ServerCounter,
+    TokenCounter,
+    detect_server_counter,
+    probe_usage,
+)
+from servescope.workload.exact.units import ANCHOR, UnitPool, Units, approximate_units, calibrate_units
 
 if TYPE_CHECKING:
     from servescope.target.capabilities import Capabilities

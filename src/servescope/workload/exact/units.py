@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from servescope.workload.counter import TokenCounter
+from servescope.workload.exact.counter import TokenCounter
 from servescope.workload.random import WORDS
 
 __all__ = ["ANCHOR", "UnitPool", "Units", "approximate_units", "calibrate_units"]

@@ -1,4 +1,4 @@
-"""Self-validation (results/validation.py): each check passes on a consistent synthetic run and fails
+"""Self-validation (results/selfcheck.py): each check passes on a consistent synthetic run and fails
 on a crafted one that breaks exactly what it checks."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from servescope.results import metrics
 from servescope.results.columns import RecordColumns
 from servescope.results.records import RequestRecord
 from servescope.results.schema import ServerMetrics, Summary
-from servescope.results.validation import (
+from servescope.results.selfcheck import (
     Bounds,
     bounds_from_cost,
     concurrency_held,

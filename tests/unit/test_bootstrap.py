@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 
 from servescope.report.compare import side_data
-from servescope.report.stats import (
+from servescope.results import metrics
+from servescope.results.bootstrap import (
     METRICS,
     SideData,
     bootstrap_side,
     ratio_ci,
     weighted_quantile_rows,
 )
-from servescope.results import metrics
 from servescope.results.store import RunResult
 from tests.support.synth import synth_records
 
@@ -104,7 +104,7 @@ def test_empty_side_gives_nan_not_a_crash() -> None:
 
 def test_binned_quantiles_are_exact() -> None:
     """The fast path (rank bins + one bin walked) equals a cumulative sum over every value."""
-    from servescope.report.stats import _Quantiles
+    from servescope.results.bootstrap import _Quantiles
 
     rng = np.random.default_rng(0)
     for n, g in ((5, 7), (50, 3000), (300, 300), (1000, 64000), (400, 250)):

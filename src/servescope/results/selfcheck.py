@@ -392,7 +392,7 @@ def validate(
 
 # ------------------------------------------------------------------------------ from columns
 # The same checks over `columns.RecordColumns` (what a run reads back from requests.parquet), so the run
-# keeps no record in memory: the same figures as the record functions above (tests/unit/test_validation.py
+# keeps no record in memory: the same figures as the record functions above (tests/unit/test_selfcheck.py
 # holds them together). Times in the columns are float64 ns, exact (< 2**53); sums run over int64.
 
 

@@ -1,7 +1,7 @@
 """Token counts before the clock: the server's own `/tokenize`, a local Hugging Face tokenizer, or none.
 
 A `TokenCounter` answers one question, in batches: how many tokens is each of these texts? Exact
-prompt lengths are built from those answers (workload/exact.py); nothing here runs on the hot path.
+prompt lengths are built from those answers (workload/exact/units.py); nothing here runs on the hot path.
 
 Server dialects (request body -> response), tried in this order unless the capability probe already
 found the one that answers:
