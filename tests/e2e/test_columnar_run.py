@@ -14,9 +14,9 @@ import duckdb
 import pandas as pd
 import pytest
 
-from servescope.results import metrics
 from servescope.results.columns import SCHEMA
 from servescope.results.store import read_records
+from tests.support import oracle
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "results.md"
 
@@ -88,7 +88,7 @@ def test_run_summary_is_the_record_summary(run_dir: Path) -> None:
     summary = json.loads((run_dir / "summary.json").read_text())
     want = json.loads(
         json.dumps(
-            metrics.summarize(
+            oracle.summarize(
                 read_records(run_dir),
                 run={k: summary[k] for k in ("run_id", "started_at", "target", "load", "workload", "interrupted")},
             )

@@ -29,10 +29,10 @@ from typing import Any, cast
 import pytest
 
 from servescope.client.split import shard_of
-from servescope.results.metrics import summarize
 from servescope.results.schema import RunInfo
 from servescope.results.store import MANIFEST, RECORDS, SUMMARY, load_run
 from tests.e2e.test_workers import _same
+from tests.support.oracle import summarize
 from tests.support.raynet import WORKER_RESOURCE, RayNet, ray_cluster, unavailable
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from servescope.client.transport import KERNEL_RX_TIMESTAMPS
-from servescope.results.metrics import LOOP_LAG_P99_MS, READ_TOGETHER_SHARE, itl_gaps_ms, summarize
+from servescope.results.metrics import LOOP_LAG_P99_MS, READ_TOGETHER_SHARE
 from servescope.results.store import load_run
+from tests.support.oracle import itl_gaps_ms, summarize
 from tests.support.procs import servescope
 from tests.support.truth import truth_twin, truth_vs_client
 

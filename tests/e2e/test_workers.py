@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 
 from servescope.client.split import shard_of
-from servescope.results.metrics import summarize
 from servescope.results.records import RequestRecord
 from servescope.results.schema import RunInfo
 from servescope.results.store import MANIFEST, SUMMARY, load_run
 from servescope.workload.schedule import open_loop_offsets_ns
+from tests.support.oracle import summarize
 from tests.support.procs import servescope
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the start instant is CLOCK_MONOTONIC")

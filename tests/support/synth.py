@@ -7,13 +7,15 @@ built (their latency ratios are that factor, their throughput ratio its inverse)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from servescope.results import metrics
+from servescope.results.colsummary import summarize_columns
+from servescope.results.columns import RecordColumns
 from servescope.results.cost import Price, cost_block
 from servescope.results.records import RequestRecord
 from servescope.results.schema import ClientMeasures, Cost, RunInfo, ServerMetrics, SloCheck, Summary
@@ -28,7 +30,20 @@ from servescope.results.store import (
     write_json,
 )
 
-__all__ = ["synth_records", "synth_run_info", "synth_summary", "write_synth_run", "write_synth_sweep"]
+__all__ = [
+    "summarize_records",
+    "synth_records",
+    "synth_run_info",
+    "synth_summary",
+    "write_synth_run",
+    "write_synth_sweep",
+]
+
+
+def summarize_records(records: Sequence[RequestRecord], **kwargs: Any) -> Summary:
+    """The summary of records held in memory as src computes it: through the one adapter,
+    `RecordColumns.from_records`, and `colsummary.summarize_columns` (its keyword arguments)."""
+    return summarize_columns(RecordColumns.from_records(records), **kwargs)
 
 
 def synth_records(
@@ -99,7 +114,7 @@ def synth_run_info(
     concurrency: int = 8,
     rate_rps: float | None = None,
 ) -> RunInfo:
-    """What `servescope run` gives metrics.summarize about the run (run.bench's run_doc), for a synthetic one."""
+    """What `servescope run` gives summarize_columns about the run (run.bench's run_doc), for a synthetic one."""
     first = next((r for r in records if not r.warmup), records[0])
     return {
         "run_id": name,
@@ -139,7 +154,7 @@ def synth_summary(
     server: ServerMetrics | None = None,
     gpus: int | None = None,
 ) -> Summary:
-    """The summary `servescope run` writes, through the same code: metrics.summarize, the client
+    """The summary `servescope run` writes, through the same code: summarize_columns, the client
     verdict, server metrics (None: a target without /metrics) and notes."""
     out_tokens = sum(r.output_tokens or 0 for r in records if r.status == "ok" and not r.warmup)
     cpu_s = 0.0005 * len(records)
@@ -152,7 +167,7 @@ def synth_summary(
         "read_pause_ms": 0.0,
         "elapsed_s": 0.0,
     }
-    summary = metrics.summarize(
+    summary = summarize_records(
         records, run=run, slo=slo, client=client, gpus=gpus, gpus_source="--gpus" if gpus else None
     )
     summary["client"]["elapsed_s"] = summary["duration_s"]
@@ -249,7 +264,7 @@ def write_synth_sweep(
                 output_len=output_len,
             )
             sub = f"c{c:04d}" if not lengths else f"c{c:04d}-in{input_len}-out{output_len}"
-            summary = metrics.summarize(recs)
+            summary = summarize_records(recs)
             check = evaluate_slo(summary, spec) if spec is not None else None
             if check is not None:
                 best = c if check["passed"] else best

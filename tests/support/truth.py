@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from servescope.results.metrics import itl_gaps_ms, request_latencies_ms
 from servescope.results.records import RequestRecord
 from servescope.results.store import load_run
+from tests.support.oracle import itl_gaps_ms, request_latencies_ms
 
 
 def server_truth(url: str) -> dict[str, dict]:

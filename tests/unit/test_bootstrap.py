@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from servescope.report.compare import side_data
-from servescope.results import metrics
 from servescope.results.bootstrap import (
     METRICS,
     SideData,
@@ -15,7 +14,7 @@ from servescope.results.bootstrap import (
     weighted_quantile_rows,
 )
 from servescope.results.store import RunResult
-from tests.support.synth import synth_records
+from tests.support.synth import summarize_records, synth_records
 
 
 def _run(records, name="r") -> RunResult:
@@ -44,7 +43,7 @@ def test_point_estimates_match_the_summary_definitions() -> None:
     recs = synth_records(150, seed=5, concurrency=4, fail_every=30)
     side = side_data([_run(recs)])
     points, reps = bootstrap_side(side, METRICS, resamples=200, seed=0, side_index=0)
-    summary = metrics.summarize(recs)
+    summary = summarize_records(recs)
     by_key = dict(zip((m.key for m in METRICS), points))
     # Little's-law throughput with unit weights is exactly tokens / window.
     assert by_key["output_tokens_per_s"] == pytest.approx(summary["throughput"]["output_tokens_per_s"], rel=1e-9)

@@ -23,21 +23,21 @@ from servescope.report.data import inflight_series, samples_ms, tokens_per_s_ser
 from servescope.report.html import write_report
 from servescope.results import export as export_module
 from servescope.results import metrics, tokenpass
-from servescope.results.colsummary import (
+from servescope.results.colsummary import streamed_gap_distribution, summarize_columns
+from servescope.results.columns import LIST_COLUMNS, SCHEMA, RecordColumns, compact
+from servescope.results.export import export_records
+from servescope.results.parquet import PARTS, RECORDS, RecordWriter, join_parts, load_columns, read_records
+from servescope.results.records import RequestRecord
+from servescope.results.store import load_run, write_json
+from servescope.results.streaming import (
     GapStats,
     bucket_counts,
     linear_percentiles,
     order_statistics,
     pairwise_sum,
     plan_windows,
-    streamed_gap_distribution,
-    summarize_columns,
 )
-from servescope.results.columns import LIST_COLUMNS, SCHEMA, RecordColumns, compact
-from servescope.results.export import export_records
-from servescope.results.parquet import PARTS, RECORDS, RecordWriter, join_parts, load_columns, read_records
-from servescope.results.records import RequestRecord
-from servescope.results.store import load_run, write_json
+from tests.support import oracle
 from tests.support.synth import synth_records, synth_run_info
 
 SLO = {"ttft_ms": 150.0, "tpot_ms": 21.0}
@@ -63,14 +63,14 @@ def test_column_summary_equals_the_record_summary() -> None:
     recs = realistic()
     run = synth_run_info("c", recs)
     for slo in (None, SLO):
-        want = metrics.summarize(recs, run=run, slo=slo, gpus=4, gpus_source="--gpus")
+        want = oracle.summarize(recs, run=run, slo=slo, gpus=4, gpus_source="--gpus")
         got = summarize_columns(RecordColumns.from_records(recs), run=run, slo=slo, gpus=4, gpus_source="--gpus")
         assert orjson.dumps(got) == orjson.dumps(want)  # to the bit, key order included
 
 
 def test_compact_itl_path_equals_numpy() -> None:
     recs = synth_records(300, seed=5)
-    want = metrics.summarize(recs)
+    want = oracle.summarize(recs)
     cols = RecordColumns.from_records(recs)
     assert cols.itl.dtype == np.uint32 and cols.itl_unit_ns == 1.0
     got = summarize_columns(cols, compact_above=0)  # the path of runs with > 16 M gaps
@@ -101,8 +101,8 @@ def test_report_series_from_columns_equal_the_records() -> None:
     cols = RecordColumns.from_records(recs)
     s = samples_ms(cols)
     done = [r for r in recs if not r.warmup and r.t_send_ns is not None and r.status == "ok"]
-    assert s["itl"].tolist() == np.concatenate([metrics.itl_gaps_ms(r) for r in done]).tolist()
-    assert s["ttft"].tolist() == [x for r in done if (x := metrics.request_latencies_ms(r)["ttft"]) is not None]
+    assert s["itl"].tolist() == np.concatenate([oracle.itl_gaps_ms(r) for r in done]).tolist()
+    assert s["ttft"].tolist() == [x for r in done if (x := oracle.request_latencies_ms(r)["ttft"]) is not None]
     xs, ys = tokens_per_s_series(cols)
     assert len(xs) == 100 and sum(ys) * (xs[1] - xs[0]) == pytest.approx(
         sum(sum(r.chunk_tokens) if len(r.chunk_tokens) == len(r.chunk_ns) else len(r.chunk_ns) for r in recs)
@@ -143,7 +143,7 @@ def test_writer_parts_survive_a_kill_and_join_at_close(tmp_path: Path) -> None:
     # each as it finishes) they mean the same
     assert [r.to_dict() for r in recs] == want
     compact(recs)
-    assert not isinstance(recs[0].chunk_ns, list) and metrics.summarize(recs) == metrics.summarize(
+    assert not isinstance(recs[0].chunk_ns, list) and oracle.summarize(recs) == oracle.summarize(
         [RequestRecord(**d) for d in want]
     )
 
@@ -178,8 +178,8 @@ def test_old_jsonl_result_still_loads_and_renders(tmp_path: Path) -> None:
     (run / "requests.jsonl").write_bytes(b"\n".join(lines) + b"\n" + lines[0][:30])  # a torn last line
     write_json(run / "manifest.json", {"run_id": "old", "config": {"model": "m", "url": "http://x"}})
     loaded = load_run(run)  # no summary.json: recomputed from the records
-    assert loaded.summary["requests"] == metrics.summarize(recs)["requests"]
-    assert loaded.summary["latency_ms"] == metrics.summarize(recs)["latency_ms"]
+    assert loaded.summary["requests"] == oracle.summarize(recs)["requests"]
+    assert loaded.summary["latency_ms"] == oracle.summarize(recs)["latency_ms"]
     assert [dataclasses.asdict(r) for r in loaded.records] == [dataclasses.asdict(r) for r in recs]
     assert "Requests in flight" in write_report(run).read_text()
     assert load_columns(run).id.tolist() == [r.id for r in recs]
@@ -207,7 +207,7 @@ def test_a_large_run_keeps_no_gap_and_gives_the_same_itl_summary(
     one group of rows only): every ITL figure as numpy's, mean and std exact."""
     recs = synth_records(700, seed=11, concurrency=16)
     held = RecordColumns.from_records(recs)
-    want = metrics.summarize(recs)["latency_ms"]["itl"]
+    want = oracle.summarize(recs)["latency_ms"]["itl"]
     with RecordWriter(tmp_path / RECORDS, flush_records=64) as w:  # 11 row groups, read in 2 parts
         for r in recs:
             w.write(r)

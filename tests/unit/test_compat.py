@@ -20,11 +20,11 @@ import pytest
 from click.testing import CliRunner
 
 from servescope.results.foreign import ForeignOutput, peaks, sglang_result, vllm_filename, vllm_result
-from servescope.results.metrics import summarize
 from servescope.run.command import run_command
 from servescope.run.compat import FLAGS, Refusal, normalize_argv, resolve
 from servescope.run.config import RunConfig
 from servescope.run.options import config_from_options
+from tests.support.oracle import summarize
 from tests.support.synth import synth_records, synth_run_info
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "foreign"

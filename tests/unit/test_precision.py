@@ -15,8 +15,9 @@ from servescope.results import parquet, precision, tokenpass
 from servescope.results.colsummary import summarize_columns
 from servescope.results.columns import RecordColumns
 from servescope.results.parquet import RECORDS, RecordWriter, load_columns
-from servescope.results.precision import half_width_pct, percentile_floor, quantile_interval, run_intervals
+from servescope.results.precision import half_width_pct, percentile_floor, quantile_interval
 from servescope.results.records import RequestRecord
+from tests.support import oracle
 
 _Z = {0.5: 0.0, 0.99: 2.3263478740408408}  # standard normal quantiles
 _SIGMA = 0.5  # log-scale spread: lognormal latencies, median 100 ms, P99 ~320 ms
@@ -96,7 +97,7 @@ def test_itl_batches_keep_each_request_whole() -> None:
     request sees the blocks; the interval for the median ITL is wide, not the per-token binomial."""
     rng = np.random.default_rng(1)
     gaps = [np.full(100, 10.0 if (i // 50) % 2 == 0 else 30.0) + rng.normal(0, 0.1, 100) for i in range(400)]
-    out = run_intervals({"ttft": [float(g[0]) for g in gaps]}, itl=gaps)
+    out = oracle.run_intervals({"ttft": [float(g[0]) for g in gaps]}, itl=gaps)
     itl = out["itl"]["median"]
     assert itl is not None and itl["low"] is not None and itl["high"] is not None
     assert itl["low"] < 15 and itl["high"] > 25  # half the requests slow, half fast: the median is unknown
@@ -104,7 +105,7 @@ def test_itl_batches_keep_each_request_whole() -> None:
 
 
 def test_values_that_are_none_are_left_out() -> None:
-    out = run_intervals({"tpot": [None, *[float(v) for v in range(1, 201)]]})
+    out = oracle.run_intervals({"tpot": [None, *[float(v) for v in range(1, 201)]]})
     iv = out["tpot"]["median"]
     assert iv is not None and iv["estimate"] == pytest.approx(100.5)
 
@@ -114,15 +115,15 @@ def test_stop_rule_needs_the_target_twice_in_a_row() -> None:
 
     many = synth_records(4000, seed=2)
     rule = precision.StopRule(10.0)
-    assert precision.imprecise(many, 10.0) == []
+    assert oracle.imprecise(many, 10.0) == []
     assert rule(many) is None  # the first look that meets the target only arms the rule
     reason = rule(many)
     assert reason is not None and reason.startswith("target precision reached") and "4,000" in reason
     few = synth_records(100, seed=2)
     fresh = precision.StopRule(10.0)
     assert fresh(few) is None and fresh(few) is None  # a P99 from 100 requests is not bounded: never
-    assert "ttft p99" in precision.imprecise(few, 10.0)
-    block = precision.with_target(precision.precision_block(few), few, 10.0, None, "the limit came first")
+    assert "ttft p99" in oracle.imprecise(few, 10.0)
+    block = oracle.with_target(oracle.precision_block(few), few, 10.0, None, "the limit came first")
     assert block["met"] is False and block["stop_reason"].startswith("the limit came first; still wider")
 
 
@@ -145,19 +146,19 @@ def test_the_column_path_gives_the_record_paths_intervals(
         monkeypatch.setattr(precision, "_PIECE", piece)
     recs, cols = _records_and_columns(split)
     assert (cols.itl_unit_ns == 1e6) is split
-    block = precision.precision_block(recs)
+    block = oracle.precision_block(recs)
     assert all(iv is not None for m in block["metrics"].values() for iv in m.values())
     _same(block, precision.precision_block_columns(cols), "precision")
     # the ITL interval from the compact integer gaps (a long run's path) is the same too
     _same(block, precision.precision_block_columns(cols, compact_above=0), "compact")
     for target in (1.0, 10.0, 50.0):
-        assert precision.imprecise(recs, target) == precision.imprecise_columns(cols, target)
+        assert oracle.imprecise(recs, target) == precision.imprecise_columns(cols, target)
         _same(
-            precision.with_target(block, recs, target, None, "the limit came first"),
+            oracle.with_target(block, recs, target, None, "the limit came first"),
             precision.with_target_columns(block, cols, target, None, "the limit came first"),
             "target",
         )
-    assert precision.imprecise(recs, 1.0) and not precision.imprecise(recs, 50.0)
+    assert oracle.imprecise(recs, 1.0) and not oracle.imprecise(recs, 50.0)
 
 
 def test_the_stop_rule_keeps_three_numbers_a_request_and_says_what_the_records_say() -> None:
@@ -220,7 +221,7 @@ def test_a_run_that_keeps_no_gap_gets_the_same_intervals_without_reading_every_g
         assert streamed.itl_summary is not None
     assert precision.precision_block_columns(streamed, compact_above=0) == want
     assert streamed.held_itl is None  # no array of every gap was made
-    _same(precision.precision_block(recs), want, "records")
+    _same(oracle.precision_block(recs), want, "records")
 
 
 def test_gap_pieces_cover_every_request_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

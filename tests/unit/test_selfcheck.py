@@ -8,29 +8,25 @@ from pathlib import Path
 
 import pytest
 
-from servescope.results import metrics
 from servescope.results.columns import RecordColumns
 from servescope.results.records import RequestRecord
 from servescope.results.schema import ServerMetrics, Summary
 from servescope.results.selfcheck import (
     Bounds,
     bounds_from_cost,
-    concurrency_held,
     concurrency_held_columns,
-    e2e_consistency,
-    littles_law,
     percentile_floors,
     physical_bounds,
-    token_counts,
-    validate,
     validate_columns,
 )
 from servescope.sim.steptime import StepCost
+from tests.support import oracle
+from tests.support.oracle import concurrency_held, e2e_consistency, littles_law, token_counts, validate
 from tests.support.synth import synth_records, synth_run_info
 
 
 def _summary(records: list[RequestRecord], server: ServerMetrics | None = None) -> Summary:
-    s = metrics.summarize(records, run=synth_run_info("v", records))
+    s = oracle.summarize(records, run=synth_run_info("v", records))
     s["server"] = server
     return s
 

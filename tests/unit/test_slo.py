@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from servescope.errors import ConfigError
-from servescope.results.metrics import summarize
 from servescope.results.records import RequestRecord
 from servescope.results.slo import MLPERF_PRESETS, evaluate, failing, parse_slo_spec
+from tests.support.oracle import summarize
 
 MS = 1_000_000
 

@@ -31,7 +31,7 @@ from servescope.results.records import RequestRecord
 from servescope.results.schema import Distribution
 
 if TYPE_CHECKING:
-    from servescope.results.colsummary import GapParts, GapStats, Mapper
+    from servescope.results.streaming import GapParts, GapStats, Mapper
 
 __all__ = [
     "CHART_SAMPLE",

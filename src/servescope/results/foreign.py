@@ -25,7 +25,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from servescope.results.metrics import itl_gaps_ms, request_latencies_ms
+from servescope.results.columns import RecordColumns
+from servescope.results.perrequest import request_latencies_ms
 from servescope.results.records import RequestRecord
 from servescope.results.schema import Distribution, Summary
 
@@ -69,13 +70,20 @@ def _measured(records: Sequence[RequestRecord]) -> list[RequestRecord]:
     return [r for r in records if not r.warmup and r.t_send_ns is not None]
 
 
-def _values_ms(records: Sequence[RequestRecord], metric: str) -> np.ndarray:
-    """One metric's values (ms) over completed measured requests, as summarize computes them."""
-    done = [r for r in _measured(records) if r.status == "ok"]
+def _values_ms(cols: RecordColumns, metric: str) -> np.ndarray:
+    """One metric's values (ms) over completed measured requests, as the summary computes them."""
     if metric == "itl":
-        return np.concatenate([itl_gaps_ms(r) for r in done]) if done else np.empty(0)
-    key = _METRIC_KEYS[metric]
-    return np.asarray([v for r in done if (v := request_latencies_ms(r)[key]) is not None], dtype=float)
+        return cols.itl_ms()
+    x = request_latencies_ms(cols, cols.completed)[_METRIC_KEYS[metric]]
+    return x[~np.isnan(x)]
+
+
+def _e2e_ms(cols: RecordColumns) -> list[float]:
+    """E2E (ms) of each measured request in row order (id order: the order `store.read_records` gives),
+    0 for a failed one or one without a last token."""
+    m = cols.measured
+    e2e = np.where(cols.ok[m], request_latencies_ms(cols, m)["e2e"], 0.0)
+    return [float(x) for x in np.nan_to_num(e2e, nan=0.0)]
 
 
 def _num(x: float | None) -> float:
@@ -148,6 +156,7 @@ def vllm_result(
     req, tp, tok = summary["requests"], summary["throughput"], summary["tokens"]
     goodput = summary.get("goodput")
     measured = _measured(records)
+    cols = RecordColumns.from_records(records)
     peak_tokens, peak_conc = peaks(records)
     doc.update(
         {
@@ -160,7 +169,7 @@ def vllm_result(
             "request_goodput": goodput["requests_per_s"] if goodput and out.goodput else None,
             "output_throughput": tp["output_tokens_per_s"],
             "total_token_throughput": tp["total_tokens_per_s"],
-            "latencies": [_num(request_latencies_ms(r)["e2e"]) / 1e3 if r.status == "ok" else 0.0 for r in measured],
+            "latencies": [e2e / 1e3 for e2e in _e2e_ms(cols)],
             "queue_times": [((r.t_send_ns or 0) - r.t_sched_ns) / 1e9 for r in measured],
             "max_output_tokens_per_s": peak_tokens,
             "max_concurrent_requests": peak_conc,
@@ -173,7 +182,7 @@ def vllm_result(
             continue
         dist: Distribution = lat[_METRIC_KEYS[metric]]  # type: ignore[literal-required]
         values = (
-            _values_ms(records, metric) if any(float(p) not in _SUMMARY_PCTS for p in out.percentiles) else np.empty(0)
+            _values_ms(cols, metric) if any(float(p) not in _SUMMARY_PCTS for p in out.percentiles) else np.empty(0)
         )
         doc[f"mean_{metric}_ms"] = _num(dist["mean"])
         doc[f"median_{metric}_ms"] = _num(dist["median"])
@@ -188,7 +197,7 @@ def sglang_result(summary: Summary, records: Sequence[RequestRecord], out: Forei
     """The line SGLang's `bench_serving` appends to --output-file, from our summary."""
     req, tp, tok, lat = summary["requests"], summary["throughput"], summary["tokens"], summary["latency_ms"]
     duration = summary["duration_s"]
-    e2e_sum = sum(_num(request_latencies_ms(r)["e2e"]) for r in _measured(records) if r.status == "ok")
+    e2e_sum = sum(_e2e_ms(RecordColumns.from_records(records)))
     peak_tokens, peak_conc = peaks(records)
     doc: dict[str, Any] = {
         "tag": out.tag,

@@ -1,31 +1,22 @@
-"""Records -> metrics. Pure functions; every formula is written down in docs/metrics.md.
+"""The formulas the summary's figures share, and the client verdict. Pure; every formula is written
+down in docs/metrics.md.
 
-Nothing here runs during a run: the runner only stores timestamps and counts, and the summary is
-computed afterwards from the records (so `servescope report` can recompute it from disk).
+`distribution` (the latency statistics), `error_adjusted` (percentiles with failures as +inf),
+`offered_rate` and `dig` are used by `colsummary.summarize_columns`, which builds the summary from
+a run's columns, and by the report; `assess_client` judges the summary's client block. Nothing here
+runs during a run: the runner only stores timestamps and counts, and the summary is computed
+afterwards from the requests on disk (so `servescope report` can recompute it).
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from servescope.results.interactivity import interactivity_block
-from servescope.results.records import RequestRecord
-from servescope.results.schema import (
-    SUMMARY_VERSION,
-    Client,
-    ClientMeasures,
-    Distribution,
-    ErrorAdjusted,
-    Goodput,
-    RunInfo,
-    Summary,
-    Throughput,
-)
+from servescope.results.schema import SUMMARY_VERSION, Distribution, ErrorAdjusted, RunInfo, Summary
 
 __all__ = [
     "PERCENTILES",
@@ -34,18 +25,11 @@ __all__ = [
     "SCHEMA",
     "distribution",
     "error_adjusted",
-    "itl_gaps_ms",
     "offered_rate",
-    "request_latencies_ms",
-    "meets_slo",
-    "summarize",
-    "window_ns",
 ]
 
 SCHEMA = SUMMARY_VERSION
 PERCENTILES = (50, 90, 95, 99)
-# Failures that say nothing about the server: requests cut short by the user or by --duration.
-_NOT_A_SERVER_FAILURE = frozenset({"cancelled"})
 
 
 def dig(doc: Mapping[str, Any] | None, *path: str) -> Any:
@@ -110,57 +94,6 @@ def error_adjusted(values: Sequence[float], n_failed: int) -> ErrorAdjusted:
     return {"median": median, "p90": p90, "p95": p95, "p99": p99}
 
 
-def itl_gaps_ms(record: RequestRecord) -> np.ndarray:
-    """Inter-token gaps of one request, per token.
-
-    A chunk arriving `gap` after the previous one and carrying k tokens contributes k gaps of
-    gap/k. Tokens of the first chunk arrive with the first token and are part of TTFT, not ITL.
-    """
-    t = record.chunk_ns
-    if len(t) < 2:
-        return np.empty(0)
-    gaps = np.diff(np.asarray(t, dtype=np.int64)) / 1e6
-    k = np.asarray(record.chunk_tokens[1:], dtype=np.int64) if record.chunk_tokens else None
-    if k is None or k.size != gaps.size or np.all(k == 1):
-        return gaps
-    k = np.maximum(k, 1)
-    return np.repeat(gaps / k, k)
-
-
-def request_latencies_ms(r: RequestRecord) -> dict[str, float | None]:
-    """TTFT, TTFAT, E2E and TPOT of one completed request (None where undefined)."""
-    send = r.t_send_ns
-    ttft = (r.t_first_ns - send) / 1e6 if r.t_first_ns is not None and send is not None else None
-    ttfat = (r.t_first_answer_ns - send) / 1e6 if r.t_first_answer_ns is not None and send is not None else None
-    e2e = (r.t_last_ns - send) / 1e6 if r.t_last_ns is not None and send is not None else None
-    n = r.output_tokens or 0
-    tpot = None
-    if n > 1 and r.t_last_ns is not None and r.t_first_ns is not None:
-        tpot = (r.t_last_ns - r.t_first_ns) / 1e6 / (n - 1)
-    return {"ttft": ttft, "ttfat": ttfat, "e2e": e2e, "tpot": tpot}
-
-
-def meets_slo(lat: Mapping[str, float | None], slo: Mapping[str, float]) -> bool:
-    """Per-request SLO check for goodput: every `<metric>_ms` limit in `slo` holds.
-
-    A limit on a metric the request does not have (TPOT of a 1-token answer) is not violated.
-    """
-    for key, limit in slo.items():
-        value = lat.get(key.removesuffix("_ms"))
-        if value is not None and value > limit:
-            return False
-    return True
-
-
-def window_ns(measured: Iterable[RequestRecord]) -> tuple[int, int] | None:
-    """The measured window: first send of a measured request to the last end of one."""
-    sends = [r.t_send_ns for r in measured if r.t_send_ns is not None]
-    ends = [r.t_end_ns for r in measured if r.t_end_ns is not None]
-    if not sends or not ends:
-        return None
-    return min(sends), max(ends)
-
-
 def _closed_loop(run: RunInfo | None) -> bool:
     """A closed-loop run (N workers, each sending when its last request ended); a trace replays its
     own send times whatever the load mode says."""
@@ -181,126 +114,6 @@ def offered_rate(sched_ns: Sequence[int], window_s: float, *, closed_loop: bool)
         if span_s > 0:
             return (n - 1) / span_s
     return n / window_s if window_s > 0 else 0.0
-
-
-def summarize(
-    records: Sequence[RequestRecord],
-    *,
-    run: RunInfo | None = None,
-    slo: Mapping[str, float] | None = None,
-    client: ClientMeasures | None = None,
-    gpus: int | None = None,
-    gpus_source: str | None = None,
-) -> Summary:
-    """The `summary.json` document (schema servescope.summary/1, results.schema.Summary) of a run's records.
-
-    `run` carries what the records cannot know (run_id, started_at, target, load, workload); it is
-    merged in as given. `slo` holds per-request limits (`ttft_ms`, `tpot_ms`, `e2e_ms`, `ttfat_ms`)
-    for goodput. `client` holds the client's self-measurements (CPU, loop lag). `gpus`: the GPUs
-    serving the target, for the per-GPU throughputs (None: unknown; `gpus_source` says who said so).
-    """
-    measured = [r for r in records if not r.warmup and r.t_send_ns is not None]
-    completed = [r for r in measured if r.status == "ok"]
-    failed = [r for r in measured if r.status != "ok"]
-    errors = Counter(r.error_kind or "unknown" for r in failed)
-    server_failures = sum(n for kind, n in errors.items() if kind not in _NOT_A_SERVER_FAILURE)
-
-    win = window_ns(measured)
-    window_s = (win[1] - win[0]) / 1e9 if win and win[1] > win[0] else 0.0
-
-    lats = [request_latencies_ms(r) for r in completed]
-    col = {k: [v for x in lats if (v := x[k]) is not None] for k in ("ttft", "ttfat", "e2e", "tpot")}
-    itl = np.concatenate([itl_gaps_ms(r) for r in completed]) if completed else np.empty(0)
-
-    out_tokens = sum(r.output_tokens or 0 for r in completed)
-    in_tokens = sum((r.input_tokens if r.input_tokens is not None else r.input_len) for r in completed)
-    reasoning = sum(r.reasoning_tokens for r in completed)
-    per_user = [
-        (r.output_tokens or 0) / (e2e / 1e3)
-        for r, x in zip(completed, lats)
-        if (e2e := x["e2e"]) and (r.output_tokens or 0) > 0
-    ]
-    lag_ms = [(r.t_send_ns - r.t_sched_ns) / 1e6 for r in measured if r.t_send_ns is not None]
-
-    def rate(n: float) -> float:
-        return n / window_s if window_s > 0 else 0.0
-
-    offered = offered_rate([r.t_sched_ns for r in measured], window_s, closed_loop=_closed_loop(run))
-
-    goodput: Goodput | None = None
-    if slo:
-        good = sum(1 for x in lats if meets_slo(x, slo))
-        goodput = {
-            "slo": dict(slo),
-            "requests_meeting_slo": good,
-            "fraction": good / len(measured) if measured else 0.0,
-            "requests_per_s": rate(good),
-        }
-
-    client_doc: Client = {**(client or ClientMeasures()), "schedule_lag_ms": distribution(lag_ms)}
-    throughput: Throughput = {
-        "requests_per_s": rate(len(completed)),
-        "offered_requests_per_s": offered,
-        "input_tokens_per_s": rate(in_tokens),
-        "output_tokens_per_s": rate(out_tokens),
-        "total_tokens_per_s": rate(in_tokens + out_tokens),
-    }
-    return {
-        "schema": SCHEMA,
-        **(run or RunInfo()),
-        "duration_s": window_s,
-        "requests": {
-            "total": len(measured),
-            "completed": len(completed),
-            "failed": len(failed),
-            "errors": dict(sorted(errors.items())),
-            "warmup": sum(1 for r in records if r.warmup),
-        },
-        "throughput": throughput,
-        "latency_ms": {
-            "ttft": distribution(col["ttft"]),
-            "tpot": distribution(col["tpot"]),
-            "itl": distribution(itl),
-            "e2e": distribution(col["e2e"]),
-            "ttfat": distribution(col["ttfat"]),
-        },
-        "latency_ms_error_adjusted": {
-            "ttft": error_adjusted(col["ttft"], server_failures),
-            "e2e": error_adjusted(col["e2e"], server_failures),
-        },
-        "tokens": {
-            "input_total": in_tokens,
-            "output_total": out_tokens,
-            "reasoning_total": reasoning,
-            "answer_total": out_tokens - reasoning,
-            "input_source": _input_source(completed),
-            "output_source": _output_source(completed),
-        },
-        "per_user_output_tokens_per_s": {
-            "median": float(np.median(per_user)) if per_user else None,
-            "p10": float(np.percentile(per_user, 10)) if per_user else None,
-            "mean": float(np.mean(per_user)) if per_user else None,
-        },
-        "interactivity": interactivity_block(col["tpot"], throughput, gpus, gpus_source),
-        "goodput": goodput,
-        "client": client_doc,
-    }
-
-
-def _input_source(completed: Sequence[RequestRecord]) -> Literal["usage", "requested", "mixed", "none"]:
-    """usage: every completed request's input count came from usage; requested: none did."""
-    n_usage = sum(1 for r in completed if r.input_tokens is not None)
-    if not completed:
-        return "none"
-    return "usage" if n_usage == len(completed) else "requested" if n_usage == 0 else "mixed"
-
-
-def _output_source(completed: Sequence[RequestRecord]) -> Literal["usage", "counted", "mixed", "none"]:
-    """usage: every completed request's output count came from usage; counted: none did."""
-    n_usage = sum(1 for r in completed if r.output_tokens_source == "usage")
-    if not completed:
-        return "none"
-    return "usage" if n_usage == len(completed) else "counted" if n_usage == 0 else "mixed"
 
 
 # Client self-check thresholds (docs/metrics.md, "Client self-check").

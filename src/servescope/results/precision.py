@@ -30,11 +30,11 @@ from typing import TypeAlias
 
 import numpy as np
 
-from servescope.results.colsummary import COMPACT_ABOVE, GapStats, linear_percentiles, streamed_percentiles
 from servescope.results.columns import RecordColumns
-from servescope.results.metrics import itl_gaps_ms, request_latencies_ms
+from servescope.results.perrequest import request_latencies_ms, since_send_ms, tpot_ms
 from servescope.results.records import RequestRecord
 from servescope.results.schema import PercentileInterval, Precision
+from servescope.results.streaming import COMPACT_ABOVE, GapStats, linear_percentiles, streamed_percentiles
 from servescope.results.tokenpass import GapReader, RowGaps
 
 #: A piece of gaps in ms with their requests: (rows, gaps row after row, each row's start plus the end).
@@ -47,17 +47,13 @@ __all__ = [
     "StopRule",
     "STOP_METRICS",
     "half_width_pct",
-    "imprecise",
     "imprecise_columns",
     "percentile_floor",
     "per_row",
     "plus_minus",
-    "precision_block",
     "precision_block_columns",
     "quantile_interval",
     "row_gaps_ms",
-    "run_intervals",
-    "with_target",
     "with_target_columns",
 ]
 
@@ -210,57 +206,10 @@ def half_width_pct(iv: PercentileInterval | None) -> float | None:
     return None if iv is None else iv["half_width_pct"]
 
 
-def run_intervals(
-    per_request: Mapping[str, Sequence[float | None]], itl: Sequence[np.ndarray] | None = None
-) -> dict[str, dict[str, PercentileInterval | None]]:
-    """Intervals of the headline percentiles per metric: `per_request` maps a metric to one value per
-    completed request in send order (None where the request has none, e.g. TPOT of one token);
-    `itl` holds each request's ITL gaps in send order."""
-    out: dict[str, dict[str, PercentileInterval | None]] = {}
-    for name, vals in per_request.items():
-        x = np.array([v for v in vals if v is not None], dtype=float)
-        out[name] = {label: quantile_interval(x, q) for label, q in HEADLINE}
-    if itl is not None:
-        sizes = np.array([g.size for g in itl], dtype=np.int64)
-        flat = np.concatenate(list(itl)) if len(itl) else np.empty(0)
-        out["itl"] = {label: quantile_interval(flat, q, sizes=sizes) for label, q in HEADLINE}
-    return out
-
-
-def _completed_in_send_order(records: Sequence[RequestRecord]) -> list[RequestRecord]:
-    done = [r for r in records if not r.warmup and r.status == "ok" and r.t_send_ns is not None]
-    done.sort(key=lambda r: r.t_send_ns or 0)
-    return done
-
-
-def precision_block(records: Sequence[RequestRecord]) -> Precision:
-    """The summary's `precision` block: headline intervals of TTFT, TPOT, E2E (per request) and ITL
-    (per token, batched by request) over completed measured requests in send order."""
-    done = _completed_in_send_order(records)
-    lats = [request_latencies_ms(r) for r in done]
-    per = {m: [x[m] for x in lats] for m in ("ttft", "tpot", "e2e")}
-    return {"method": METHOD, "confidence": CONFIDENCE, "metrics": run_intervals(per, [itl_gaps_ms(r) for r in done])}
-
-
-def imprecise(records: Sequence[RequestRecord], target_pct: float) -> list[str]:
-    """The headline percentiles of STOP_METRICS not yet known to ±target_pct % (empty: all are), for
-    --target-precision. Only what the stop rule needs is computed (no ITL)."""
-    done = [r for r in records if not r.warmup and r.status == "ok" and r.t_send_ns is not None]
-    lats = [request_latencies_ms(r) for r in done]
-    return _imprecise(
-        np.array([r.t_send_ns or 0 for r in done], dtype=np.int64),
-        {m: np.array([_nan(x[m]) for x in lats], dtype=float) for m in STOP_METRICS},
-        target_pct,
-    )
-
-
-def _nan(v: float | None) -> float:
-    return math.nan if v is None else v
-
-
 def _imprecise(t_send_ns: np.ndarray, values: Mapping[str, np.ndarray], target_pct: float) -> list[str]:
-    """`imprecise` over arrays of completed measured requests in any order (NaN: no value): sorted by
-    send time (stably, so ties keep the given order)."""
+    """The headline percentiles of STOP_METRICS not yet known to ±target_pct % (empty: all are), over
+    arrays of completed measured requests in any order (NaN: no value): sorted by send time (stably,
+    so ties keep the given order)."""
     order = np.argsort(t_send_ns, kind="stable")
     out = []
     for metric in STOP_METRICS:
@@ -278,23 +227,24 @@ class StopRule:
     the run may stop now, or None. The target must hold at two checks in a row, so one lucky check
     (a tail that looked quiet for a moment) does not end the run.
 
-    It keeps what it needs of each completed measured request as it finishes (`observe`): its send
-    time, TTFT and TPOT, three numbers in packed arrays, never the record."""
+    It keeps what it needs of each completed measured request as it finishes (`observe`): its send,
+    first-token and last-token stamps and its output tokens, four numbers in packed arrays, never the
+    record; TTFT and TPOT are computed from them at each check (`perrequest`)."""
 
     def __init__(self, target_pct: float) -> None:
         self.target_pct = target_pct
         self._streak = 0
         self._t_send = array("q")
-        self._lat = {m: array("d") for m in STOP_METRICS}
+        self._stamps = {k: array("d") for k in ("first", "last", "out")}
 
     def observe(self, record: RequestRecord) -> None:
         """A finished request (any: only completed measured ones count)."""
         if record.warmup or record.status != "ok" or record.t_send_ns is None:
             return
-        lat = request_latencies_ms(record)
         self._t_send.append(record.t_send_ns)
-        for m in STOP_METRICS:
-            self._lat[m].append(_nan(lat[m]))
+        self._stamps["first"].append(math.nan if record.t_first_ns is None else record.t_first_ns)
+        self._stamps["last"].append(math.nan if record.t_last_ns is None else record.t_last_ns)
+        self._stamps["out"].append(record.output_tokens or 0)
 
     @property
     def observed(self) -> int:
@@ -302,15 +252,17 @@ class StopRule:
         return len(self._t_send)
 
     def __call__(self, records: Sequence[RequestRecord] | None = None) -> str | None:
-        """The verdict over `records`, or (None) over the requests observed."""
+        """The verdict over `records` (through their columns), or (None) over the requests observed."""
         if records is not None:
-            missing = imprecise(records, self.target_pct)
-            n = sum(1 for r in records if not r.warmup and r.status == "ok")
+            cols = RecordColumns.from_records(records)
+            missing = imprecise_columns(cols, self.target_pct)
+            n = int(np.count_nonzero(~cols.warmup & cols.ok))
         else:
             t_send = np.frombuffer(self._t_send, dtype=np.int64)
-            missing = _imprecise(
-                t_send, {m: np.frombuffer(a, dtype=float) for m, a in self._lat.items()}, self.target_pct
-            )
+            first, last, out = (np.frombuffer(self._stamps[k], dtype=float) for k in ("first", "last", "out"))
+            send = t_send.astype(float)
+            lat = {"ttft": since_send_ms(send, first), "tpot": tpot_ms(first, last, out)}
+            missing = _imprecise(t_send, lat, self.target_pct)
             n = t_send.size
         if missing:
             self._streak = 0
@@ -324,16 +276,6 @@ class StopRule:
         )
 
 
-def with_target(
-    block: Precision, records: Sequence[RequestRecord], target_pct: float, stopped_by: str | None, otherwise: str
-) -> Precision:
-    """`block` with the --target-precision outcome: the target, whether it was met (the rule stopped
-    the run, or the final records meet it), and why the run stopped (`stopped_by` from the rule, else
-    `otherwise`: the limit, an interrupt). The block's intervals cover every completed request,
-    those still in flight at the stop included, so they may differ a little from the rule's last look."""
-    return _with_missing(block, imprecise(records, target_pct), target_pct, stopped_by, otherwise)
-
-
 def _with_missing(
     block: Precision, missing: list[str], target_pct: float, stopped_by: str | None, otherwise: str
 ) -> Precision:
@@ -343,23 +285,12 @@ def _with_missing(
     return {**block, "target_pct": target_pct, "met": stopped_by is not None or not missing, "stop_reason": reason}
 
 
-# ------------------------------------------------------------------------------ from columns
+# ----------------------------------------------------------------------------------- columns
 def _completed_rows_in_send_order(cols: RecordColumns) -> np.ndarray:
     """Rows of completed measured requests, in send order (stably: rows are in id order, as records
     sorted by id)."""
     done = np.flatnonzero(cols.completed)
     return done[np.argsort(cols.t_send[done], kind="stable")]
-
-
-def _latencies(cols: RecordColumns, rows: np.ndarray) -> dict[str, np.ndarray]:
-    """TTFT, TPOT and E2E (ms, NaN where undefined) of `rows`, with `metrics.request_latencies_ms`'s
-    float operations."""
-    send, first, last = cols.t_send[rows], cols.t_first[rows], cols.t_last[rows]
-    n = np.nan_to_num(cols.output_tokens[rows])
-    has = (n > 1) & ~np.isnan(last) & ~np.isnan(first)
-    tpot = np.full(rows.size, math.nan)
-    tpot[has] = (last[has] - first[has]) / 1e6 / (n[has] - 1)
-    return {"ttft": (first - send) / 1e6, "tpot": tpot, "e2e": (last - send) / 1e6}
 
 
 def row_gaps_ms(cols: RecordColumns, max_piece: int | None = None) -> list[Iterator[RowGapsMs]]:
@@ -430,7 +361,7 @@ def _below(estimates: Sequence[float]) -> Callable[[np.ndarray, np.ndarray], np.
 
 def _itl_percentile(cols: RecordColumns, compact_above: int) -> Callable[[float], float]:
     """The gaps' quantile (ms) at a level in [0, 1], as np.percentile over them in ms: from their compact
-    integer form when there are many (colsummary.linear_percentiles), else from a copy in ms."""
+    integer form when there are many (streaming.linear_percentiles), else from a copy in ms."""
     if cols.itl_unit_ns == 1.0 and cols.itl.size > compact_above:
         itl = cols.itl
         return lambda level: linear_percentiles(itl, (100 * level,), 1e6)[0]
@@ -481,31 +412,37 @@ def _streamed_itl_intervals(
 
 
 def precision_block_columns(cols: RecordColumns, *, compact_above: int = COMPACT_ABOVE) -> Precision:
-    """`precision_block` of the same records from their columns (`columns.RecordColumns`, as a run reads
-    requests.parquet back): the same figures, with no record in memory. The ITL gaps stay where they
-    lie (rows in id order): the estimate and the interval's ends are percentiles of all of them, in any
-    order, and the batches need only each request's count of gaps at or below the estimate, taken in
-    send order."""
+    """The summary's `precision` block: headline intervals of TTFT, TPOT, E2E (per request) and ITL
+    (per token, batched by request) over completed measured requests in send order, from the run's
+    columns (`columns.RecordColumns`, as a run reads requests.parquet back; records in memory go
+    through `RecordColumns.from_records`). The ITL gaps stay where they lie (rows in id order): the
+    estimate and the interval's ends are percentiles of all of them, in any order, and the batches
+    need only each request's count of gaps at or below the estimate, taken in send order."""
     order = _completed_rows_in_send_order(cols)
-    lat = _latencies(cols, order)
+    lat = request_latencies_ms(cols, order)
     metrics: dict[str, dict[str, PercentileInterval | None]] = {
-        name: {label: quantile_interval(x[~np.isnan(x)], q) for label, q in HEADLINE} for name, x in lat.items()
+        name: {label: quantile_interval(lat[name][~np.isnan(lat[name])], q) for label, q in HEADLINE}
+        for name in ("ttft", "tpot", "e2e")
     }
     metrics["itl"] = _itl_intervals(cols, order, compact_above)
     return {"method": METHOD, "confidence": CONFIDENCE, "metrics": metrics}
 
 
 def imprecise_columns(cols: RecordColumns, target_pct: float) -> list[str]:
-    """`imprecise` of the same records from their columns."""
+    """The headline percentiles of STOP_METRICS not yet known to ±target_pct % (empty: all are), for
+    --target-precision. Only what the stop rule needs is computed (no ITL)."""
     rows = np.flatnonzero(cols.completed)
-    lat = _latencies(cols, rows)
-    return _imprecise(cols.t_send[rows].astype(np.int64), lat, target_pct)
+    lat = request_latencies_ms(cols, rows)
+    return _imprecise(cols.t_send[rows].astype(np.int64), {m: lat[m] for m in STOP_METRICS}, target_pct)
 
 
 def with_target_columns(
     block: Precision, cols: RecordColumns, target_pct: float, stopped_by: str | None, otherwise: str
 ) -> Precision:
-    """`with_target` of the same records from their columns."""
+    """`block` with the --target-precision outcome: the target, whether it was met (the rule stopped
+    the run, or the final requests meet it), and why the run stopped (`stopped_by` from the rule, else
+    `otherwise`: the limit, an interrupt). The block's intervals cover every completed request,
+    those still in flight at the stop included, so they may differ a little from the rule's last look."""
     return _with_missing(block, imprecise_columns(cols, target_pct), target_pct, stopped_by, otherwise)
 
 

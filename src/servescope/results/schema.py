@@ -1,6 +1,7 @@
 """The shape of `summary.json`, written down once: `Summary` and its blocks, as TypedDicts.
 
-`metrics.summarize` builds a `Summary`, `run.bench` and `sweep` add their blocks to it, and the
+`colsummary.summarize_columns` builds a `Summary` from a run's columns, `run.bench` and `sweep` add
+their blocks to it (the cost and energy blocks' shapes are in `costschema`), and the
 store, report, repeats and sweep read it through these types, so mypy checks every key. At run time
 a TypedDict is a plain dict: nothing here validates or costs anything, and nothing here imports
 pydantic. The JSON Schema kept in the repository (docs/summary.schema.json) is generated from these
@@ -14,7 +15,7 @@ Schema): a key added without changing its type here fails the schema tests. Bloc
 on the target or the workload stay open: `workload` (workload.info adds per-kind keys) and `server`
 (the metrics a server exposes).
 
-Keys that `metrics.summarize` alone cannot know (the run's identity, target, load, workload, the
+Keys that `summarize_columns` alone cannot know (the run's identity, target, load, workload, the
 server's metrics, notes) are `NotRequired`: a summary recomputed from records (`servescope report` on
 a killed run) has them only as far as the manifest tells, and summaries written before a key existed
 still load. Version history: docs/results.md.
@@ -25,6 +26,8 @@ still load. Version history: docs/results.md.
 from typing import Literal, NotRequired
 
 from typing_extensions import TypedDict  # closed= (PEP 728); pydantic needs this TypedDict before 3.12
+
+from servescope.results.costschema import Cost, Energy, GpuEnergy
 
 __all__ = [
     "SUMMARY_VERSION",
@@ -387,58 +390,8 @@ class SloCheck(TypedDict, closed=True):
     goodput_fraction: float | None
 
 
-class Cost(TypedDict, closed=True):
-    """Dollars per million tokens at the measured throughput (results.cost.cost_block)."""
-
-    usd_per_gpu_hour: float
-    gpus: int
-    usd_per_hour: float
-    source: str
-    usd_per_1m_input_tokens: float | None
-    usd_per_1m_output_tokens: float | None
-    usd_per_1m_total_tokens: float | None
-
-
-class GpuEnergy(TypedDict, closed=True):
-    """One GPU's share of the run's energy (results.energy): how it was measured, over how much of the window."""
-
-    gpu: str
-    method: Literal["energy counter", "power integral"]
-    coverage: float
-    energy_j: float
-    mean_power_w: float
-    util_pct_mean: float | None
-    sm_clock_mhz_mean: float | None
-    mem_used_mib_max: float | None
-
-
-class Energy(TypedDict, closed=True):
-    """GPU energy over the measured window (results.energy; --gpu-metrics-url). Without telemetry only
-    `available: false` and `why`."""
-
-    available: bool
-    why: NotRequired[str]
-    source: NotRequired[str]
-    method: NotRequired[Literal["energy counter", "power integral", "mixed"]]
-    gpus: NotRequired[int]
-    samples: NotRequired[int]
-    window_s: NotRequired[float]
-    energy_j: NotRequired[float]
-    mean_power_w: NotRequired[float]
-    output_tokens: NotRequired[int]
-    joules_per_output_token: NotRequired[float | None]
-    joules_per_1m_output_tokens: NotRequired[float | None]
-    kwh_per_1m_output_tokens: NotRequired[float | None]
-    output_tokens_per_s_per_kw: NotRequired[float | None]
-    gpu_util_pct_mean: NotRequired[float | None]
-    sm_clock_mhz_mean: NotRequired[float | None]
-    mem_used_mib_max: NotRequired[float | None]
-    coverage: NotRequired[float]
-    per_gpu: NotRequired[list[GpuEnergy]]
-
-
 class ValidationCheck(TypedDict, closed=True):
-    """One self-check of the run's figures (results.validation): what it compared (`figures`), the
+    """One self-check of the run's figures (results.selfcheck): what it compared (`figures`), the
     outcome, and why (the tolerance it used, or what was missing when skipped)."""
 
     name: str
@@ -472,7 +425,7 @@ class Precision(TypedDict, closed=True):
 
 
 class RunInfo(TypedDict, total=False, closed=True):
-    """What the records cannot know, given to metrics.summarize by the run (or from a manifest)."""
+    """What the records cannot know, given to colsummary.summarize_columns by the run (or from a manifest)."""
 
     run_id: str
     started_at: str

@@ -3,7 +3,8 @@
 Each check compares figures that come from different places (the client's count of chunks, the
 server's usage, the server's Prometheus counters; throughput, latency and the load held; timing and
 token counts; a deployment's physics) and says pass, fail or skipped, with the figures and why.
-Every check and its tolerance is written down in docs/metrics.md ("Self-validation").
+Every check and its tolerance is written down in docs/metrics.md ("Self-validation"); `validate_columns`
+runs them all, over the run's columns (records in memory go through `RecordColumns.from_records`).
 
 - `token_counts`: chunks the client counted ≤ the server's usage per request (a chunk carries at
   least one token), and Σ usage ≈ the server's own generation counter over the window.
@@ -15,8 +16,9 @@ Every check and its tolerance is written down in docs/metrics.md ("Self-validati
 - `percentile_floors`: every reported percentile has enough values to be bounded at all (a P99 from
   fewer than 368, a P95 from fewer than 72 ...; `precision.percentile_floor`).
 
-`concurrency_held` (the closed loop's occupancy, for the client verdict) lives here too: it reads
-the same send/end intervals as Little's law.
+`concurrency_held_columns` (the closed loop's occupancy, for the client verdict) lives here too: it
+reads the same send/end intervals as Little's law. `window_columns` (the measured window, from
+`perrequest`) is here too, for the callers that import it from here.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from typing import Any, Literal, TypedDict
 import numpy as np
 
 from servescope.results.columns import RecordColumns
-from servescope.results.metrics import dig, itl_gaps_ms, request_latencies_ms, window_ns
+from servescope.results.metrics import dig
+from servescope.results.perrequest import input_counts, request_latencies_ms, window_columns
 from servescope.results.precision import per_row, percentile_floor
-from servescope.results.records import RequestRecord
 from servescope.results.schema import Summary, ValidationCheck
 from servescope.sim.steptime import StepCost, distinct_experts
 
@@ -40,19 +42,13 @@ __all__ = [
     "TOKEN_TOLERANCE",
     "Bounds",
     "bounds_from_cost",
-    "concurrency_held",
     "concurrency_held_columns",
-    "e2e_consistency",
     "e2e_consistency_columns",
-    "in_flight_mean",
-    "littles_law",
     "littles_law_columns",
     "percentile_floors",
     "physical_bounds",
     "summary_line",
-    "token_counts",
     "token_counts_columns",
-    "validate",
     "validate_columns",
     "window_columns",
 ]
@@ -102,24 +98,47 @@ def _check(
     return {"name": name, "status": status, "figures": figs, "why": why}
 
 
+# ---------------------------------------------------------------------------- the requests
+# The checks that read the requests read their columns (`columns.RecordColumns`, what a run reads back from
+# requests.parquet), so the run keeps no record in memory. Times in the columns are float64 ns, exact
+# (< 2**53); sums run over int64.
+
+
+def _ns(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.int64)
+
+
+def _in_flight_ns(send: np.ndarray, end: np.ndarray, start_ns: int, end_ns: int) -> float:
+    """Time-average of requests in flight (sent, not yet ended) over [start_ns, end_ns], from their
+    int64 send and end times."""
+    if end_ns <= start_ns:
+        return 0.0
+    busy = np.maximum(np.minimum(end, end_ns) - np.maximum(send, start_ns), 0)
+    return int(busy.sum()) / (end_ns - start_ns)
+
+
 # ------------------------------------------------------------------------------------ tokens
-def token_counts(records: Sequence[RequestRecord], server: Mapping[str, Any] | None) -> ValidationCheck:
+def token_counts_columns(cols: RecordColumns, server: Mapping[str, Any] | None) -> ValidationCheck:
     """Client-counted chunks vs server usage (per request), Σ usage vs the server's counter."""
-    sent = [r for r in records if r.t_send_ns is not None]
-    with_usage = [r for r in sent if r.status == "ok" and r.output_tokens_source == "usage" and r.chunk_ns]
+    sent = ~np.isnan(cols.t_send)
+    out = np.nan_to_num(cols.output_tokens)
+    chunks = np.nan_to_num(cols.chunks)
+    with_usage = sent & cols.ok & cols.usage_output & (chunks > 0)
     usage = None
-    if with_usage:
+    if with_usage.any():
         usage = (
-            sum(r.chunks for r in with_usage),
-            sum(r.output_tokens or 0 for r in with_usage),
-            sum(1 for r in with_usage if r.chunks > (r.output_tokens or 0)),
+            int(chunks[with_usage].sum()),
+            int(out[with_usage].sum()),
+            int(np.count_nonzero(chunks[with_usage] > out[with_usage])),
         )
+    failed = sent & ~cols.ok
+    inputs = input_counts(cols)
     return _token_verdict(
         usage,
         server,
-        client=sum(r.output_tokens or 0 for r in sent),  # warm-up included: the server counted it too
-        shortfall=sum(max(r.output_len - (r.output_tokens or 0), 0) for r in sent if r.status != "ok"),
-        client_input=sum(r.input_tokens if r.input_tokens is not None else r.input_len for r in sent),
+        client=int(out[sent].sum()),
+        shortfall=int(np.maximum(cols.output_len[failed] - out[failed], 0).sum()),
+        client_input=int(inputs[sent].sum()),
     )
 
 
@@ -178,50 +197,41 @@ def _token_verdict(
 
 
 # ------------------------------------------------------------------------------ Little's law
-def in_flight_mean(records: Sequence[RequestRecord], start_ns: int, end_ns: int) -> float:
-    """Time-average of requests in flight (sent, not yet ended) over [start_ns, end_ns]."""
-    if end_ns <= start_ns:
-        return 0.0
-    busy = 0
-    for r in records:
-        if r.t_send_ns is None or r.t_end_ns is None:
-            continue
-        a, b = max(r.t_send_ns, start_ns), min(r.t_end_ns, end_ns)
-        if b > a:
-            busy += b - a
-    return busy / (end_ns - start_ns)
-
-
-def concurrency_held(records: Sequence[RequestRecord], concurrency: int | None) -> float | None:
-    """Closed loop: mean in flight between the concurrency-th send (the first wave out) and the last
-    send, as a share of `concurrency`; None when no slot was refilled (nothing to judge) or when
-    sessions pause between turns (think time is not the client lagging)."""
-    if not concurrency:
-        return None
-    sent = [r for r in records if r.t_send_ns is not None and r.t_end_ns is not None]
-    if any(r.session is not None for r in sent) or len(sent) <= concurrency:
-        return None
-    sends = sorted(r.t_send_ns for r in sent if r.t_send_ns is not None)
-    start, end = sends[concurrency - 1], sends[-1]
-    if end <= start:
-        return None
-    return in_flight_mean(sent, start, end) / concurrency
-
-
-def littles_law(records: Sequence[RequestRecord], summary: Summary) -> ValidationCheck:
-    """L (mean in flight over the measured window, from the records' send and end stamps) against
+def littles_law_columns(cols: RecordColumns, summary: Summary) -> ValidationCheck:
+    """L (mean in flight over the measured window, from the requests' send and end stamps) against
     λ·W: the summary's completed requests/s × the mean time from send to the end of the response of
     a completed request (E2E ends at the last token; the response ends after its last chunks, usage
     and [DONE], which the engine may take a few ms to send: both figures are given)."""
-    measured = [r for r in records if not r.warmup and r.t_send_ns is not None]
-    win = window_ns(measured)
+    win = window_columns(cols)
     lam = summary["throughput"]["requests_per_s"]
-    done = [r for r in measured if r.status == "ok" and r.t_end_ns is not None and r.t_send_ns is not None]
-    if win is None or win[1] <= win[0] or not lam or not done:
+    done = cols.measured & cols.ok & ~np.isnan(cols.t_end)
+    if win is None or win[1] <= win[0] or not lam or not done.any():
         return _check("littles_law", "skipped", {}, "no completed request in a measured window")
-    w_ms = sum((r.t_end_ns or 0) - (r.t_send_ns or 0) for r in done) / len(done) / 1e6
-    sent = [r for r in records if r.t_send_ns is not None]
-    return _littles_verdict(lam, w_ms, in_flight_mean(sent, *win), summary)
+    w_ms = int((_ns(cols.t_end[done]) - _ns(cols.t_send[done])).sum()) / int(done.sum()) / 1e6
+    sent = ~np.isnan(cols.t_send) & ~np.isnan(cols.t_end)
+    return _littles_verdict(lam, w_ms, _in_flight_ns(_ns(cols.t_send[sent]), _ns(cols.t_end[sent]), *win), summary)
+
+
+def concurrency_held_columns(
+    cols: RecordColumns, concurrency: int | None, rows: np.ndarray | None = None
+) -> float | None:
+    """Closed loop: mean in flight between the concurrency-th send (the first wave out) and the last
+    send, as a share of `concurrency` (of the rows in the boolean mask `rows`, if given); None when no
+    slot was refilled (nothing to judge) or when sessions pause between turns (think time is not the
+    client lagging)."""
+    if not concurrency:
+        return None
+    sent = ~np.isnan(cols.t_send) & ~np.isnan(cols.t_end)
+    if rows is not None:
+        sent &= rows
+    if (~np.isnan(cols.session[sent])).any() or int(sent.sum()) <= concurrency:
+        return None
+    send, end = _ns(cols.t_send[sent]), _ns(cols.t_end[sent])
+    sends = np.sort(send)
+    start, last = int(sends[concurrency - 1]), int(sends[-1])
+    if last <= start:
+        return None
+    return _in_flight_ns(send, end, start, last) / concurrency
 
 
 def _littles_verdict(lam: float, w_ms: float, L: float, summary: Summary) -> ValidationCheck:
@@ -258,25 +268,32 @@ def _littles_verdict(lam: float, w_ms: float, L: float, summary: Summary) -> Val
 
 
 # --------------------------------------------------------------------------- E2E consistency
-def e2e_consistency(records: Sequence[RequestRecord]) -> ValidationCheck:
-    """Per completed streamed request with n > 1 tokens over ≥ 2 chunks: E2E vs TTFT + mean ITL·(n − 1)."""
-    off = judged = 0
-    worst = 0.0
-    for r in records:
-        if r.warmup or r.status != "ok" or len(r.chunk_ns) < 2 or (r.output_tokens or 0) < 2:
-            continue
-        lat = request_latencies_ms(r)
-        gaps = itl_gaps_ms(r)
-        ttft, e2e = lat["ttft"], lat["e2e"]
-        if ttft is None or e2e is None or gaps.size == 0:
-            continue
-        judged += 1
-        predicted = ttft + float(gaps.mean()) * ((r.output_tokens or 0) - 1)
-        err = abs(predicted - e2e)
-        worst = max(worst, err / e2e if e2e > 0 else 0.0)
-        if err > max(E2E_TOLERANCE * e2e, 1.0):
-            off += 1
-    return _e2e_verdict(judged, off, worst)
+def e2e_consistency_columns(cols: RecordColumns) -> ValidationCheck:
+    """Per completed streamed request with n > 1 tokens over ≥ 2 chunks: E2E vs TTFT + mean ITL·(n − 1),
+    each request's mean gap its gaps' sum over their count. The sums are taken a piece of requests at
+    a time (`precision.per_row`: a large run's gaps read again from the token lists, never all at once)."""
+    sums = per_row(cols, _gap_sums, 1, np.float64)[0]
+    n = np.nan_to_num(cols.output_tokens)
+    rows = (
+        cols.completed
+        & (np.nan_to_num(cols.chunks) >= 2)
+        & (n >= 2)
+        & ~np.isnan(cols.t_first)
+        & ~np.isnan(cols.t_last)
+        & (cols.itl_counts > 0)
+    )
+    lat = request_latencies_ms(cols, rows)
+    ttft, e2e = lat["ttft"], lat["e2e"]
+    predicted = ttft + sums[rows] / cols.itl_counts[rows] * (n[rows] - 1)
+    err = np.abs(predicted - e2e)
+    rel = np.divide(err, e2e, out=np.zeros(err.size), where=e2e > 0)
+    off = int(np.count_nonzero(err > np.maximum(E2E_TOLERANCE * e2e, 1.0)))
+    return _e2e_verdict(int(rows.sum()), off, max(0.0, float(rel.max())) if rel.size else 0.0)
+
+
+def _gap_sums(ms: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Each row's sum of its gaps (ms) in a piece of `precision.row_gaps_ms`."""
+    return np.add.reduceat(ms, bounds[:-1])[None, :]
 
 
 def _e2e_verdict(judged: int, off: int, worst: float) -> ValidationCheck:
@@ -377,132 +394,8 @@ def percentile_floors(summary: Summary) -> ValidationCheck:
     return _check("percentile_floors", "pass", figures, "every reported percentile has enough values")
 
 
-def validate(
-    records: Sequence[RequestRecord], summary: Summary, *, bounds: Bounds | None = None
-) -> list[ValidationCheck]:
-    """Every self-check, in a fixed order, for `summary["validation"]`."""
-    return [
-        token_counts(records, summary.get("server")),
-        littles_law(records, summary),
-        e2e_consistency(records),
-        physical_bounds(summary, bounds),
-        percentile_floors(summary),
-    ]
-
-
-# ------------------------------------------------------------------------------ from columns
-# The same checks over `columns.RecordColumns` (what a run reads back from requests.parquet), so the run
-# keeps no record in memory: the same figures as the record functions above (tests/unit/test_selfcheck.py
-# holds them together). Times in the columns are float64 ns, exact (< 2**53); sums run over int64.
-
-
-def _ns(x: np.ndarray) -> np.ndarray:
-    return x.astype(np.int64)
-
-
-def _in_flight_ns(send: np.ndarray, end: np.ndarray, start_ns: int, end_ns: int) -> float:
-    """`in_flight_mean` over int64 send and end times."""
-    if end_ns <= start_ns:
-        return 0.0
-    busy = np.maximum(np.minimum(end, end_ns) - np.maximum(send, start_ns), 0)
-    return int(busy.sum()) / (end_ns - start_ns)
-
-
-def window_columns(cols: RecordColumns) -> tuple[int, int] | None:
-    """`metrics.window_ns` of the measured rows: first send to last end."""
-    m = cols.measured
-    sends, ends = cols.t_send[m], cols.t_end[m]
-    ends = ends[~np.isnan(ends)]
-    if not sends.size or not ends.size:
-        return None
-    return int(sends.min()), int(ends.max())
-
-
-def token_counts_columns(cols: RecordColumns, server: Mapping[str, Any] | None) -> ValidationCheck:
-    """`token_counts` from columns."""
-    sent = ~np.isnan(cols.t_send)
-    out = np.nan_to_num(cols.output_tokens)
-    chunks = np.nan_to_num(cols.chunks)
-    with_usage = sent & cols.ok & cols.usage_output & (chunks > 0)
-    usage = None
-    if with_usage.any():
-        usage = (
-            int(chunks[with_usage].sum()),
-            int(out[with_usage].sum()),
-            int(np.count_nonzero(chunks[with_usage] > out[with_usage])),
-        )
-    failed = sent & ~cols.ok
-    inputs = np.where(np.isnan(cols.input_tokens), cols.input_len, cols.input_tokens)
-    return _token_verdict(
-        usage,
-        server,
-        client=int(out[sent].sum()),
-        shortfall=int(np.maximum(cols.output_len[failed] - out[failed], 0).sum()),
-        client_input=int(inputs[sent].sum()),
-    )
-
-
-def littles_law_columns(cols: RecordColumns, summary: Summary) -> ValidationCheck:
-    """`littles_law` from columns."""
-    win = window_columns(cols)
-    lam = summary["throughput"]["requests_per_s"]
-    done = cols.measured & cols.ok & ~np.isnan(cols.t_end)
-    if win is None or win[1] <= win[0] or not lam or not done.any():
-        return _check("littles_law", "skipped", {}, "no completed request in a measured window")
-    w_ms = int((_ns(cols.t_end[done]) - _ns(cols.t_send[done])).sum()) / int(done.sum()) / 1e6
-    sent = ~np.isnan(cols.t_send) & ~np.isnan(cols.t_end)
-    return _littles_verdict(lam, w_ms, _in_flight_ns(_ns(cols.t_send[sent]), _ns(cols.t_end[sent]), *win), summary)
-
-
-def concurrency_held_columns(
-    cols: RecordColumns, concurrency: int | None, rows: np.ndarray | None = None
-) -> float | None:
-    """`concurrency_held` from columns (of the rows in the boolean mask `rows`, if given)."""
-    if not concurrency:
-        return None
-    sent = ~np.isnan(cols.t_send) & ~np.isnan(cols.t_end)
-    if rows is not None:
-        sent &= rows
-    if (~np.isnan(cols.session[sent])).any() or int(sent.sum()) <= concurrency:
-        return None
-    send, end = _ns(cols.t_send[sent]), _ns(cols.t_end[sent])
-    sends = np.sort(send)
-    start, last = int(sends[concurrency - 1]), int(sends[-1])
-    if last <= start:
-        return None
-    return _in_flight_ns(send, end, start, last) / concurrency
-
-
-def e2e_consistency_columns(cols: RecordColumns) -> ValidationCheck:
-    """`e2e_consistency` from columns: each request's mean gap is its gaps' sum over their count (the
-    record path's mean of the same gaps, to rounding). The sums are taken a piece of requests at a time
-    (`precision.per_row`: a large run's gaps read again from the token lists, never all at once)."""
-    sums = per_row(cols, _gap_sums, 1, np.float64)[0]
-    n = np.nan_to_num(cols.output_tokens)
-    rows = (
-        cols.completed
-        & (np.nan_to_num(cols.chunks) >= 2)
-        & (n >= 2)
-        & ~np.isnan(cols.t_first)
-        & ~np.isnan(cols.t_last)
-        & (cols.itl_counts > 0)
-    )
-    send = cols.t_send[rows]
-    ttft, e2e = (cols.t_first[rows] - send) / 1e6, (cols.t_last[rows] - send) / 1e6
-    predicted = ttft + sums[rows] / cols.itl_counts[rows] * (n[rows] - 1)
-    err = np.abs(predicted - e2e)
-    rel = np.divide(err, e2e, out=np.zeros(err.size), where=e2e > 0)
-    off = int(np.count_nonzero(err > np.maximum(E2E_TOLERANCE * e2e, 1.0)))
-    return _e2e_verdict(int(rows.sum()), off, max(0.0, float(rel.max())) if rel.size else 0.0)
-
-
-def _gap_sums(ms: np.ndarray, bounds: np.ndarray) -> np.ndarray:
-    """Each row's sum of its gaps (ms) in a piece of `precision.row_gaps_ms`."""
-    return np.add.reduceat(ms, bounds[:-1])[None, :]
-
-
 def validate_columns(cols: RecordColumns, summary: Summary, *, bounds: Bounds | None = None) -> list[ValidationCheck]:
-    """`validate` from columns: every self-check, in the same order."""
+    """Every self-check, in a fixed order, for `summary["validation"]`."""
     return [
         token_counts_columns(cols, summary.get("server")),
         littles_law_columns(cols, summary),

@@ -1,6 +1,7 @@
 """The result directory: the source of truth every report and comparison is computed from.
 
-    DIR/summary.json       servescope.summary/1 (metrics.summarize; shape: results.schema.Summary)
+    DIR/summary.json       servescope.summary/1 (colsummary.summarize_columns over the run's columns;
+                           shape: results.schema.Summary)
     DIR/requests.parquet   one row per request (columns.SCHEMA; docs/results.md), streamed as the run
                            goes through DIR/requests.parts/ (columnar.RecordWriter)
     DIR/manifest.json      config as run, versions, host, target info (never a secret)

@@ -7,7 +7,7 @@ computes without the GIL. What each part adds up is order-free (integer counts a
 sums), so the threads change no figure.
 
 A run of up to `HOLD_UP_TO` gaps keeps every gap (uint32 ns, in id order: 64 MB at most). A larger
-one keeps none: `colsummary.GapStats` (exact sums, min, max, counts by 1.024 µs bucket) is enough
+one keeps none: `streaming.GapStats` (exact sums, min, max, counts by 1.024 µs bucket) is enough
 for the mean, the standard deviation, the minimum and maximum, and for the percentiles together
 with one more pass over the lists (`RecordColumns.gap_parts`, a `GapReader`:
 colsummary.streamed_gap_distribution; precision and validation read the per-request figures they
@@ -29,9 +29,9 @@ from typing import Any, TypeAlias
 import numpy as np
 import pyarrow as pa
 
-from servescope.results.colsummary import COMPACT_ABOVE, GapStats, Windows, add_counts, bucket_counts, plan_windows
 from servescope.results.columns import CHART_SAMPLE, THREADS, RecordColumns, TokenParts
 from servescope.results.metrics import PERCENTILES
+from servescope.results.streaming import COMPACT_ABOVE, GapStats, Windows, add_counts, bucket_counts, plan_windows
 
 __all__ = ["HOLD_UP_TO", "GapReader", "RowGaps", "ordered_map", "parallel_map", "token_pass"]
 
@@ -163,7 +163,7 @@ RowGaps: TypeAlias = tuple[np.ndarray, np.ndarray, np.ndarray]
 class GapReader:
     """The gaps of a run that keeps none (`RecordColumns.gap_parts`), read again from the token lists
     a batch at a time, in the parts that can be read at once. Called: the parts as int64 arrays
-    (`colsummary.GapParts`: percentiles); `rows()`: the same parts with each batch's rows and their
+    (`streaming.GapParts`: percentiles); `rows()`: the same parts with each batch's rows and their
     gap counts (per-request figures: precision's batches, validation's per-request sums). Each array
     is valid until the next one of its part is taken (one buffer a part)."""
 
@@ -394,8 +394,9 @@ def _gaps(b: _Batch, want: np.ndarray, split: bool, scratch: np.ndarray) -> np.n
 
 
 def _row_gaps(split: bool, b: _Batch, want: np.ndarray) -> np.ndarray:
-    """The general path: rows of different lengths, or chunks carrying several tokens (then float ms,
-    per record as metrics.itl_gaps_ms)."""
+    """The general path: rows of different lengths, or chunks carrying several tokens (then float ms:
+    a chunk arriving `gap` after the previous one and carrying k tokens gives k gaps of gap/k; the
+    first chunk's tokens arrive with the first token, part of TTFT, not ITL)."""
     lens = b.lens
     gaps = np.diff(b.vals)
     keep = np.ones(gaps.size, dtype=bool)  # the difference across two rows is no gap
