@@ -1,4 +1,4 @@
-"""A million-request result: summary + report time and peak memory, export time (issue 15, must-hold 1).
+"""A million-request result: summary + report time and peak memory, export time, against the limits in `TARGETS`.
 
     .venv/bin/python benchmarks/million.py [--requests 1000000] [--tokens 128] [--dir /tmp/sb-million]
 
@@ -139,7 +139,7 @@ r = resource.getrusage(resource.RUSAGE_SELF)
 print(f"{time.perf_counter() - t:.3f} {r.ru_utime + r.ru_stime - cpu0:.3f} {r.ru_maxrss * 1024 / 1e6:.0f}")
 """
 
-#: (what, wall-time limit s, peak-RSS limit MB) of issue 15, must-hold 1; None: no limit.
+#: (what, wall-time limit s, peak-RSS limit MB) a million-request result must stay within; None: no limit.
 #: "checks": the post-run checks of run/bench.py (validation, precision) after the summary, timed alone
 #: (wall and CPU); the peak RSS is the process's, the columns and the summary before them included.
 TARGETS = {

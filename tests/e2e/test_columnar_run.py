@@ -1,6 +1,6 @@
 """A real run (the built-in emulator) leaves requests.parquet that pandas and DuckDB open without
 servescope, with the columns and units docs/results.md documents; its summary is the one the
-record path computes; export works from the command line (issue 15, must-hold 4)."""
+record-by-record oracle (tests/support/oracle.py) computes; export works from the command line."""
 
 from __future__ import annotations
 

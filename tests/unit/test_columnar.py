@@ -1,4 +1,4 @@
-"""Columnar records (issue 15): the column summary equals the record summary to the bit, the
+"""Columnar records: the column summary equals the record-by-record oracle's to the bit, the
 compact ITL path equals numpy, the part-file writer survives a kill, export round-trips, old JSONL
 results still load."""
 

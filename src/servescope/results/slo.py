@@ -3,7 +3,7 @@
 Two kinds of limit share one `--slo` flag, comma-separated:
 
 - per-request, `<metric>_ms=LIMIT` (`ttft_ms=2000,tpot_ms=80`): a request meets the SLO when every
-  limit holds for it; goodput counts those requests per second (`metrics.summarize`).
+  limit holds for it; goodput counts those requests per second (`colsummary.summarize_columns`).
 - aggregate, `<metric>_<stat>_ms=LIMIT` (`ttft_p99_ms=2000,itl_p99_ms=50,tpot_median_ms=30`): the
   statistic of the run's distribution (summary.json `latency_ms.<metric>.<stat>`) must not exceed the
   limit. The run passes when every aggregate limit holds. `goodput_fraction=0.99` asks that at least
