@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.live import Live
@@ -19,6 +19,9 @@ from servescope.results.precision import plus_minus
 from servescope.results.schema import Summary
 from servescope.results.selfcheck import summary_line
 
+if TYPE_CHECKING:
+    from servescope.client.face import ShardFace
+
 __all__ = ["LiveProgress", "print_interactivity_table", "print_spread", "print_summary", "summary_table"]
 
 
@@ -29,7 +32,7 @@ class LiveProgress:
     the GIL) and costs well under a millisecond per redraw.
     """
 
-    def __init__(self, console: Console, shard: Any, total: int | None, interval_s: float = 0.5):
+    def __init__(self, console: Console, shard: ShardFace, total: int | None, interval_s: float = 0.5):
         self.console = console
         self.shard = shard
         self.total = total

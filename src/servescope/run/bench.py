@@ -2,7 +2,15 @@
 
 Order matters and is the contract: everything that can fail or cost CPU — validation, reaching
 the target, the capability probe, prompts, bodies, the schedule — happens before the clock
-starts; records stream to disk during the run; metrics are computed after it.
+starts; records stream to disk during the run; metrics are computed after it. `run_against` is
+that order as steps:
+
+1. `prepare_run`: the target reached and probed, the workload made, every body encoded (`RunPlan`);
+2. `open_run`: the run's directory and manifest, the server's metrics before the clock (`RunStart`);
+3. `shard_spec`: the shard's settings;
+4. `run.measure.measure`: the measured window (signals, the shard, progress, GPU telemetry);
+5. `run.assemble.assemble_summary`: the summary, from the records on disk;
+6. `write_results`, `tell`: summary and manifest on disk, the report, the terminal.
 """
 
 from __future__ import annotations
@@ -11,64 +19,57 @@ import asyncio
 import dataclasses
 import datetime as _dt
 import math
-import os
-import signal
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import numpy as np
 from rich.console import Console
 
 from servescope.client.openai import API_PATHS, build_body, encode_body, normalize_base_url
-from servescope.client.shard import Shard
-from servescope.client.spec import Prepared, ShardSpec
-from servescope.report.console import LiveProgress, print_spread, print_summary
-from servescope.results import precision
-from servescope.results.colsummary import summarize_columns, tokens_read_together
-from servescope.results.metrics import assess_client
+from servescope.client.spec import Prepared, ShardResult, ShardSpec
+from servescope.report.console import print_spread, print_summary
 from servescope.results.parquet import load_columns
 from servescope.results.repeats import spread
-from servescope.results.schema import ApiKind, ClientMeasures, LoadMode, RunInfo, Summary, Target
-from servescope.results.schema import Workload as SummaryWorkload
-from servescope.results.selfcheck import (
-    Bounds,
-    bounds_from_cost,
-    concurrency_held_columns,
-    validate_columns,
-    window_columns,
-)
-from servescope.results.slo import evaluate as evaluate_slo
-from servescope.results.slo import parse_slo_spec
+from servescope.results.schema import Summary
 from servescope.results.store import (
     MANIFEST,
-    RECORDS,
     SUMMARY,
-    RecordWriter,
     default_out_dir,
     prepare_out_dir,
     start_warm_up,
-    warm_up,
     write_json,
 )
+from servescope.run.assemble import assemble_summary
 from servescope.run.config import RunConfig
-from servescope.run.describe import run_manifest, run_notes
+from servescope.run.describe import run_manifest
+from servescope.run.measure import Window, measure
 from servescope.target import servermetrics
 from servescope.target.preflight import DEFAULT_PROFILE, EmulatorProcess, TargetInfo, preflight
-from servescope.target.telemetry import start as start_gpu_telemetry
 from servescope.urls import server_root
-from servescope.workload import WorkItem, prepare_workload
+from servescope.workload import WorkItem, Workload, prepare_workload
 from servescope.workload.schedule import open_loop_offsets_ns, ramp_rates
 from servescope.workload.seeds import derive_seed
 
 if TYPE_CHECKING:
-    from servescope.run.ray_run import RayShards
-    from servescope.run.workers import ProcessShards
     from servescope.target.capabilities import Capabilities
 
-__all__ = ["RunOutcome", "plan_requests", "run_against", "run_benchmark", "run_benchmark_sync"]
+__all__ = [
+    "RunOutcome",
+    "RunPlan",
+    "RunStart",
+    "open_run",
+    "plan_requests",
+    "prepare_run",
+    "run_against",
+    "run_benchmark",
+    "run_benchmark_sync",
+    "shard_spec",
+    "tell",
+    "write_results",
+]
 
 _POOL_FOR_DURATION = 10_000  # closed loop with --duration: prompts are reused cyclically past this
 _MAX_SCHEDULED = 2_000_000
@@ -199,8 +200,66 @@ def _n_total(cfg: RunConfig) -> int:
     return _POOL_FOR_DURATION + cfg.warmup
 
 
+@dataclass
+class RunPlan:
+    """Everything found and made before the clock, in the order the run needs it (`prepare_run`)."""
+
+    base: str  # the target's base URL, normalised (…/v1)
+    headers: dict[str, str]
+    emulated: bool  # the target is our emulator, `cfg.profile`
+    info: TargetInfo
+    gpus: int | None
+    gpus_source: str | None
+    caps: Capabilities | None
+    workload: Workload  # its items emptied: the prompts live on in `prepared`'s encoded bodies
+    prepared: list[Prepared]
+    trace: bool  # a trace replay: each request at its own send time, once
+    open_loop: bool
+    n_total: int
+    cache_reset: dict[str, Any] | None  # the server's reply to --reset-cache
+
+    @property
+    def rejected(self) -> set[str]:
+        """Request fields the capability probe found the server rejects."""
+        return set(self.caps.rejected_fields) if self.caps is not None else set()
+
+
+@dataclass
+class RunStart:
+    """The run as opened before the clock: its directory, identity and manifest, the server's metrics."""
+
+    out_dir: Path
+    run_id: str
+    started: _dt.datetime
+    manifest: dict[str, Any]
+    metrics_path: str | None  # where the probe found the metrics page (TRT-LLM: elsewhere)
+    metrics_before: dict[str, float] | None
+
+
 async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: bool) -> RunOutcome:
     """One run against a server already up at `url` (`emulated`: it is our emulator, `cfg.profile`)."""
+    plan = await prepare_run(cfg, url, emulated=emulated)
+    start = await open_run(cfg, plan)
+    spec = shard_spec(cfg, plan)
+    window = await measure(cfg, spec, start, console)
+    metrics_after = (
+        await servermetrics.scrape(plan.info.base_url, plan.headers, path=start.metrics_path)
+        if start.metrics_before
+        else None
+    )
+    # every figure from here on is computed from the records on disk, as columns (the run keeps no record)
+    cols = load_columns(start.out_dir)
+    server = servermetrics.server_summary(start.metrics_before, metrics_after)
+    summary = assemble_summary(cfg, plan, start, spec, window, cols, server)
+    write_results(cfg, start, spec, window.result, summary)
+    tell(cfg, console, start.out_dir, summary, window)
+    return RunOutcome(
+        out_dir=start.out_dir, summary=summary, interrupted=window.interrupted, failure=window.result.failure
+    )
+
+
+async def prepare_run(cfg: RunConfig, url: str, *, emulated: bool) -> RunPlan:
+    """Before the clock: reach the target, probe it, make the workload and every request's body."""
     base = normalize_base_url(url)
     headers = cfg.request_headers()
     if cfg.ray is not None:  # a Ray address nothing answers at fails before anything is written
@@ -221,34 +280,64 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     trace = any("t_s" in item.meta for item in items)
     del items
     workload.items = []  # the prompts live on in the encoded bodies: not held through the run
-    open_loop = cfg.load_mode != "concurrency" or trace
     cache_reset = None
     if cfg.reset_cache:  # after the workload's own requests to the server (tokenize, probes), before the clock
         from servescope.target.cachereset import plan_reset, reset_prefix_cache
 
-        plan = plan_reset(caps.engine if caps is not None else None, emulated=emulated)
-        cache_reset = await reset_prefix_cache(info.base_url, headers, plan)
+        reset = plan_reset(caps.engine if caps is not None else None, emulated=emulated)
+        cache_reset = await reset_prefix_cache(info.base_url, headers, reset)
+    return RunPlan(
+        base=base,
+        headers=headers,
+        emulated=emulated,
+        info=info,
+        gpus=gpus,
+        gpus_source=gpus_source,
+        caps=caps,
+        workload=workload,
+        prepared=prepared,
+        trace=trace,
+        open_loop=cfg.load_mode != "concurrency" or trace,
+        n_total=n_total,
+        cache_reset=cache_reset,
+    )
 
+
+async def open_run(cfg: RunConfig, plan: RunPlan) -> RunStart:
+    """The run's directory and manifest, then the server's metrics before the clock."""
+    info, caps = plan.info, plan.caps
     out_dir = prepare_out_dir(cfg.out or default_out_dir(cfg.slug(info.model)))
     started = _dt.datetime.now(_dt.UTC)
     run_id = uuid.uuid4().hex[:12]
-    manifest = run_manifest(cfg, info, caps, run_id, started, emulated)
-    if cache_reset is not None:
-        manifest["cache_reset"] = cache_reset  # the server's reply: status, head of the body
-    manifest["workload"] = workload.info
-    manifest["target"].update({"gpus": gpus, "gpus_source": gpus_source})
+    manifest = run_manifest(cfg, info, caps, run_id, started, plan.emulated)
+    if plan.cache_reset is not None:
+        manifest["cache_reset"] = plan.cache_reset  # the server's reply: status, head of the body
+    manifest["workload"] = plan.workload.info
+    manifest["target"].update({"gpus": plan.gpus, "gpus_source": plan.gpus_source})
     write_json(out_dir / MANIFEST, manifest)
     metrics_path = getattr(caps, "metrics_path", None)  # where the probe found the page (TRT-LLM: elsewhere)
-    metrics_before = await servermetrics.scrape(info.base_url, headers, path=metrics_path)
+    metrics_before = await servermetrics.scrape(info.base_url, plan.headers, path=metrics_path)
+    return RunStart(
+        out_dir=out_dir,
+        run_id=run_id,
+        started=started,
+        manifest=manifest,
+        metrics_path=metrics_path,
+        metrics_before=metrics_before,
+    )
 
-    spec = ShardSpec(
-        url=base + API_PATHS[cfg.api],
+
+def shard_spec(cfg: RunConfig, plan: RunPlan) -> ShardSpec:
+    """The shard's settings: where to send, how many at once, when to stop, how to read."""
+    caps, prepared, trace = plan.caps, plan.prepared, plan.trace
+    return ShardSpec(
+        url=plan.base + API_PATHS[cfg.api],
         api=cfg.api,
-        headers=headers,
+        headers=plan.headers,
         items=prepared,
         stream=cfg.stream,
         concurrency=cfg.concurrency if trace else cfg.effective_concurrency,
-        open_loop=open_loop,
+        open_loop=plan.open_loop,
         duration_s=cfg.duration,
         # a trace is replayed once: never cycled past its end
         num_requests=(
@@ -260,172 +349,16 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
         ),
         timeout_s=cfg.timeout,
         connect_timeout_s=_CONNECT_TIMEOUT_S,
-        preconnect=min(cfg.effective_concurrency or min(n_total, 64), 512),
+        preconnect=min(cfg.effective_concurrency or min(plan.n_total, 64), 512),
         reuse_connections=caps is None or caps.keeps_alive_after_stream is not False or not cfg.stream,
         kernel_timestamps=cfg.rx_timestamps == "kernel",
         coalesce_reads=cfg.read_coalescing,
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    interrupts = [0]
 
-    def on_sigint() -> None:
-        interrupts[0] += 1
-        if interrupts[0] > 1:  # a second Ctrl-C: leave now, records already on disk
-            os._exit(130)
-        stop.set()
 
-    loop.add_signal_handler(signal.SIGINT, on_sigint)
-    writer = RecordWriter(out_dir / RECORDS)
-    warm_up()  # Arrow's first conversion, before the clock (results.store)
-    target_pct = cfg.target_precision
-    enough = None if target_pct is None else precision.StopRule(target_pct)
-    shard: Shard | ProcessShards | RayShards = Shard(spec, on_record=writer.write, stop=stop, enough=enough)
-
-    def on_ready(doc: dict[str, Any]) -> None:  # shards elsewhere: their PIDs (and nodes) go in the manifest
-        manifest["workers"] = doc
-        write_json(out_dir / MANIFEST, manifest)
-
-    if cfg.ray is not None:  # Ray actors, one per node (run/ray_run.py)
-        from servescope.run.ray_run import RayShards
-
-        shard = RayShards(
-            spec,
-            address=cfg.ray,
-            resource=cfg.ray_resource,
-            shards=cfg.workers if cfg.workers > 1 else None,
-            on_record=writer.write,
-            stop=stop,
-            enough=enough,
-            on_ready=on_ready,
-        )
-    elif cfg.workers > 1:  # worker processes on this host (run/workers.py)
-        from servescope.run.workers import ProcessShards
-
-        shard = ProcessShards(
-            spec, workers=cfg.workers, on_record=writer.write, stop=stop, enough=enough, on_ready=on_ready
-        )
-    progress = None
-    if not cfg.quiet and console.is_terminal:
-        progress = LiveProgress(console, shard, spec.num_requests)
-        progress.start()
-    gpu = start_gpu_telemetry(cfg.gpu_metrics_url)  # samples in a thread of its own, off the hot path
-    try:
-        result = await shard.run()
-    finally:
-        gpu.stop()
-        if progress is not None:
-            progress.stop()
-        writer.close()
-        loop.remove_signal_handler(signal.SIGINT)
-    interrupted = result.interrupted or interrupts[0] > 0
-    metrics_after = await servermetrics.scrape(info.base_url, headers, path=metrics_path) if metrics_before else None
-
-    # every figure from here on is computed from the records on disk, as columns (the run keeps no record)
-    cols = load_columns(out_dir)
-    out_tokens = int(np.nan_to_num(cols.output_tokens[cols.ok]).sum())
-    client: ClientMeasures = {
-        "cpu_s": result.cpu_s,
-        "cpu_us_per_token": (result.cpu_s * 1e6 / out_tokens) if out_tokens else None,
-        "cpu_busy_peak": result.cpu_busy_peak,
-        "loop_lag_ms_p99": float(np.percentile(result.loop_lag_ms, 99)) if result.loop_lag_ms else 0.0,
-        "read_pauses": result.read_pauses,
-        "read_pause_ms": result.read_pause_ms,
-        "elapsed_s": result.elapsed_s,
-    }
-    shortfall = spec.preconnect - result.preconnected
-    target_doc: Target = {"url": base, "model": info.model, "api": cast(ApiKind, cfg.api), "emulated": emulated}
-    if emulated:
-        target_doc["profile"] = cfg.profile or DEFAULT_PROFILE
-    workload_doc = cast(
-        SummaryWorkload,
-        {
-            "dataset": cfg.dataset,
-            "input_len": cfg.input_len,
-            "output_len": cfg.output_len,
-            "range_ratio": cfg.range_ratio,
-            "ignore_eos": cfg.ignore_eos and not rejected,
-            "stream": cfg.stream,
-            "seed": cfg.seed,
-            "output_len_enforced": _enforced(cfg, caps),
-            **workload.info,  # each kind of workload adds its own keys (an open block)
-        },
-    )
-    run_doc: RunInfo = {
-        "run_id": run_id,
-        "started_at": started.isoformat(timespec="seconds"),
-        "target": target_doc,
-        "load": {
-            "mode": cast(LoadMode, cfg.load_mode),
-            "concurrency": cfg.effective_concurrency,
-            "rate_rps": None if cfg.rate is None else ("inf" if math.isinf(cfg.rate) else cfg.rate),
-            "burstiness": None if math.isinf(cfg.burstiness) else cfg.burstiness,
-            "ramp_up_strategy": cfg.ramp_up_strategy,
-            "ramp_up_start_rps": cfg.ramp_up_start_rps,
-            "ramp_up_end_rps": cfg.ramp_up_end_rps,
-            "warmup": cfg.warmup,
-        },
-        "workload": workload_doc,
-        "interrupted": interrupted,
-    }
-    # from the records on disk, as columns (results.colsummary): the same figures as metrics.summarize
-    summary = summarize_columns(
-        cols, run=run_doc, slo=cfg.slo or None, client=client, gpus=gpus, gpus_source=gpus_source
-    )
-
-    if not open_loop:  # the closed loop's share of --concurrency held while refilling (results.validation)
-        summary["client"]["concurrency_held"] = concurrency_held_columns(cols, spec.concurrency)
-    summary["client"]["tokens_read_together"] = tokens_read_together(cols)
-    saturated, reasons, advice = assess_client(
-        summary, open_loop=cfg.load_mode in ("rate", "ramp"), rx_timestamps=result.rx_timestamps
-    )
-    summary["client"].update({"saturated": saturated, "reasons": reasons, "advice": advice})
-    if result.parts:  # --workers: each process judged on its own, the saturated one named (run/workers.py)
-        from servescope.run.workers import assess_shards
-
-        assess_shards(
-            summary, result, spec, cols, open_loop=cfg.load_mode in ("rate", "ramp"), rx_timestamps=result.rx_timestamps
-        )
-    # connections asked for before the clock but not opened (so opened inside it), and why the
-    # client stopped sending early, if it did (client.shard)
-    summary["client"]["preconnect_shortfall"] = shortfall
-    summary["client"]["failure"] = result.failure
-    summary["server"] = servermetrics.server_summary(metrics_before, metrics_after)
-    if cfg.slo_text:
-        slo_spec = parse_slo_spec(cfg.slo_text)
-        if slo_spec.has_run_limits:
-            summary["slo_check"] = evaluate_slo(summary, slo_spec)
-    summary["validation"] = validate_columns(cols, summary, bounds=_bounds(cfg, emulated))
-    summary["precision"] = precision.precision_block_columns(cols)
-    if target_pct is not None:
-        otherwise = (
-            "interrupted"
-            if interrupted
-            else "the client stopped on an error"
-            if result.failure
-            else "the limit came first (--num-requests or --duration)"
-        )
-        summary["precision"] = precision.with_target_columns(
-            summary["precision"], cols, target_pct, shard.stopped_by, otherwise
-        )
-    summary["notes"] = run_notes(cfg, summary, caps, len(prepared))
-    # GPU energy over the measured window (target/telemetry.py, results/energy.py); why not, without a source
-    summary["energy"] = gpu.finish(out_dir, result.t0_ns, window_columns(cols), summary["tokens"]["output_total"])
-    if cache_reset is not None and cache_reset.get("note"):
-        summary["notes"].append(cache_reset["note"])
-    if shortfall:
-        summary["notes"].append(
-            f"{result.preconnected} of {spec.preconnect} connections opened before the clock: the other "
-            f"{shortfall} were opened inside the measured window (their connect time counts in the first "
-            "requests' TTFT); the server may limit connections or its accept backlog"
-        )
-    if result.lost or any(not p.rx_timestamps for p in result.parts):  # a worker process died (run/workers.py)
-        summary["notes"].append(f"a client worker process was lost: {result.failure}")
-    elif result.failure:
-        summary["notes"].append(
-            f"the client stopped sending early on an error of its own: {result.failure}; "
-            "records of kind client_error hold each one"
-        )
+def write_results(cfg: RunConfig, start: RunStart, spec: ShardSpec, result: ShardResult, summary: Summary) -> None:
+    """The summary, the manifest's after-the-clock fields, then the report (from the files as they stay)."""
+    out_dir, manifest = start.out_dir, start.manifest
     write_json(out_dir / SUMMARY, summary)
     manifest["ended_at"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     # records hold ns from this origin; with it, they line up with a server's own
@@ -442,17 +375,20 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
         from servescope.report.html import write_report  # after the clock: not on the way to the first request
 
         write_report(out_dir)
+
+
+def tell(cfg: RunConfig, console: Console, out_dir: Path, summary: Summary, window: Window) -> None:
+    """The summary table (unless --quiet), and a client failure even with --quiet."""
+    failure = window.result.failure
     if not cfg.quiet:
         print_summary(summary, console, str(out_dir))
-        if interrupted:
+        if window.interrupted:
             console.print("  [yellow]interrupted[/yellow]: the summary covers what completed before the stop")
-    if result.failure:  # even with --quiet: the run did not do what was asked
+    if failure:  # even with --quiet: the run did not do what was asked
         Console(stderr=True).print(
-            f"[bold red]servescope: error:[/bold red] {result.failure}; the run stopped "
-            f"early (results so far in {out_dir})",
+            f"[bold red]servescope: error:[/bold red] {failure}; the run stopped early (results so far in {out_dir})",
             highlight=False,
         )
-    return RunOutcome(out_dir=out_dir, summary=summary, interrupted=interrupted, failure=result.failure)
 
 
 async def _gpus(
@@ -484,22 +420,3 @@ async def _probe(cfg: RunConfig, info: TargetInfo, headers: dict[str, str]) -> C
 
     async with aiohttp.ClientSession(headers=headers) as session:
         return await capabilities.probe(session, info.base_url, info.model, cfg.api, extra_body=cfg.extra_body)
-
-
-def _bounds(cfg: RunConfig, emulated: bool) -> Bounds | None:
-    """Physical bounds of the deployment behind the target, where it is known: the built-in emulator's
-    profile (one model replica). None for any other target."""
-    if not emulated:
-        return None
-    from servescope.deploy.loader import load_profile
-
-    name = cfg.profile or DEFAULT_PROFILE
-    return bounds_from_cost(load_profile(name).engine.cost, replicas=1, source=f"emulator profile {name}")
-
-
-def _enforced(cfg: RunConfig, caps: Capabilities | None) -> bool | None:
-    if cfg.output_len is None or not cfg.ignore_eos:
-        return False
-    if caps is None:
-        return None  # not probed: unknown
-    return caps.output_len_enforced

@@ -77,7 +77,7 @@ class _RayWorker(_Worker):
 
 
 class RayShards(ProcessShards):
-    """The run's shard as Ray actors (module docstring); the face of `client.shard.Shard`."""
+    """The run's shard as Ray actors (module docstring), with the face `client.face.ShardFace`."""
 
     lead_s = LEAD_S
 

@@ -1,7 +1,8 @@
 """`--workers N`: the run's shard as N worker processes on this host, merged back into one result.
 
-`ProcessShards` has the face of `client.shard.Shard` (`run()` -> `ShardResult`; `done`, `failed`,
-`output_tokens`, `in_flight`, `stopped_by` for the progress line), so `run.bench` runs either. In order:
+`ProcessShards` has the face of `client.shard.Shard` (`client.face.ShardFace`: `run()` -> `ShardResult`;
+`done`, `failed`, `output_tokens`, `in_flight`, `stopped_by` for the progress line), so `run.measure`
+runs either. In order:
 
 1. `client.split.split_spec` deals the planned schedule (docs/architecture.md, "Scale-out").
 2. Each slice goes to a process started with multiprocessing's `spawn` context (a fresh interpreter:
@@ -18,8 +19,8 @@
    dying is not known and goes unrecorded); the others run on to the end. The merged result's
    `failure` says what was lost, and the run exits 1.
 
-`shard_figures` and `assess_shards` put each shard's CPU, loop lag and send lag in the summary's
-client block and name the saturated shard; the summary itself is computed from the merged records.
+The summary is computed from the merged records; `run.assemble.assess_shards` adds each shard's
+CPU, loop lag and send lag to its client block and names the saturated shard.
 """
 
 from __future__ import annotations
@@ -35,9 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any, cast
-
-import numpy as np
+from typing import Any
 
 from servescope.client.host import dumps, record_from_fields, worker_main
 from servescope.client.outcome import fail
@@ -45,13 +44,9 @@ from servescope.client.shard import StopCheck, quiet_gc
 from servescope.client.spec import ShardResult, ShardSpec
 from servescope.client.split import global_id, split_spec
 from servescope.errors import ServescopeError
-from servescope.results.columns import RecordColumns
-from servescope.results.metrics import assess_client
 from servescope.results.records import RequestRecord
-from servescope.results.schema import ShardFigures, Summary
-from servescope.results.selfcheck import concurrency_held_columns
 
-__all__ = ["LEAD_S", "ProcessShards", "assess_shards", "shard_figures"]
+__all__ = ["LEAD_S", "ProcessShards"]
 
 #: How far ahead of now the common start instant is set, once every worker is ready.
 LEAD_S = 0.25
@@ -431,108 +426,3 @@ def _exit_text(code: int | None) -> str:
 def _cpu_s() -> float:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
-
-
-# --------------------------------------------------------------------- summary
-def shard_figures(
-    result: ShardResult, spec: ShardSpec, cols: RecordColumns, *, open_loop: bool, rx_timestamps: str
-) -> list[ShardFigures]:
-    """Each shard's own figures from the merged result and the run's records as columns: its rows (by
-    run-wide id), CPU, lags, and `assess_client`'s verdict on it alone."""
-    n = len(result.parts)
-    slices = split_spec(spec, n) if n else []
-    shard = cols.id % max(n, 1)  # (split.shard_of, over every row)
-    lost = cols.error_kind == "worker_lost"
-    out: list[ShardFigures] = []
-    for part, sub in zip(result.parts, slices, strict=True):
-        mine = shard == part.index
-        measured = mine & ~cols.warmup & ~lost
-        sent = measured & ~np.isnan(cols.t_send)
-        lag = (cols.t_send[sent] - cols.t_sched[sent]) / 1e6
-        died = not part.rx_timestamps
-        fig: ShardFigures = {
-            "index": part.index,
-            "pid": part.pid,
-            "concurrency": sub.concurrency,
-            "requests": int(mine.sum()),
-            "completed": int((mine & cols.ok).sum()),
-            "lost": int((mine & lost).sum()),
-            "died": died,
-            "cpu_s": None if died else part.cpu_s,
-            "cpu_share": None if died or not part.elapsed_s else part.cpu_s / part.elapsed_s,
-            "cpu_busy_peak": None if died else part.cpu_busy_peak,
-            "loop_lag_ms_p99": float(np.percentile(part.loop_lag_ms, 99)) if part.loop_lag_ms else None,
-            "schedule_lag_ms_p50": float(np.percentile(lag, 50)) if lag.size else None,
-            "schedule_lag_ms_p99": float(np.percentile(lag, 99)) if lag.size else None,
-            "start_late_ms": part.start_late_ms,
-            "preconnected": part.preconnected,
-            "saturated": False,
-            "reasons": [],
-        }
-        if died:
-            fig["not_sent"] = part.not_sent
-        if part.host is not None:  # on another host (run.ray_run): where, and its clock against the run's
-            fig["host"] = part.host
-            fig["clock_offset_ms"] = None if part.clock_offset_ns is None else part.clock_offset_ns / 1e6
-            fig["clock_error_ms"] = None if part.clock_error_ns is None else part.clock_error_ns / 1e6
-        if not died:
-            client: dict[str, Any] = {
-                "cpu_s": part.cpu_s,
-                "elapsed_s": part.elapsed_s,
-                "cpu_busy_peak": part.cpu_busy_peak,
-                "loop_lag_ms_p99": fig["loop_lag_ms_p99"] or 0.0,
-                "schedule_lag_ms": {"p99": fig["schedule_lag_ms_p99"]},
-            }
-            if not open_loop:
-                client["concurrency_held"] = concurrency_held_columns(cols, sub.concurrency, rows=measured)
-            saturated, reasons, _ = assess_client(
-                cast(Summary, {"client": client}), open_loop=open_loop, rx_timestamps=rx_timestamps
-            )
-            fig["saturated"], fig["reasons"] = saturated, reasons
-        out.append(fig)
-    return out
-
-
-def assess_shards(
-    summary: Summary, result: ShardResult, spec: ShardSpec, cols: RecordColumns, *, open_loop: bool, rx_timestamps: str
-) -> None:
-    """The client verdict of a run over worker processes, in place: each shard judged on its own (CPU is
-    a process's, so summed CPU over the run says nothing of saturation), the merged send lag or
-    concurrency held judged over the run, and the run process's own CPU (it reads and writes every
-    record); names the saturated shard (`client.workers.saturated_shard`, the highest CPU share among them)."""
-    client = summary["client"]
-    figs = shard_figures(result, spec, cols, open_loop=open_loop, rx_timestamps=rx_timestamps)
-    parent_cpu = result.parent_cpu_s
-    merged: dict[str, Any] = {
-        "schedule_lag_ms": client["schedule_lag_ms"],
-        "concurrency_held": client.get("concurrency_held"),
-    }
-    _, reasons, _ = assess_client(cast(Summary, {"client": merged}), open_loop=open_loop, rx_timestamps="kernel")
-    reasons = list(reasons)
-    for f in figs:
-        reasons += [f"shard {f['index']} (pid {f['pid']}): {r}" for r in f["reasons"]]
-    elapsed = client.get("elapsed_s") or 0.0
-    if elapsed and parent_cpu / elapsed >= 0.9:
-        reasons.append(
-            f"the run's own process (reading and writing the shards' records) at {parent_cpu / elapsed:.0%} of a core"
-        )
-    saturated = [f for f in figs if f["saturated"]]
-    worst = max(saturated, key=lambda f: f["cpu_share"] or 0.0) if saturated else None
-    client["workers"] = {
-        "count": len(figs),
-        "parent_cpu_s": parent_cpu,
-        "shards": figs,
-        "saturated_shard": worst["index"] if worst is not None else None,
-        "lost_in_flight": result.lost,
-    }
-    if any(f["died"] for f in figs):
-        client["workers"]["not_sent"] = result.not_sent
-    client["saturated"] = bool(reasons)
-    client["reasons"] = reasons
-    client["advice"] = (
-        "the client, not the server, may be limiting this run (" + "; ".join(reasons) + "). Lower "
-        "--concurrency/--rate, close other work on this machine, or spread the load over more "
-        "--workers (each a process of its own)."
-        if reasons
-        else ""
-    )
