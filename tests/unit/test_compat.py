@@ -54,7 +54,7 @@ SGLANG = (
 NATIVE = "--url {url} --api completions --model M --input-len 128 --output-len 16 --num-requests 20 --concurrency 4"
 
 
-def test_the_issues_vllm_command_resolves_to_our_native_flags() -> None:
+def test_a_vllm_bench_serve_command_resolves_to_our_native_flags() -> None:
     theirs, out = resolved(VLLM.format(url=URL))
     ours, none = resolved(NATIVE.format(url=URL))
     assert theirs == ours and none is None

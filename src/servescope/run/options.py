@@ -18,6 +18,8 @@ from servescope.run.config import RunConfig, load_scenario, parse_extra_body
 
 __all__ = ["config_from_options", "run_options", "settings_from_options"]
 
+_Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
 
 def run_options(fn: Callable[..., Any] | None = None, *, lists: bool = False) -> Any:
     """The flags of one run, shared by `run` and `sweep`.
@@ -27,8 +29,28 @@ def run_options(fn: Callable[..., Any] | None = None, *, lists: bool = False) ->
     """
     if fn is None:
         return functools.partial(run_options, lists=lists)
-    num = str if lists else int
-    opts = [
+    groups = (
+        _target_options(),
+        _workload_options(lists),
+        _load_options(lists),
+        _client_options(),
+        _measure_options(),
+        _serve_options(),
+        _scale_options(),
+    )
+    return _apply(fn, [opt for group in groups for opt in group])
+
+
+def _apply(fn: Callable[..., Any], opts: list[_Decorator]) -> Callable[..., Any]:
+    """Decorate `fn` with `opts` as if stacked above it in this order (so --help lists them so)."""
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def _target_options() -> list[_Decorator]:
+    """Where to send and how: the scenario file, the server, the model, the endpoint."""
+    return [
         click.option(
             "-f", "--scenario", type=click.Path(dir_okay=False), help="YAML file with the same settings as the flags."
         ),
@@ -43,6 +65,13 @@ def run_options(fn: Callable[..., Any] | None = None, *, lists: bool = False) ->
             help="Endpoint: /v1/chat/completions or /v1/completions. [default: chat]",
         ),
         click.option("--stream/--no-stream", default=None, help="Stream tokens (SSE). [default: stream]"),
+    ]
+
+
+def _workload_options(lists: bool) -> list[_Decorator]:
+    """How many requests and what they ask: counts, seed, dataset, lengths."""
+    num = str if lists else int
+    return [
         click.option(
             "--num-requests",
             "--num-prompts",
@@ -87,6 +116,13 @@ def run_options(fn: Callable[..., Any] | None = None, *, lists: bool = False) ->
             default=None,
             help="Ask for exact output lengths (ignore_eos + min_tokens). [default: on]",
         ),
+    ]
+
+
+def _load_options(lists: bool) -> list[_Decorator]:
+    """How they arrive: a closed loop's concurrency, an open loop's rate, a ramp."""
+    num = str if lists else int
+    return [
         click.option(
             "--concurrency",
             "--max-concurrency",
@@ -113,6 +149,12 @@ def run_options(fn: Callable[..., Any] | None = None, *, lists: bool = False) ->
         ),
         click.option("--ramp-up-start-rps", type=float, help="Ramp-up: rate of the first request."),
         click.option("--ramp-up-end-rps", type=float, help="Ramp-up: rate of the last request."),
+    ]
+
+
+def _client_options() -> list[_Decorator]:
+    """How the client sends and reads: timeouts, receive stamps, headers, extra body fields."""
+    return [
         click.option(
             "--timeout", type=float, help="Seconds before a request counts as failed (timeout). [default: 600]"
         ),
@@ -139,6 +181,12 @@ def run_options(fn: Callable[..., Any] | None = None, *, lists: bool = False) ->
         click.option(
             "--api-key-env", help="Name of the environment variable holding the API key (sent as a Bearer token)."
         ),
+    ]
+
+
+def _measure_options() -> list[_Decorator]:
+    """What the run measures and leaves: SLO, GPUs, probe, precision, repeats, report, cache."""
+    return [
         click.option(
             "--slo",
             help="SLO: per-request limits for goodput (ttft_ms=2000,tpot_ms=80), run limits "
@@ -184,6 +232,12 @@ def run_options(fn: Callable[..., Any] | None = None, *, lists: bool = False) ->
             "a DCGM exporter's /metrics URL, or 'nvml' for this host's GPUs (extra 'gpu'). Energy "
             "per token lands in summary.energy. [default: nvml with --serve, else none]",
         ),
+    ]
+
+
+def _serve_options() -> list[_Decorator]:
+    """A server started by the run itself (--serve)."""
+    return [
         click.option(
             "--serve",
             help="Start the server too: a command with {port} (a free loopback port servescope "
@@ -201,6 +255,12 @@ def run_options(fn: Callable[..., Any] | None = None, *, lists: bool = False) ->
             type=float,
             help="Seconds for a --serve server to answer /health (or /v1/models). [default: 600]",
         ),
+    ]
+
+
+def _scale_options() -> list[_Decorator]:
+    """The client spread over processes or Ray actors, and the terminal."""
+    return [
         click.option(
             "--workers",
             type=int,
@@ -227,9 +287,6 @@ def run_options(fn: Callable[..., Any] | None = None, *, lists: bool = False) ->
         ),
         click.option("--quiet", "-q", is_flag=True, default=None, help="No progress display and no summary table."),
     ]
-    for opt in reversed(opts):
-        fn = opt(fn)
-    return fn
 
 
 def config_from_options(options: dict[str, Any]) -> RunConfig:
