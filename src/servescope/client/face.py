@@ -1,9 +1,9 @@
 """The face of whatever runs a run's schedule, as the run and its progress line use it.
 
 Three things have it: `shard.Shard` (one event loop in this process), `run.workers.ProcessShards`
-(worker processes on this host) and `run.ray_run.RayShards` (Ray actors). `run.bench` starts one and
-awaits `run()`; `report.console.LiveProgress` reads the counters while it runs; the summary reads
-`stopped_by` after it. Pure typing: nothing here runs.
+(worker processes on this host) and `run.ray_run.RayShards` (Ray actors). `run.measure` picks one and
+awaits `run()`; `report.console.LiveProgress` reads the counters while it runs; the summary
+(`run.assemble`) reads `stopped_by` after it. Pure typing: nothing here runs.
 """
 
 from __future__ import annotations
