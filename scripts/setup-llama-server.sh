@@ -12,7 +12,7 @@
 set -euo pipefail
 
 VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
-CACHE="${SERVESCOPE_CACHE:-$HOME/.cache/servescope}"
+source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"
 DEST="$CACHE/llama-server-$VERSION"
 BIN="$DEST/llama-server"
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -12,7 +12,7 @@ set -euo pipefail
 
 TRANSFORMERS_VERSION="${TRANSFORMERS_VERSION:-5.23.0}"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
-CACHE="${SERVESCOPE_CACHE:-$HOME/.cache/servescope}"
+source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"
 VENV="$CACHE/hf-serve-$TRANSFORMERS_VERSION"
 EXE="$VENV/bin/transformers"
 MARKER="$VENV/.servescope-complete-torch-$TORCH_VERSION"
