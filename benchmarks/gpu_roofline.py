@@ -25,7 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from servescope.sim.catalog import GPUS, get_gpu, get_model
+from servescope.sim.catalog.gpus import GPUS, get_gpu
+from servescope.sim.catalog.models import get_model
 
 
 def _linear_shapes(name: str, tp: int = 1) -> list[tuple[int, int]]:

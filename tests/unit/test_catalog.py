@@ -8,7 +8,9 @@ import pytest
 
 from servescope.deploy.loader import load_hf_config, resolve_model
 from servescope.errors import ConfigError
-from servescope.sim.catalog import GPUS, MODELS, get_gpu, get_model, parse_hf_config
+from servescope.sim.catalog.gpus import GPUS, get_gpu
+from servescope.sim.catalog.hfconfig import parse_hf_config
+from servescope.sim.catalog.models import MODELS, get_model
 
 
 @pytest.mark.parametrize(

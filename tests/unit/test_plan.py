@@ -17,7 +17,8 @@ from servescope.plan.calibrate import MeasuredPoint, calibrate, load_measurement
 from servescope.plan.command import plan_command, plan_main
 from servescope.plan.memfit import PlanArgs, resolve_layout, to_deployment
 from servescope.plan.whatif import knobs_yaml, whatif
-from servescope.sim.catalog import get_gpu, get_model
+from servescope.sim.catalog.gpus import get_gpu
+from servescope.sim.catalog.models import get_model
 
 
 def _console() -> Console:

@@ -43,11 +43,14 @@ def test_reasoning_profiles() -> None:
 
 def test_kv_capacity_comes_from_memory_model() -> None:
     p = load_profile("deepseek-r1")
-    from servescope.sim import catalog, memory
+    from servescope.sim.catalog.gpus import get_gpu
+    from servescope.sim.catalog.models import get_model
+    from servescope.sim.memory.fit import fit as memory_fit
+    from servescope.sim.placement import Layout
 
-    layout = memory.Layout(gpu=catalog.get_gpu("h200"), gpus_per_node=8, tp=8, quant="fp8")
-    fit = memory.fit(
-        catalog.get_model("DeepSeek-R1"),
+    layout = Layout(gpu=get_gpu("h200"), gpus_per_node=8, tp=8, quant="fp8")
+    fit = memory_fit(
+        get_model("DeepSeek-R1"),
         layout,
         max_model_len=32768,
         gpu_memory_utilization=0.9,

@@ -16,8 +16,9 @@ import yaml
 from servescope.errors import ConfigError
 from servescope.plan.recipes import RecipeSpec, render_all
 from servescope.plan.recipes.k8s import k8s_docs
-from servescope.sim.catalog import get_gpu, get_model
-from servescope.sim.memory import Layout
+from servescope.sim.catalog.gpus import get_gpu
+from servescope.sim.catalog.models import get_model
+from servescope.sim.placement import Layout
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "recipes"
 H100, H200 = get_gpu("h100"), get_gpu("h200")

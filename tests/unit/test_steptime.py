@@ -8,10 +8,11 @@ import random
 import pytest
 
 from servescope.deploy.loader import load_profile
-from servescope.sim.catalog import get_gpu, get_model
+from servescope.sim.catalog.gpus import get_gpu
+from servescope.sim.catalog.models import get_model
 from servescope.sim.defaults import UNBOUNDED, mla_absorbed_prefix
 from servescope.sim.knobs import DEFAULT_KNOBS, resolve_knobs
-from servescope.sim.memory import Layout
+from servescope.sim.placement import Layout
 from servescope.sim.profile import step_cost
 from servescope.sim.steptime import StepCost, StepShape, decode_terms, distinct_experts, step_time_s
 
@@ -155,9 +156,10 @@ def test_collectives_that_span_nodes_pay_the_internode_latency() -> None:
     latency; TP8 in one node has none such, and 0 falls back to the intra-node latency."""
     import dataclasses
 
-    from servescope.sim.catalog import get_gpu, get_model
+    from servescope.sim.catalog.gpus import get_gpu
+    from servescope.sim.catalog.models import get_model
     from servescope.sim.knobs import DEFAULT_KNOBS, resolve_knobs
-    from servescope.sim.memory import Layout
+    from servescope.sim.placement import Layout
     from servescope.sim.profile import internode_collectives, step_cost
 
     r1 = get_model("DeepSeek-R1")
@@ -182,9 +184,10 @@ def test_a_rack_scale_nvlink_fabric_keeps_tp_across_its_trays_off_the_network() 
     """GB200 NVL72 joins 72 GPUs on trays (hosts) of four with one NVLink fabric: TP8 over two trays
     prices its all-reduces as TP8 inside one HGX node does (NVLink bandwidth, intra-node latency),
     where two 4-GPU B200 nodes send them over the network. Past the 72 GPUs it is the network again."""
-    from servescope.sim.catalog import get_gpu, get_model
+    from servescope.sim.catalog.gpus import get_gpu
+    from servescope.sim.catalog.models import get_model
     from servescope.sim.knobs import DEFAULT_KNOBS, resolve_knobs
-    from servescope.sim.memory import Layout
+    from servescope.sim.placement import Layout
     from servescope.sim.profile import comm_terms, internode_collectives, nvlink_domain, step_cost
 
     r1 = get_model("DeepSeek-R1")
@@ -297,9 +300,10 @@ def test_attention_runs_at_the_kv_dtype_and_mla_prompts_in_their_mha_form() -> N
     computes a prompt in its multi-head form (QK over 128 + 64 dims, PV over 128: 640 FLOPs per head per
     pair) where decode runs the absorbed form (QK over 512 + 64, PV over 512: 2,176)."""
     from servescope.deploy.deployment import Deployment
-    from servescope.sim.catalog import get_gpu, get_model
+    from servescope.sim.catalog.gpus import get_gpu
+    from servescope.sim.catalog.models import get_model
     from servescope.sim.knobs import DEFAULT_KNOBS, resolve_knobs
-    from servescope.sim.memory import Layout
+    from servescope.sim.placement import Layout
     from servescope.sim.profile import step_cost
 
     h200 = get_gpu("h200")

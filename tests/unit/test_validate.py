@@ -21,11 +21,16 @@ from servescope.plan.validate import (
     predict,
     setting_for,
 )
-from servescope.sim import catalog, memory
+from servescope.sim.catalog.gpus import get_gpu
+from servescope.sim.catalog.hfconfig import parse_hf_config
+from servescope.sim.catalog.models import get_model
 from servescope.sim.config import EngineConfig
 from servescope.sim.defaults import admission_reserve
 from servescope.sim.disagg import simulate_disagg
 from servescope.sim.knobs import DEFAULT_KNOBS, arch_class, resolve_knobs
+from servescope.sim.memory.kvsize import kv_bytes_per_token_per_gpu
+from servescope.sim.memory.weights import weight_bytes_per_gpu
+from servescope.sim.placement import Layout
 from servescope.sim.steptime import StepCost, StepShape, step_time_s
 
 SRC = Source(
@@ -69,10 +74,10 @@ def test_hand_checked_single_stream_decode() -> None:
     pred = Predictor([p])
     s = pred.settings[p.key]
     k = resolve_knobs(DEFAULT_KNOBS, s.family, s.generation, s.arch)
-    model = catalog.get_model("Llama-3.1-8B")
-    layout = memory.Layout(gpu=catalog.get_gpu("h100"), gpus_per_node=1, tp=1)
-    weights = memory.weight_bytes_per_gpu(model, layout)
-    kv_tok = memory.kv_bytes_per_token_per_gpu(model, layout)
+    model = get_model("Llama-3.1-8B")
+    layout = Layout(gpu=get_gpu("h100"), gpus_per_node=1, tp=1)
+    weights = weight_bytes_per_gpu(model, layout)
+    kv_tok = kv_bytes_per_token_per_gpu(model, layout)
     ctx = 128 + 64  # mean context over the decode
     by_hand = (weights + kv_tok * ctx) / (3.35e12 * k.mem_efficiency) + k.step_overhead_s + 32 * k.layer_overhead_s
     got = pred.predicted(p.key, DEFAULT_KNOBS)
@@ -498,7 +503,7 @@ def test_multi_node_tp_all_reduce_is_hierarchical() -> None:
         output_len=128,
     )
     s = Predictor([p]).settings[p.key]
-    model = catalog.get_model("DeepSeek-R1")
+    model = get_model("DeepSeek-R1")
     m = 2 * model.layers * model.hidden * 2.0
     assert s.base.cost.comm_bytes_per_token == pytest.approx(m * 2 * 7 / 8 + m / 8 * 2 * 1 / 2 * 900e9 / 100e9)
     assert s.comm_intra_bytes_per_s == 900e9
@@ -827,9 +832,9 @@ def test_context_length_comes_from_the_config() -> None:
         "intermediate_size": 14_336,
         "max_position_embeddings": 32_768,
     }
-    assert catalog.parse_hf_config(cfg).context_len == 32_768
-    assert catalog.get_model("DeepSeek-R1").context_len == 163_840
-    assert catalog.get_model("Llama-3.1-405B").context_len == 131_072
+    assert parse_hf_config(cfg).context_len == 32_768
+    assert get_model("DeepSeek-R1").context_len == 163_840
+    assert get_model("Llama-3.1-405B").context_len == 131_072
 
 
 def test_sglang_dp_attention_stays_on_the_stated_gpus() -> None:
@@ -1001,7 +1006,7 @@ def test_fp4_formats_cost_the_same_in_plan_and_validation(model: str, quant: str
     assert mine.compute_efficiency == pytest.approx(theirs.compute_efficiency)
     assert mine.dense_weight_bytes == theirs.dense_weight_bytes
     assert mine.routed_expert_bytes == pytest.approx(theirs.routed_expert_bytes)
-    want_peak = catalog.get_gpu(gpu).fp4_flops or catalog.get_gpu(gpu).bf16_flops
+    want_peak = get_gpu(gpu).fp4_flops or get_gpu(gpu).bf16_flops
     assert mine.flops_per_s == want_peak
     shape = Shape(prefill_seqs=2, prefill_tokens=4000, prefill_ctx_pairs=4000 * 1000)
     assert step_time_s(mine, shape) == pytest.approx(step_time_s(theirs, shape), rel=1e-6)
@@ -1012,12 +1017,12 @@ def test_w4a16_dense_computes_at_the_knobs_efficiency_and_moe_experts_count_more
     does (vLLM dequantizes to an FP16 matmul from 256 tokens, or runs Marlin), attention FLOPs included;
     with fewer weight bytes its prompt step is no slower than BF16's. A W4A16 MoE's routed experts count
     1 / 0.2 times their FLOPs (fused MoE kernels dequantize per token block), its other layers do not."""
-    from servescope.sim.catalog import get_model
-    from servescope.sim.memory import Layout
+    from servescope.sim.catalog.models import get_model
+    from servescope.sim.placement import Layout
     from servescope.sim.profile import linear_flops_per_token, step_cost
 
     k = resolve_knobs(dict(DEFAULT_KNOBS), "vllm-v0", "ampere", "dense")
-    a100 = catalog.get_gpu("a100")
+    a100 = get_gpu("a100")
     qwen = get_model("Qwen2.5-72B")
     cost = {q: step_cost(qwen, Layout(gpu=a100, gpus_per_node=2, tp=2, quant=q), k) for q in ("bf16", "awq", "int4")}
     for q in ("awq", "int4"):

@@ -2,10 +2,10 @@
 resolved to one engine configuration. The one place `servescope plan` and the emulator get it from.
 
     dep = Deployment.build(model="Llama-3.1-8B", gpu="h100", gpus=1)          # or deployment_from_mapping
-    dep.layout                 # sim.memory.Layout (tp x pp x dp, EP, quantization)
+    dep.layout                 # sim.placement.Layout (tp x pp x dp, EP, quantization)
     dep.limits                 # max_num_seqs, max_num_batched_tokens, chunked prefill: the engine's own
                                # defaults by family and version unless set (sim.defaults.engine_defaults)
-    dep.fit()                  # sim.memory.FitResult: weights, reserve and KV capacity (one number)
+    dep.fit()                  # sim.memory.fit.FitResult: weights, reserve and KV capacity (one number)
     dep.knobs()                # step-time knobs: the fitted table deploy/calibration.yaml, or an override
     dep.engine_config()        # sim EngineConfig: what the emulator runs on the wall clock and
                                # plan's what-if on a virtual clock
@@ -33,7 +33,8 @@ from typing import Any
 import yaml
 
 from servescope.errors import ConfigError
-from servescope.sim.catalog import GPUSpec, ModelSpec, get_gpu
+from servescope.sim.catalog.gpus import GPUSpec, get_gpu
+from servescope.sim.catalog.models import ModelSpec
 from servescope.sim.config import EngineConfig
 from servescope.sim.defaults import (
     admission_reserve,
@@ -47,7 +48,10 @@ from servescope.sim.defaults import (
     sglang_max_running,
 )
 from servescope.sim.knobs import ENGINE_VERSIONS, StepKnobs, arch_class, engine_family, gpu_generation, resolve_knobs
-from servescope.sim.memory import ENGINES, FitResult, Layout, fit, kv_seq_overhead_tokens, sim_block_tokens
+from servescope.sim.memory.accounting import ENGINES, sim_block_tokens
+from servescope.sim.memory.fit import FitResult, fit
+from servescope.sim.memory.kvsize import kv_seq_overhead_tokens
+from servescope.sim.placement import Layout
 from servescope.sim.profile import Profile, profile_from_dict, profile_with_engine, step_cost
 
 __all__ = [
@@ -125,7 +129,7 @@ class Deployment:
     gpu: GPUSpec
     gpus_per_node: int = 1
     nodes: int = 1
-    engine: str = "vllm"  # sim.memory ENGINES key: vllm (V1), vllm-0.7 (V0), sglang, trtllm
+    engine: str = "vllm"  # sim.memory.accounting ENGINES key: vllm (V1), vllm-0.7 (V0), sglang, trtllm
     tp: int = 1
     pp: int = 1
     dp: int = 1

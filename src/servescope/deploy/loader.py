@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from servescope.errors import ConfigError
-from servescope.sim.catalog import MODELS, ModelSpec, get_model, parse_hf_config
+from servescope.sim.catalog.hfconfig import parse_hf_config
+from servescope.sim.catalog.models import MODELS, ModelSpec, get_model
 from servescope.sim.profile import Profile
 
 __all__ = ["list_profiles", "load_profile", "load_raw_profile", "load_hf_config", "resolve_model"]

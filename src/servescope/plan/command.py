@@ -23,9 +23,13 @@ from servescope.plan.calibrate import MeasuredPoint, calibrate, leave_one_out, l
 from servescope.plan.memfit import GIB, PlanArgs, engine_base, fit_table, to_deployment
 from servescope.plan.recipes import RecipeSpec, render_all
 from servescope.plan.whatif import SEED, WhatIfPoint, knobs_yaml, point_dict, simulate_point, whatif, whatif_table
-from servescope.sim.catalog import GPUS, MODELS
+from servescope.sim.catalog.gpus import GPUS
+from servescope.sim.catalog.models import MODELS
 from servescope.sim.knobs import StepKnobs
-from servescope.sim.memory import ENGINES, QUANTS, FitResult, weight_bytes_per_gpu
+from servescope.sim.memory.accounting import ENGINES
+from servescope.sim.memory.fit import FitResult
+from servescope.sim.memory.weights import weight_bytes_per_gpu
+from servescope.sim.placement import QUANTS
 
 __all__ = ["plan_main", "plan_command", "PLAN_SCHEMA"]
 

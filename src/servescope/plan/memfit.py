@@ -12,8 +12,11 @@ from dataclasses import dataclass, field
 from rich.table import Table
 
 from servescope.deploy.deployment import Deployment
-from servescope.sim.catalog import GPUSpec, ModelSpec, params_b
-from servescope.sim.memory import FitResult, Layout, kv_bytes_per_token
+from servescope.sim.catalog.gpus import GPUSpec
+from servescope.sim.catalog.models import ModelSpec, params_b
+from servescope.sim.memory.fit import FitResult
+from servescope.sim.memory.kvsize import kv_bytes_per_token
+from servescope.sim.placement import Layout
 
 __all__ = ["GIB", "PlanArgs", "to_deployment", "resolve_layout", "engine_base", "fit_table", "fit_rows"]
 

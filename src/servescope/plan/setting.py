@@ -20,7 +20,8 @@ from servescope.errors import ConfigError
 from servescope.plan import lengths
 from servescope.plan.corpus import CorpusPoint
 from servescope.plan.whatif import dp_share
-from servescope.sim import catalog, memory
+from servescope.sim.catalog.gpus import get_gpu
+from servescope.sim.catalog.models import get_model
 from servescope.sim.config import EngineConfig
 from servescope.sim.defaults import (
     admission_reserve,
@@ -35,6 +36,9 @@ from servescope.sim.defaults import (
     sglang_speculative_max_running,
 )
 from servescope.sim.knobs import DEFAULT_KNOBS, arch_class, engine_family, gpu_generation, knob_names_for, resolve_knobs
+from servescope.sim.memory.accounting import sim_block_tokens
+from servescope.sim.memory.fit import fit
+from servescope.sim.placement import Layout
 from servescope.sim.profile import step_cost
 
 __all__ = ["Setting", "setting_for", "measured_for"]
@@ -96,8 +100,8 @@ def _quant(q: str) -> str:
 def setting_for(p: CorpusPoint) -> Setting:
     """The model's statement of a corpus point; ConfigError (with the reason) when not expressible."""
     try:
-        model = catalog.get_model(p.model)
-        gpu = catalog.get_gpu(p.gpu)
+        model = get_model(p.model)
+        gpu = get_gpu(p.gpu)
     except ConfigError as exc:
         raise ConfigError(f"not in the catalogue: {exc}") from None
     inp, out = _int_len(p.input_len), _int_len(lengths.output_mean(p))
@@ -172,7 +176,7 @@ def setting_for(p: CorpusPoint) -> Setting:
         kv_dtype = "fp8"
     max_tokens = max(batched, max_seqs)
     try:
-        layout = memory.Layout(
+        layout = Layout(
             gpu=gpu,
             gpus_per_node=min(tp * dp, 8) if tp * dp <= 8 else 8,
             nodes=max(1, math.ceil(tp * dp / 8)),
@@ -184,7 +188,7 @@ def setting_for(p: CorpusPoint) -> Setting:
             kv_dtype=kv_dtype,
             load_mtp=bool(_draft_tokens(p.speculative)),
         )
-        res = memory.fit(
+        res = fit(
             model,
             layout,
             max_model_len=max_len,
@@ -231,7 +235,7 @@ def setting_for(p: CorpusPoint) -> Setting:
     )
     # SGLang DP attention: each rank's prompt chunk is its share of the stated (or default) chunked
     # prefill size (a PD point has dp 1 here)
-    block = memory.sim_block_tokens(dflt.memory_engine)  # the engine's page (TensorRT-LLM: 32 tokens)
+    block = sim_block_tokens(dflt.memory_engine)  # the engine's page (TensorRT-LLM: 32 tokens)
     engine_cfg = EngineConfig(
         cost=step,
         kv_blocks=res.kv_tokens // block,

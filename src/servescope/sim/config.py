@@ -33,7 +33,7 @@ class EngineConfig:
     # without chunked prefill and TGI run a prompt batch as a step of its own, the decodes waiting
     mixed_steps: bool = True
     # blocks every running sequence holds besides its context's (vLLM's sliding-window pages:
-    # sim.memory.kv_seq_overhead_tokens / block_size)
+    # sim.memory.kvsize.kv_seq_overhead_tokens / block_size)
     seq_overhead_blocks: int = 0
     # the deployment's first-token latency (sim.knobs first_token_s): the path around the engine that no
     # step holds. The engine does not use it; plan's what-if and the validation add it to TTFT, and the

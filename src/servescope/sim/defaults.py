@@ -57,7 +57,7 @@ class EngineDefaults:
     max_num_seqs: int
     max_num_batched_tokens: int
     chunked_prefill: bool
-    memory_engine: str  # sim.memory ENGINES key for KV accounting
+    memory_engine: str  # sim.memory.accounting ENGINES key for KV accounting
     gpu_memory_utilization: float
 
 

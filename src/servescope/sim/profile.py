@@ -24,10 +24,11 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from servescope.errors import ConfigError
-from servescope.sim.catalog import GPUSpec, ModelSpec
+from servescope.sim.catalog.gpus import GPUSpec
+from servescope.sim.catalog.models import ModelSpec
 from servescope.sim.config import EngineConfig
 from servescope.sim.knobs import StepKnobs
-from servescope.sim.memory import Layout
+from servescope.sim.placement import Layout
 from servescope.sim.steptime import StepCost
 
 __all__ = [
@@ -168,10 +169,10 @@ def _tp_spans_nodes(layout: Layout) -> bool:
 def step_cost(model: ModelSpec, layout: Layout, knobs: StepKnobs, *, engine: str = "vllm") -> StepCost:
     """Step-cost coefficients of one deployment: weights, KV and FLOPs per GPU from the catalogue and
     the memory model, efficiencies and overheads from `knobs`."""
-    from servescope.sim import memory  # deferred: keeps the profile module light for cost-only profiles
+    from servescope.sim.memory import kvsize, weights  # deferred: keeps the profile module light for cost-only profiles
 
-    breakdown = memory.weight_bytes_breakdown_per_gpu(model, layout, engine=engine)
-    routed = float(memory.routed_bytes(breakdown))
+    breakdown = weights.weight_bytes_breakdown_per_gpu(model, layout, engine=engine)
+    routed = float(weights.routed_bytes(breakdown))
     dense = float(sum(breakdown.values())) - routed
     tp, pp = layout.tp, layout.pp
     # Attention FLOPs per query token per context token. GQA: QK^T and PV, 2 x 2 x head_dim per head.
@@ -196,7 +197,7 @@ def step_cost(model: ModelSpec, layout: Layout, knobs: StepKnobs, *, engine: str
     comm_bytes, collectives, moe_mult = comm_terms(model, layout)
     return StepCost(
         dense_weight_bytes=dense,
-        kv_bytes_per_token=float(memory.kv_bytes_per_token_per_gpu(model, layout)),
+        kv_bytes_per_token=float(kvsize.kv_bytes_per_token_per_gpu(model, layout)),
         flops_per_token=linear_flops_per_token(model, quant) / (tp * pp),
         hbm_bytes_per_s=gpu.hbm_bytes_per_s,
         flops_per_s=peak,

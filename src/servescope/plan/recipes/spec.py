@@ -7,8 +7,8 @@ import shlex
 from dataclasses import dataclass
 
 from servescope.errors import ConfigError
-from servescope.sim.catalog import ModelSpec
-from servescope.sim.memory import Layout
+from servescope.sim.catalog.models import ModelSpec
+from servescope.sim.placement import Layout
 
 __all__ = ["RecipeSpec", "ENGINES", "join_command", "slug"]
 

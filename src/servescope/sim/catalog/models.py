@@ -1,12 +1,11 @@
-"""Model and GPU catalogue: architecture facts that memory and step-time models need.
-
-Pure: the catalogue is code, not files. `parse_hf_config` turns an already-loaded Hugging Face
-`config.json` dict into a `ModelSpec`; reading the file is `deploy.loader.load_hf_config`.
+"""Model catalogue: `ModelSpec` (a transformer decoder's architecture and parameter counts) and the
+models servescope knows by name. Pure: the catalogue is code, not files. A model given by its Hugging
+Face `config.json` is mapped by `catalog.hfconfig.parse_hf_config`; reading the file is
+`deploy.loader.load_hf_config`.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -14,19 +13,7 @@ from typing import Any
 
 from servescope.errors import ConfigError
 
-__all__ = [
-    "ModelSpec",
-    "GPUSpec",
-    "MODELS",
-    "GPUS",
-    "get_model",
-    "get_gpu",
-    "parse_hf_config",
-    "params_b",
-]
-
-_GIB = 1 << 30
-_MIB = 1 << 20
+__all__ = ["ModelSpec", "MODELS", "get_model", "params_b"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,7 +50,7 @@ class ModelSpec:
     fp8_scheme: str = "all"  # "all": every linear FP8 | "ffn": FFN FP8, attention BF16 (Meta 405B-FP8)
     context_len: int = 131_072  # max_position_embeddings: the engines' default max_model_len
     # Sliding-window attention (gpt-oss: every other layer attends to the last 128 tokens only). The
-    # engines' KV pools treat those layers apart (sim/memory.py, kv_pool_bytes_per_token_per_gpu).
+    # engines' KV pools treat those layers apart (sim/memory/kvsize.py, kv_pool_bytes_per_token_per_gpu).
     sliding_window: int = 0
     sliding_layers: int = 0
     params_total: float = 0.0  # computed when 0 (excludes MTP)
@@ -108,7 +95,7 @@ class ModelSpec:
 
         MLA: q_a_proj and kv_a_proj_with_mqa are replicated (vLLM `ReplicatedLinear`), q_b/kv_b/o
         are split by heads. GQA: q/o split by heads; k/v split by kv heads (replication beyond
-        kv_heads is accounted for in memory.py). Norms count as replicated.
+        kv_heads is accounted for in sim/memory/weights.py). Norms count as replicated.
         """
         h = self.hidden
         if self.attention == "mla":
@@ -163,117 +150,6 @@ class ModelSpec:
         layer += self.hidden * self.n_routed_experts
         per = layer + 2 * self.hidden * self.hidden + 2 * self.vocab * self.hidden + 3 * self.hidden
         return per * self.mtp_layers
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GPUSpec:
-    """Datasheet figures (dense, no sparsity). `memory_bytes` is what the driver reports as total."""
-
-    name: str
-    memory_bytes: int
-    hbm_bytes_per_s: float
-    bf16_flops: float
-    fp8_flops: float  # where FP8 is not native (A100) this is the BF16 figure: W8A16 kernels
-    int4_flops: float  # W4A16 (AWQ/GPTQ Marlin) dequantizes to BF16: the BF16 figure
-    fp4_flops: float = 0.0  # FP4 tensor cores (Blackwell), dense; 0: FP4 weights dequantize to BF16
-    interconnect_bytes_per_s: float  # per-GPU scale-up bandwidth (NVLink / Infinity Fabric)
-    fp8_native: bool = True
-    vendor: str = "nvidia"
-    # GPUs one NVLink fabric joins across hosts (a rack-scale system: GB200 NVL72's 72 over trays of 4);
-    # 0: the node's GPUs (an HGX or OAM board), the usual case
-    nvlink_domain: int = 0
-
-    @property
-    def memory_gib(self) -> float:
-        return self.memory_bytes / _GIB
-
-
-# --- GPU datasheets ---------------------------------------------------------------------------
-# H100 SXM5 80GB: NVIDIA H100 datasheet (nvidia.com/en-us/data-center/h100): 3.35 TB/s HBM3,
-#   BF16 1,979 TFLOPS with sparsity -> 989.5 dense, FP8 3,958 sparse -> 1,979 dense, NVLink 900 GB/s.
-#   nvidia-smi reports 81,559 MiB total.
-# H200 SXM 141GB: NVIDIA H200 datasheet (nvidia.com/en-us/data-center/h200): 4.8 TB/s HBM3e, same
-#   compute as H100 SXM, NVLink 900 GB/s. nvidia-smi reports 143,771 MiB.
-# B200 (HGX B200, per GPU): NVIDIA Blackwell datasheet / HGX B200 spec (nvidia.com/en-us/data-center/hgx):
-#   180 GB HBM3e (1.44 TB per 8 GPUs), 8 TB/s, FP8 9 PFLOPS sparse -> 4.5 dense, FP4 18 sparse -> 9
-#   dense, BF16 2.25 PFLOPS dense, NVLink 5 1.8 TB/s. nvidia-smi reports 183,359 MiB.
-# GB200 (NVL72, per GPU): NVIDIA GB200 NVL72 datasheet (nvidia.com/en-us/data-center/gb200-nvl72), the
-#   rack's figures / 72: 186 GB HBM3e (13.4 TB), 8 TB/s (576 TB/s), FP4 1,440 PFLOPS sparse -> 10 dense,
-#   FP8 720 sparse -> 5 dense, BF16 360 sparse -> 2.5 dense, NVLink 5 1.8 TB/s (130 TB/s) joining all
-#   72 GPUs, four to a compute tray (host). nvidia-smi reports 189,471 MiB.
-# MI300X: AMD Instinct MI300X datasheet (amd.com/en/products/accelerators/instinct/mi300/mi300x.html):
-#   192 GB HBM3, 5.3 TB/s, BF16 1,307.4 TFLOPS dense, FP8 2,614.9 TFLOPS dense, Infinity Fabric 896 GB/s.
-# A100 SXM4 80GB: NVIDIA A100 datasheet (nvidia.com/en-us/data-center/a100): 2,039 GB/s HBM2e,
-#   BF16 312 TFLOPS dense, no FP8 tensor cores, NVLink 600 GB/s. nvidia-smi reports 81,920 MiB.
-_GPU_LIST = (
-    GPUSpec(
-        name="h100",
-        memory_bytes=81_559 * _MIB,
-        hbm_bytes_per_s=3.35e12,
-        bf16_flops=989.5e12,
-        fp8_flops=1979e12,
-        int4_flops=989.5e12,
-        interconnect_bytes_per_s=900e9,
-    ),
-    GPUSpec(
-        name="h200",
-        memory_bytes=143_771 * _MIB,
-        hbm_bytes_per_s=4.8e12,
-        bf16_flops=989.5e12,
-        fp8_flops=1979e12,
-        int4_flops=989.5e12,
-        interconnect_bytes_per_s=900e9,
-    ),
-    GPUSpec(
-        name="b200",
-        memory_bytes=183_359 * _MIB,
-        hbm_bytes_per_s=8.0e12,
-        bf16_flops=2250e12,
-        fp8_flops=4500e12,
-        int4_flops=2250e12,
-        fp4_flops=9000e12,
-        interconnect_bytes_per_s=1800e9,
-    ),
-    GPUSpec(
-        name="gb200",
-        memory_bytes=189_471 * _MIB,
-        hbm_bytes_per_s=8.0e12,
-        bf16_flops=2500e12,
-        fp8_flops=5000e12,
-        int4_flops=2500e12,
-        fp4_flops=10000e12,
-        interconnect_bytes_per_s=1800e9,
-        nvlink_domain=72,
-    ),
-    GPUSpec(
-        name="mi300x",
-        memory_bytes=192 * _GIB,
-        hbm_bytes_per_s=5.3e12,
-        bf16_flops=1307.4e12,
-        fp8_flops=2614.9e12,
-        int4_flops=1307.4e12,
-        interconnect_bytes_per_s=896e9,
-        vendor="amd",
-    ),
-    GPUSpec(
-        name="a100",
-        memory_bytes=81_920 * _MIB,
-        hbm_bytes_per_s=2.039e12,
-        bf16_flops=312e12,
-        fp8_flops=312e12,
-        int4_flops=312e12,
-        interconnect_bytes_per_s=600e9,
-        fp8_native=False,
-    ),
-)
-_GPU_ALIASES = {
-    "h100-sxm": "h100",
-    "h100-80gb": "h100",
-    "h200-sxm": "h200",
-    "a100-80gb": "a100",
-    "a100-sxm": "a100",
-    "mi300": "mi300x",
-}
 
 
 # --- Models (from each checkpoint's config.json on Hugging Face) ----------------------------
@@ -366,7 +242,7 @@ _MODEL_LIST = (
     # openai/gpt-oss-120b config.json: 36 layers, hidden 2880, 64 heads of 64, 8 KV heads, attention
     # biases, 128 experts (FFN 2880) with 4 per token, vocab 201088; layer_types alternates
     # sliding_attention (window 128) and full_attention: 18 of 36 layers slide. Published with MXFP4
-    # experts (see sim/memory.py for how FP4 is priced).
+    # experts (see sim/memory/weights.py for how FP4 is priced).
     _llama(
         "gpt-oss-120b",
         "openai/gpt-oss-120b",
@@ -451,19 +327,10 @@ _MODEL_LIST = (
 )
 
 MODELS: Mapping[str, ModelSpec] = MappingProxyType({m.name: m for m in _MODEL_LIST})
-GPUS: Mapping[str, GPUSpec] = MappingProxyType({g.name: g for g in _GPU_LIST})
 
 
 def _norm(name: str) -> str:
     return name.lower().replace("_", "-").replace(" ", "")
-
-
-def get_gpu(name: str) -> GPUSpec:
-    key = _norm(name)
-    key = _GPU_ALIASES.get(key, key)
-    if key not in GPUS:
-        raise ConfigError(f"unknown GPU {name!r}; known: {', '.join(GPUS)}")
-    return GPUS[key]
 
 
 def get_model(name: str) -> ModelSpec:
@@ -475,93 +342,6 @@ def get_model(name: str) -> ModelSpec:
     raise ConfigError(
         f"unknown model {name!r}; known: {', '.join(MODELS)} (or give a path to a Hugging Face config.json)"
     )
-
-
-_SUPPORTED_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3", "deepseek_v2", "mistral")
-
-
-def parse_hf_config(cfg: Mapping[str, Any], *, name: str = "custom") -> ModelSpec:
-    """Pure: map Hugging Face config fields (llama, qwen2, qwen3, qwen3_moe, deepseek_v2/v3) to a ModelSpec."""
-    if "text_config" in cfg and "hidden_size" not in cfg:
-        cfg = cfg["text_config"]
-    mtype = str(cfg.get("model_type", ""))
-    if mtype not in _SUPPORTED_TYPES:
-        raise ConfigError(f"config.json model_type {mtype!r} not supported; supported: {', '.join(_SUPPORTED_TYPES)}")
-    try:
-        hidden = int(cfg["hidden_size"])
-        heads = int(cfg["num_attention_heads"])
-        layers = int(cfg["num_hidden_layers"])
-        vocab = int(cfg["vocab_size"])
-        inter = int(cfg.get("intermediate_size") or 0)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"config.json lacks a required field: {exc}") from exc
-    kv_heads = int(cfg.get("num_key_value_heads") or heads)
-    head_dim = int(cfg.get("head_dim") or hidden // heads)
-    kw: dict[str, Any] = {"tie_embeddings": bool(cfg.get("tie_word_embeddings", False))}
-    if cfg.get("max_position_embeddings"):
-        kw["context_len"] = int(cfg["max_position_embeddings"])
-    quant = _checkpoint_quant(cfg.get("quantization_config"))
-    if quant:
-        kw["default_quant"] = quant
-    if mtype.startswith("deepseek"):
-        nope, rope = int(cfg.get("qk_nope_head_dim", 128)), int(cfg.get("qk_rope_head_dim", 64))
-        kw.update(
-            attention="mla",
-            kv_lora_rank=int(cfg["kv_lora_rank"]),
-            qk_rope_head_dim=rope,
-            q_lora_rank=int(cfg.get("q_lora_rank") or 0),
-            qk_nope_head_dim=nope,
-            v_head_dim=int(cfg.get("v_head_dim", 128)),
-            mtp_layers=int(cfg.get("num_nextn_predict_layers", 0)),
-        )
-        head_dim = nope + rope
-        kv_heads = heads
-    if cfg.get("n_routed_experts") or cfg.get("num_experts"):
-        kw.update(
-            n_routed_experts=int(cfg.get("n_routed_experts") or cfg.get("num_experts") or 0),
-            experts_per_token=int(cfg.get("num_experts_per_tok", 0)),
-            n_shared_experts=int(cfg.get("n_shared_experts") or 0),
-            moe_intermediate=int(cfg.get("moe_intermediate_size", 0)),
-            first_dense_layers=int(cfg.get("first_k_dense_replace", 0)),
-        )
-        if not inter:
-            inter = kw["moe_intermediate"]
-    if mtype == "qwen2":
-        kw["qkv_bias"] = True
-    # Per-layer attention kinds (gpt-oss, newer Qwen/Gemma configs): only layers named sliding_attention
-    # slide; a config-wide sliding_window with use_sliding_window false (Qwen2/3) slides nothing.
-    types = cfg.get("layer_types")
-    if isinstance(types, list) and cfg.get("sliding_window"):
-        sliding = sum(1 for t in types if t == "sliding_attention")
-        if 0 < sliding < layers:
-            kw.update(sliding_window=int(cfg["sliding_window"]), sliding_layers=sliding)
-    return ModelSpec(
-        name=name,
-        layers=layers,
-        hidden=hidden,
-        heads=heads,
-        kv_heads=kv_heads,
-        head_dim=head_dim,
-        vocab=vocab,
-        intermediate=inter,
-        **kw,
-    )
-
-
-def _checkpoint_quant(qc: Any) -> str:
-    if not isinstance(qc, Mapping):
-        return ""
-    method = str(qc.get("quant_method", "")).lower()
-    if method in ("fp8", "fbgemm_fp8"):
-        return "fp8"
-    if method in ("awq", "awq_marlin"):
-        return "awq"
-    if method in ("gptq", "gptq_marlin"):
-        return "int4"
-    if method == "compressed-tensors":
-        text = json.dumps(qc).lower()
-        return "fp8" if '"num_bits": 8' in text and "float" in text else ("int4" if '"num_bits": 4' in text else "")
-    return ""
 
 
 def params_b(x: float) -> str:

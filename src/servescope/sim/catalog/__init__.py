@@ -1,0 +1,2 @@
+"""The catalogue: models (architecture facts and parameter counts), GPUs (datasheet figures), and the
+mapping of a Hugging Face config.json to a model."""
