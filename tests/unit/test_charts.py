@@ -7,16 +7,9 @@ import math
 import re
 import xml.etree.ElementTree as ET
 
-from servescope.report.charts import (
-    RefLine,
-    Series,
-    cdf_chart,
-    format_number,
-    histogram_chart,
-    line_chart,
-    log_ticks,
-    nice_ticks,
-)
+from servescope.report.charts import cdf_chart, histogram_chart, line_chart
+from servescope.report.svgplot import RefLine, Series
+from servescope.report.ticks import format_number, log_ticks, nice_ticks
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 

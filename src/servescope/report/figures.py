@@ -8,14 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from servescope.report.charts import (
-    PALETTE,
-    RefLine,
-    Series,
-    cdf_chart,
-    histogram_chart,
-    line_chart,
-)
+from servescope.report.charts import cdf_chart, histogram_chart, line_chart
 from servescope.report.data import (
     SweepResult,
     inflight_series,
@@ -23,6 +16,7 @@ from servescope.report.data import (
     tokens_per_s_series,
 )
 from servescope.report.gantt import gantt_columns
+from servescope.report.svgplot import PALETTE, RefLine, Series
 from servescope.results.metrics import dig
 from servescope.results.schema import Summary
 from servescope.results.store import RunResult

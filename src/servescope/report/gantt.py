@@ -1,5 +1,5 @@
 """The requests' Gantt chart as SVG (one row per request in send order: waiting for the first token,
-generating, failed), drawn with the frame, axes and legend of `charts.py`; pure and deterministic
+generating, failed), drawn with the frame, axes and legend of `svgplot.py`; pure and deterministic
 as the other charts (the same data gives the same bytes)."""
 
 from __future__ import annotations
@@ -9,19 +9,19 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from servescope.report.charts import (
+from servescope.report.svgplot import (
     PALETTE,
+    Axis,
     Series,
-    _Axis,
-    _axis,
-    _draw_axes,
-    _f,
-    _frame,
-    _legend,
-    _no_data,
-    _step_of,
-    nice_ticks,
+    axis_for,
+    chart_frame,
+    coord,
+    draw_axes,
+    draw_legend,
+    no_data,
+    step_of,
 )
+from servescope.report.ticks import nice_ticks
 
 __all__ = ["gantt_chart", "gantt_columns"]
 
@@ -82,14 +82,14 @@ def gantt_columns(
         subtitle = "; ".join(p for p in (subtitle, f"{max_rows} of {n} requests shown") if p)
     names = ["waiting for first token", "generating", "failed"]
     colors = ["#fdba74", PALETTE[0], "#dc2626"]
-    svg, left, top, right, bottom, legend_rows = _frame(title, subtitle, names, width, height, "request")
+    svg, left, top, right, bottom, legend_rows = chart_frame(title, subtitle, names, width, height, "request")
     box = (left, top, right, bottom)
     if not n:
-        return _no_data(svg, box)
-    xa = _axis(np.concatenate([end, send]), log=False, zero=True)
+        return no_data(svg, box)
+    xa = axis_for(np.concatenate([end, send]), log=False, zero=True)
     ticks = [t for t in nice_ticks(0, n) if t <= n]
-    ya = _Axis(float(n), 0.0, ticks, False)
-    _draw_axes(svg, xa, ya, box, x_label, "request (send order)", _step_of(xa.ticks), _step_of(ticks))
+    ya = Axis(float(n), 0.0, ticks, False)
+    draw_axes(svg, xa, ya, box, x_label, "request (send order)", step_of(xa.ticks), step_of(ticks))
     row_h = (bottom - top) / n
     stroke = max(0.6, min(6.0, row_h * 0.75))
     paths: list[list[str]] = [[], [], []]
@@ -100,13 +100,13 @@ def gantt_columns(
         x0 = left + xa.frac(s) * (right - left)
         x2 = left + xa.frac(e) * (right - left)
         if bad or math.isnan(f):
-            paths[2 if bad else 0].append(f"M{_f(x0)},{_f(y)}H{_f(max(x2, x0 + 3.0))}")
+            paths[2 if bad else 0].append(f"M{coord(x0)},{coord(y)}H{coord(max(x2, x0 + 3.0))}")
             continue
         x1 = left + xa.frac(f) * (right - left)
-        paths[0].append(f"M{_f(x0)},{_f(y)}H{_f(max(x1, x0 + 0.5))}")
-        paths[1].append(f"M{_f(x1)},{_f(y)}H{_f(max(x2, x1 + 0.5))}")
+        paths[0].append(f"M{coord(x0)},{coord(y)}H{coord(max(x1, x0 + 0.5))}")
+        paths[1].append(f"M{coord(x1)},{coord(y)}H{coord(max(x2, x1 + 0.5))}")
     for d, color in zip(paths, colors):
         if d:
             svg.add(f'<path d="{"".join(d)}" fill="none" stroke="{color}" stroke-width="{stroke:.2f}"/>')
-    _legend(svg, legend_rows, [Series(nm, [], [], c) for nm, c in zip(names, colors)], top)
+    draw_legend(svg, legend_rows, [Series(nm, [], [], c) for nm, c in zip(names, colors)], top)
     return svg.done()

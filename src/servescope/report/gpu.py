@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from servescope.report.charts import RefLine, Series, line_chart
+from servescope.report.charts import line_chart
 from servescope.report.layout import card, esc, figures_grid, fmt
+from servescope.report.svgplot import RefLine, Series
 from servescope.results.schema import Summary
 from servescope.results.store import read_json
 

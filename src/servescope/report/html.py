@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from servescope.report.charts import format_number
 from servescope.report.data import (
     RepeatsResult,
     SweepResult,
@@ -32,6 +31,7 @@ from servescope.report.layout import (
     table,
 )
 from servescope.report.multi import render_overlay, render_repeats, render_sweep
+from servescope.report.ticks import format_number
 from servescope.results.interactivity import DEFAULT_LEVELS
 from servescope.results.precision import plus_minus
 from servescope.results.schema import ServerMetrics, Summary

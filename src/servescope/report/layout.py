@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-from servescope.report.charts import format_number
+from servescope.report.ticks import format_number
 
 __all__ = ["CAPTIONS", "REPORT", "card", "css", "esc", "figures_grid", "flatten", "fmt", "kv_table", "page", "table"]
 

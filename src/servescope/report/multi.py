@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from servescope.report.charts import format_number
 from servescope.report.data import (
     RepeatsResult,
     SweepPoint,
@@ -22,6 +21,7 @@ from servescope.report.figures import (
 )
 from servescope.report.layout import REPORT, card, esc, figures_grid, fmt, page, table
 from servescope.report.pareto import pareto_section
+from servescope.report.ticks import format_number
 from servescope.results.interactivity import DEFAULT_LEVELS
 from servescope.results.schema import Summary
 from servescope.results.store import RunResult

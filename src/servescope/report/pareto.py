@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from servescope.report.charts import PALETTE, RefLine, Series, line_chart
+from servescope.report.charts import line_chart
 from servescope.report.layout import esc, fmt
+from servescope.report.svgplot import PALETTE, RefLine, Series
 from servescope.results.interactivity import (
     DEFAULT_LEVELS,
     LevelReading,
