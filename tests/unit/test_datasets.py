@@ -15,7 +15,7 @@ from servescope.workload.exact.units import ANCHOR, approximate_units, calibrate
 from servescope.workload.files import load_hf, load_jsonl, load_sharegpt, resolve_hf_path
 from servescope.workload.sessions import flatten, records_to_items
 from servescope.workload.trace import read_trace, trace_items
-from tests.unit.test_workload import BuiltinCounter
+from tests.unit.test_exact import BuiltinCounter
 
 
 def _builder(api: str = "chat", counter: object | None = None) -> PromptBuilder:
