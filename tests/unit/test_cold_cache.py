@@ -1,5 +1,5 @@
 """Cold caches by default: per-part seeds, a random workload's designed prefix-cache hit rate, the
-hit-rate note, the reset plan per engine and the emulator's block pool reset (issue 14)."""
+hit-rate note, the reset plan per engine and the emulator's block pool reset."""
 
 from __future__ import annotations
 
