@@ -6,7 +6,7 @@ Starts the scripted server (tests/support/scripted_server.py) with no delays in 
 then, in this process and one after the other on the same event-loop implementation, drives it
 with (a) servescope's shard (`servescope.client.shard.Shard`; as run by default, then without read
 coalescing, then with read-time stamps) and (b) a minimal asyncio + aiohttp
-streaming client of the kind the issue describes (~60 lines: iter_any, split lines, json.loads
+a typical lean streaming client (~60 lines: iter_any, split lines, json.loads
 per data line, perf_counter_ns per read). CPU is this process's user+system time over the load
 (getrusage), so the server's CPU is not counted. Target: servescope <= 5 us per token and no
 more than the minimal client.

@@ -7,7 +7,7 @@ it does not take the server's CPU), and reads the server's own pacing figures fr
     .venv/bin/python benchmarks/emulator_pacing.py [--streams 256] [--duration 10] [--profile tiny]
         [--realtime-priority 20]
 
-Targets (issue 3): >= 20,000 tokens/s on one core, P99 emission lateness <= 1 ms at 256 streams.
+Targets: >= 20,000 tokens/s on one core, P99 emission lateness <= 1 ms at 256 streams.
 Lateness here is |actual write - engine emission time| per token: a step's tokens leave in one burst
 (one send per stream) centred on the step's end.
 

@@ -1,4 +1,4 @@
-"""The client's resident memory over a long run (issue 15, must-hold 5: 200,000 requests under 500 MB).
+"""The client's resident memory over a long run (target: 200,000 requests under 500 MB).
 
     .venv/bin/python benchmarks/run_memory.py [--requests 200000] [--concurrency 64] [--output-len 8] [--workers 1]
 

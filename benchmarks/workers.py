@@ -11,7 +11,7 @@ Starts the scripted server (tests/support/scripted_server.py) with no delays in 
    (`RecordWriter`, Arrow warmed up before the clock; `--no-records`: records kept in memory, written
    nowhere). CPU is the shard's own measure over the run (getrusage from t0 to the end, every
    thread): one process's, or the sum of both workers' and this process's (which receives, unpickles
-   and writes every record). Target (issue 15): within 10% per streamed token.
+   and writes every record). Target: within 10% per streamed token.
 2. open loop, Poisson at `--rate` req/s for `--seconds`, over 2 worker processes: the achieved rate
    (requests over the span of their sends, against the nominal rate and against the planned
    schedule's own span) and the median schedule lag (send time - planned time). Target: within 2%,

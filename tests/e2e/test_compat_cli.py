@@ -21,7 +21,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "foreign"
 
 
 def vllm_argv(base_url: str, model: str) -> list[str]:
-    """The issue's command line, word for word."""
+    """A `vllm bench serve` command line as users write it, word for word."""
     return [
         "--backend",
         "vllm",

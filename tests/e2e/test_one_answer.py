@@ -1,5 +1,5 @@
 """One model, one answer: `servescope run` against `servescope emulate <deployment flags>` and
-`servescope plan <the same flags>`'s what-if at the same load agree (issue 13).
+`servescope plan <the same flags>`'s what-if at the same load agree.
 
 Both resolve the deployment to one engine configuration (`deploy.deployment.Deployment`): the
 emulator runs it on the wall clock, plan on a virtual clock. Closed loop, fixed lengths, ignore_eos.

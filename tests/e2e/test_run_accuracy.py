@@ -1,4 +1,4 @@
-"""Measurement accuracy against a server with known timing (issue 2, must-hold 1-3)."""
+"""Measurement accuracy against a server with known timing."""
 
 from __future__ import annotations
 
@@ -152,7 +152,7 @@ def _judge_512(srv_url: str, tmp_path: Path, s: dict) -> bool:
 
 
 def test_concurrency_512_matches_truth(scripted_server, tmp_path: Path) -> None:
-    """512 streams at a pace the host carries: the figures are right and the client verdict clear (issue 14)."""
+    """512 streams at a pace the host carries: the figures are right and the client verdict clear."""
     # Truth is when the server really wrote each chunk: a Python server pacing 512 streams on
     # two cores is itself some ms late at its P99, and that is not the client's error.
     srv = scripted_server("--ttft-ms", str(TRUE_TTFT_MS), "--itl-ms", str(PACED_ITL_MS))

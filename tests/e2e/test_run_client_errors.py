@@ -1,4 +1,4 @@
-"""Errors of the client's own: recorded as `client_error`, never lost, never put on the server (issue 12).
+"""Errors of the client's own: recorded as `client_error`, never lost, never put on the server.
 
 Real loopback servers; the fault is injected by replacing a function the request path really
 calls (not a mock server), so everything around it runs as in a run.

@@ -1,4 +1,4 @@
-"""Faults on the wire: every sent request is accounted for, by kind (issue 2, must-hold 4)."""
+"""Faults on the wire: every sent request is accounted for, by kind."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Sessions, stopping and killing a run (issue 2, must-hold 5; multi-turn shard contract)."""
+"""Sessions, stopping and killing a run (the multi-turn shard contract)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Connections the client could not open before the clock are named, not hidden (issue 12).
+"""Connections the client could not open before the clock are named, not hidden.
 
 The server here limits connections for real: its listen backlog is 1 (the kernel queues 2 connects
 it has not accepted, and drops the SYNs of the rest), and it stops accepting for a while once the

@@ -1,4 +1,4 @@
-"""Self-validation and precision on real runs (issue 14): every check passes against the built-in
+"""Self-validation and precision on real runs: every check passes against the built-in
 emulator and llama.cpp's llama-server; --target-precision stops a run once its headline
 percentiles are known well enough, or says that the limit came first."""
 

@@ -1,9 +1,9 @@
-"""Cold caches by default (issue 14): every sweep point and repeat sends its own prompts, warm points
+"""Cold caches by default: every sweep point and repeat sends its own prompts, warm points
 are flagged, `--reset-cache` empties the server's prefix cache before each point (the built-in emulator,
 and vLLM's and SGLang's endpoints on the scripted server over real HTTP), and a closed loop's offered
 rate is requests sent over the window.
 
-The sweeps are the issue's (`--concurrency 1,4,16,64 --input-len 1024`) on the default emulator profile,
+The sweeps are a typical capacity sweep's (`--concurrency 1,4,16,64 --input-len 1024`) on the default emulator profile,
 with short outputs and 64 requests per point so a 2-core machine runs each in seconds.
 """
 

@@ -1,4 +1,4 @@
-"""Workloads end to end (issue 7): exact input lengths as the SERVER counts them, shared prefixes that the
+"""Workloads end to end: exact input lengths as the SERVER counts them, shared prefixes that the
 server's prefix cache really hits, multi-turn sessions with growing history, local HF datasets.
 
 Targets: our emulator (vLLM's /tokenize and prefix-cache counters) and llama.cpp's llama-server (a real
