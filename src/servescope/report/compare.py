@@ -31,9 +31,9 @@ from servescope.results.bootstrap import (
     SideData,
     ratio_ci,
 )
-from servescope.results.colsummary import tpot_ms
 from servescope.results.interactivity import DEFAULT_LEVELS
 from servescope.results.metrics import dig
+from servescope.results.perrequest import input_counts, request_latencies_ms
 from servescope.results.schema import Summary
 from servescope.results.store import RunResult
 
@@ -170,11 +170,11 @@ def side_data(runs: Sequence[RunResult]) -> SideData:
         n0 = len(req_run)
         req_run.extend([r_idx] * int(m.sum()))
         out_tok = np.where(ok, np.nan_to_num(c.output_tokens[m]), 0.0)
-        in_tok = np.where(ok, np.where(np.isnan(c.input_tokens[m]), c.input_len[m], c.input_tokens[m]), 0.0)
-        first, last = c.t_first[m], c.t_last[m]
-        tpot = tpot_ms(first, last, out_tok)
-        for key, v in (("ttft", (first - send) / 1e6), ("e2e", (last - send) / 1e6), ("tpot", tpot)):
-            cols[key].extend(np.where(ok, v, np.nan).tolist())
+        in_tok = np.where(ok, input_counts(c)[m], 0.0)
+        last = c.t_last[m]
+        lat = request_latencies_ms(c, m)
+        for key in ("ttft", "e2e", "tpot"):
+            cols[key].extend(np.where(ok, lat[key], np.nan).tolist())
         cols["out"].extend(out_tok.tolist())
         cols["total"].extend((out_tok + in_tok).tolist())
         cols["ok"].extend(ok.astype(float).tolist())

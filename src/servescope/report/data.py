@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from servescope.errors import ConfigError
-from servescope.results.colsummary import tpot_ms
 from servescope.results.columns import RecordColumns
 from servescope.results.metrics import dig
 from servescope.results.parquet import has_records
+from servescope.results.perrequest import request_latencies_ms
 from servescope.results.records import RequestRecord
 from servescope.results.schema import Summary
 from servescope.results.store import RunResult, load_run, read_json
@@ -222,16 +222,7 @@ def samples_ms(records: Records) -> dict[str, np.ndarray]:
     """Per-request TTFT, TTFAT, E2E, TPOT and pooled per-token ITL (ms) of completed requests (ITL:
     at most `columns.CHART_SAMPLE` values, a systematic sample in send order beyond that)."""
     c = as_columns(records)
-    done = c.completed
-    send, first, last = c.t_send[done], c.t_first[done], c.t_last[done]
-    out = np.nan_to_num(c.output_tokens[done])
-    tpot = tpot_ms(first, last, out)
-    raw = {
-        "ttft": (first - send) / 1e6,
-        "ttfat": (c.t_first_answer[done] - send) / 1e6,
-        "e2e": (last - send) / 1e6,
-        "tpot": tpot,
-    }
+    raw = request_latencies_ms(c, c.completed)
     samples = {k: v[~np.isnan(v)] for k, v in raw.items()}
     samples["itl"] = c.itl_chart_ms
     return samples

@@ -19,7 +19,7 @@ import numpy as np
 from servescope.results.columns import RecordColumns
 from servescope.results.interactivity import interactivity_block
 from servescope.results.metrics import PERCENTILES, SCHEMA, _closed_loop, distribution, error_adjusted, offered_rate
-from servescope.results.perrequest import input_counts, request_latencies_ms, tpot_ms, window_columns
+from servescope.results.perrequest import input_counts, request_latencies_ms, window_columns
 from servescope.results.schema import Client, ClientMeasures, Distribution, Goodput, RunInfo, Summary, Throughput
 from servescope.results.streaming import (
     COMPACT_ABOVE,
@@ -37,7 +37,6 @@ __all__ = [
     "streamed_gap_distribution",
     "summarize_columns",
     "tokens_read_together",
-    "tpot_ms",
 ]
 
 # Failures that say nothing about the server: requests cut short by the user or by --duration.
