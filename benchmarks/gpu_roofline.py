@@ -1,5 +1,5 @@
 """What the local GPU really delivers to one catalogue model's matrix products, against the datasheet
-figures `sim/catalog.py` holds (run by hand on a GPU machine; needs PyTorch with CUDA, not a dependency):
+figures `sim/catalog/gpus.py` holds (run by hand on a GPU machine; needs PyTorch with CUDA, not a dependency):
 
     PYTHONPATH=src python3 benchmarks/gpu_roofline.py --model Llama-3.1-8B --json roofline.json
     PYTHONPATH=src python3 benchmarks/gpu_roofline.py --model Llama-3.1-70B --tp 8 --fp8   # one GPU's share

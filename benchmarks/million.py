@@ -16,7 +16,7 @@ Each reports its wall time (from before its imports), its CPU time (user + syste
 cores shared with others, so the wall time of a busy machine says more about the others) and its
 peak resident memory (its own ru_maxrss, MB of 10**6 bytes), `--repeat` times (min and median
 shown), with the load average, and a PASS/FAIL line per target: (1) summary + report under 5 s
-and 1 GB; (2) CSV export under 10 s; (3) the post-run checks of a run (`checks`: run/bench.py's
+and 1 GB; (2) CSV export under 10 s; (3) the post-run checks of a run (`checks`: run/assemble.py's
 validation and precision over the columns, after the summary) under 1 GB, the process's peak.
 """
 
@@ -122,7 +122,7 @@ elif what == "checks":
     from servescope.results.colsummary import summarize_columns
     from servescope.results.parquet import load_columns
     from servescope.results.selfcheck import validate_columns
-    cols = load_columns(d)  # as run/bench.py after a run: the columns, the summary, then the checks
+    cols = load_columns(d)  # as run/assemble.py after a run: the columns, the summary, then the checks
     summary = summarize_columns(cols)
     r = resource.getrusage(resource.RUSAGE_SELF)
     print(f"peak RSS before the checks: {r.ru_maxrss * 1024 / 1e6:.0f} MB")
@@ -140,7 +140,7 @@ print(f"{time.perf_counter() - t:.3f} {r.ru_utime + r.ru_stime - cpu0:.3f} {r.ru
 """
 
 #: (what, wall-time limit s, peak-RSS limit MB) a million-request result must stay within; None: no limit.
-#: "checks": the post-run checks of run/bench.py (validation, precision) after the summary, timed alone
+#: "checks": the post-run checks of run/assemble.py (validation, precision) after the summary, timed alone
 #: (wall and CPU); the peak RSS is the process's, the columns and the summary before them included.
 TARGETS = {
     "summary": (None, None),

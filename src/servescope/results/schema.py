@@ -1,6 +1,6 @@
 """The shape of `summary.json`, written down once: `Summary` and its blocks, as TypedDicts.
 
-`colsummary.summarize_columns` builds a `Summary` from a run's columns, `run.bench` and `sweep` add
+`colsummary.summarize_columns` builds a `Summary` from a run's columns, `run.assemble` and `sweep` add
 their blocks to it (the cost and energy blocks' shapes are in `costschema`), and the
 store, report, repeats and sweep read it through these types, so mypy checks every key. At run time
 a TypedDict is a plain dict: nothing here validates or costs anything, and nothing here imports
@@ -205,7 +205,7 @@ class Goodput(TypedDict, closed=True):
 
 
 class ClientMeasures(TypedDict, total=False, closed=True):
-    """What the client measured about itself during the run (run.bench, from the shard)."""
+    """What the client measured about itself during the run (run.assemble, from the shard)."""
 
     cpu_s: float
     cpu_us_per_token: float | None

@@ -66,7 +66,7 @@ _LATENCY_LABELS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E", "
 
 
 class Bounds(TypedDict):
-    """Physical limits of a known deployment (computed where the deployment is loaded: run.bench).
+    """Physical limits of a known deployment (computed where the deployment is loaded: run.assemble).
 
     `itl_floor_ms`: weights (dense + the routed experts one token needs) streamed once from HBM at
     the datasheet bandwidth, per token a decode step yields; `tokens_per_s_ceiling`: replicas ×
