@@ -496,7 +496,7 @@ def test_whatif_band_follows_the_kind_of_load() -> None:
 
 
 def test_band_of_a_kind_of_load_with_too_few_points_is_the_overall_one() -> None:
-    from servescope.plan.command import Band
+    from servescope.plan.band import Band
     from servescope.plan.knobfit import MODE_BAND_MIN_POINTS, published_bands
 
     def stats(err: float, n: int) -> dict[str, object]:

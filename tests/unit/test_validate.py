@@ -377,8 +377,8 @@ def test_calibration_round_trips(tmp_path) -> None:  # type: ignore[no-untyped-d
 
 
 def test_committed_calibration_publishes_its_held_out_error(validation: tuple[Predictor, Calibration]) -> None:
-    """plan's uncertainty band is the committed calibration's held-out median |error| (plan/command.py)."""
-    from servescope.plan.command import _band
+    """plan's uncertainty band is the committed calibration's held-out median |error| (plan/band.py)."""
+    from servescope.plan.band import band_for
 
     _, cal = validation
     got = _held_out(validation)
@@ -386,7 +386,7 @@ def test_committed_calibration_publishes_its_held_out_error(validation: tuple[Pr
     assert pub["output_tokens_per_s"] == pytest.approx(got["tok_s"], abs=1e-3)
     assert pub["itl_ms"] == pytest.approx(got["itl"], abs=1e-3)
     assert pub["ttft_ms"] == pytest.approx(got["ttft"], abs=1e-3)
-    band = _band(None)
+    band = band_for(None)
     assert band.overall == pytest.approx(pub, abs=1e-3) and "held-out" in band.source
     pred, _ = validation
     by_key = {p.key: p for p in pred.points}

@@ -1,24 +1,26 @@
 """`servescope plan`: memory fit, KV capacity, deployment recipes, what-if on a virtual clock, calibration.
 
-The cores are pure functions over `sim/`: `plan.fit` (`resolve_layout`, `fit_table`), `plan.whatif`
-(`whatif`), `plan.calibrate` (`calibrate`). `plan_main` does the I/O (console, --out files, reading
---calibrate measurements). Register `plan_command` (a click command) in cli.py.
+The cores are pure functions over `sim/`: `plan.memfit` (`to_deployment`, `fit_table`), `plan.whatif`
+(`whatif`), `plan.calibrate` (`calibrate`), `plan.band` (the what-if's uncertainty). `plan_main` runs
+them in steps and does the I/O (console, --out files, reading --calibrate measurements). Register
+`plan_command` (a click command) in cli.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import statistics
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
 
+from servescope.deploy.deployment import Deployment, EngineLimits
 from servescope.errors import handle_errors
+from servescope.plan.band import Band, band_for, loo_line, loo_spread
 from servescope.plan.calibrate import MeasuredPoint, calibrate, leave_one_out, load_measurements
 from servescope.plan.memfit import GIB, PlanArgs, engine_base, fit_table, to_deployment
 from servescope.plan.recipes import RecipeSpec, render_all
@@ -35,124 +37,27 @@ __all__ = ["plan_main", "plan_command", "PLAN_SCHEMA"]
 
 PLAN_SCHEMA = "servescope.plan/1"
 
-# Until plan/validate.py publishes held-out errors (deploy/calibration.yaml, `heldout_median_abs_error`),
-# the band is the uncalibrated what-if's held-out median |error| measured in issue 13 (output tok/s
-# 88%, ITL 51%, TTFT 94%): wide, and honest about it.
-_FALLBACK_BAND = {"output_tokens_per_s": 0.88, "itl_ms": 0.51, "ttft_ms": 0.94}
-_FALLBACK_BAND_SOURCE = (
-    "held-out median |error| of the uncalibrated what-if against published measurements "
-    "(issue 13: 88% output tok/s, 51% ITL, 94% TTFT); no validation figures are installed"
-)
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Calibrated:
+    """The knobs the what-if runs with: `start` (the deployment's) or, after --calibrate, the fit to
+    `measured`, with each measured point's prediction under the fit (`fitted`)."""
+
+    knobs: StepKnobs
+    start: StepKnobs
+    measured: list[MeasuredPoint]
+    fitted: list[tuple[MeasuredPoint, WhatIfPoint]] | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Band:
-    """The relative +- band per metric (output_tokens_per_s, itl_ms, ttft_ms) of what-if points, and
-    where it comes from: over all validation points, and by workload mode where the validation had
-    enough points of that mode (`plan.fitting.published_bands`)."""
+class WhatIf:
+    """The what-if points with their bands (`bands`, one per point: `band`'s, widened to the
+    leave-one-out move where there is one) and their leave-one-out spread (None without)."""
 
-    overall: dict[str, float]
-    source: str
-    by_mode: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
-
-    def for_point(self, p: WhatIfPoint) -> dict[str, float]:
-        return {**self.overall, **self.by_mode.get(p.mode, {})}
-
-    def lines(self, points: Sequence[WhatIfPoint]) -> list[str]:
-        """The terminal's account of the band: where it comes from, then one line per kind of load
-        among `points` (a kind the validation had too few points of carries the band over all)."""
-        out = [f"uncertainty{' by kind of load' if self.by_mode else ''} ({self.source}):"]
-        for mode in dict.fromkeys(p.mode for p in points):
-            b = {**self.overall, **self.by_mode.get(mode, {})}
-            parts = [
-                f"±{b[k]:.0%} {name}"
-                for k, name in (("output_tokens_per_s", "output tok/s"), ("itl_ms", "ITL"), ("ttft_ms", "TTFT"))
-                if k in b
-            ]
-            kind = {"closed": "closed loop", "offline": "all at once", "rate": "Poisson rate"}[mode]
-            own = mode in self.by_mode or not self.by_mode
-            out.append(f"  {kind}: {', '.join(parts)}" + ("" if own else f" (too few {kind} points: over all)"))
-        return out
-
-
-def _band(calibrated: list[tuple[MeasuredPoint, WhatIfPoint]] | None) -> Band:
-    """Relative +- band per metric for what-if points, and where it comes from."""
-    if calibrated:
-        errs: dict[str, list[float]] = {"output_tokens_per_s": [], "itl_ms": [], "ttft_ms": []}
-        for m, sim in calibrated:
-            if m.output_tokens_per_s:
-                errs["output_tokens_per_s"].append(abs(sim.output_tokens_per_s / m.output_tokens_per_s - 1))
-            if m.itl_ms:
-                errs["itl_ms"].append(abs(sim.itl_ms_p50 / m.itl_ms - 1))
-            if m.ttft_ms:
-                errs["ttft_ms"].append(abs(sim.ttft_ms_p50 / m.ttft_ms - 1))
-        band = {k: max(0.05, statistics.median(v)) for k, v in errs.items() if v}
-        return Band(
-            band,
-            "median |error| of the calibrated model on the calibration points (at least 5%); "
-            "extrapolation beyond them is wider",
-        )
-    from servescope.deploy.deployment import load_knob_table_meta
-
-    meta = load_knob_table_meta()
-    held = meta.get("heldout_median_abs_error")
-    if isinstance(held, dict) and held:
-        modes = meta.get("heldout_median_abs_error_by_mode")
-        by_mode = (
-            {str(m): {str(k): float(v) for k, v in b.items()} for m, b in modes.items() if isinstance(b, dict)}
-            if isinstance(modes, dict)
-            else {}
-        )
-        return Band(
-            {str(k): float(v) for k, v in held.items()},
-            str(meta.get("heldout_source", "held-out median |error| by source")),
-            by_mode,
-        )
-    return Band(dict(_FALLBACK_BAND), _FALLBACK_BAND_SOURCE)
-
-
-_METRIC_ATTRS = (
-    ("output_tokens_per_s", "output_tokens_per_s", "output tok/s"),
-    ("itl_ms", "itl_ms_p50", "ITL"),
-    ("ttft_ms", "ttft_ms_p50", "TTFT"),
-)
-
-
-def _loo_spread(
-    full: Sequence[WhatIfPoint], runs: Sequence[tuple[MeasuredPoint, Sequence[WhatIfPoint]]]
-) -> list[dict[str, dict[str, Any]]]:
-    """Per what-if point and metric: the lowest and highest prediction over the leave-one-out fits
-    (`calibrate.leave_one_out`), which point each left out, and the largest relative move from the
-    prediction on all points."""
-    out = []
-    for i, p in enumerate(full):
-        per: dict[str, dict[str, Any]] = {}
-        for name, attr, _ in _METRIC_ATTRS:
-            base = float(getattr(p, attr))
-            vals = [(float(getattr(pts[i], attr)), left) for left, pts in runs]
-            lo, hi = min(vals, key=lambda v: v[0]), max(vals, key=lambda v: v[0])
-            per[name] = {
-                "low": min(lo[0], base),
-                "high": max(hi[0], base),
-                "lowest_without": f"c={lo[1].concurrency}",
-                "highest_without": f"c={hi[1].concurrency}",
-                "max_rel": max(abs(v / base - 1) for v, _ in vals) if base > 0 else 0.0,
-            }
-        out.append(per)
-    return out
-
-
-def _loo_line(p: WhatIfPoint, spread: dict[str, dict[str, Any]], band: dict[str, float]) -> str:
-    parts = []
-    for name, _, label in _METRIC_ATTRS:
-        s = spread[name]
-        unit = "" if name == "output_tokens_per_s" else " ms"
-        fmt = "{:,.0f}" if name != "itl_ms" else "{:,.1f}"
-        pm = f"±{band[name]:.0%} " if name in band else ""  # a metric none of the points measured has no band
-        parts.append(
-            f"{pm}{label} {fmt.format(s['low'])}-{fmt.format(s['high'])}{unit} (lowest without {s['lowest_without']})"
-        )
-    return f"  {p.load}: " + ", ".join(parts)
+    points: list[WhatIfPoint]
+    band: Band
+    bands: list[dict[str, float]]
+    spread: list[dict[str, dict[str, Any]]] | None
 
 
 def _fit_json(res: FitResult, seq_lens: list[int]) -> dict[str, Any]:
@@ -180,7 +85,6 @@ def plan_main(args: PlanArgs, console: Console | None = None) -> int:
     quiet = args.json_out == "-"
     con = console or Console(stderr=quiet)
     dep = to_deployment(args)
-    model, layout = dep.model, dep.layout
     res = dep.fit()
     seq_lens = sorted({args.max_model_len, args.prefix_len + args.input_len + args.output_len})
     doc: dict[str, Any] = {
@@ -189,16 +93,48 @@ def plan_main(args: PlanArgs, console: Console | None = None) -> int:
         "fit": _fit_json(res, seq_lens),
     }
     if not quiet:
-        con.print(fit_table(model, layout, res, engine=args.engine, seq_lens=seq_lens))
+        con.print(fit_table(dep.model, dep.layout, res, engine=args.engine, seq_lens=seq_lens))
     if not res.fits:
         if not quiet:
-            con.print(f"[bold red]Does not fit:[/] {res.reason}")
-            if res.suggestions:
-                con.print("Smallest layouts that fit:")
-                for s in res.suggestions:
-                    con.print(f"  - {s}")
+            _print_no_fit(con, res)
         _emit(args, doc)
         return 1
+    notes = _notes(args, dep, res)
+    spec = _recipe_spec(args, dep)
+    files = render_all(spec)
+    doc["notes"] = notes
+    doc["recipe"] = _recipe_json(spec, dep.limits, files)
+    if not quiet:
+        for n in notes:
+            con.print(f"note: {n}")
+    _write_recipes(args, spec, files, con, quiet=quiet)
+    cal = _calibrate(args, dep, doc, con, quiet=quiet)
+    doc["knobs"] = {
+        "source": "calibrated" if args.calibrate else "fitted table (deploy/calibration.yaml or defaults)",
+        **dataclasses.asdict(cal.knobs),
+    }
+    concs = args.concurrency or (args.predict_concurrency if args.calibrate and not args.request_rate else ())
+    if concs or args.request_rate:
+        wi = _whatif(args, dep, cal, concs)
+        doc["whatif"] = _whatif_json(args, wi, closed_loop=bool(concs))
+        if not quiet:
+            _print_whatif(con, args, wi, len(cal.measured))
+    _emit(args, doc)
+    return 0
+
+
+def _print_no_fit(con: Console, res: FitResult) -> None:
+    con.print(f"[bold red]Does not fit:[/] {res.reason}")
+    if res.suggestions:
+        con.print("Smallest layouts that fit:")
+        for s in res.suggestions:
+            con.print(f"  - {s}")
+
+
+def _notes(args: PlanArgs, dep: Deployment, res: FitResult) -> list[str]:
+    """What the user should know about this deployment beyond the fit table: an older engine's MLA
+    weights, DP attention's expert split and prompt share, prefix caching switched off."""
+    model, layout, lim = dep.model, dep.layout, dep.limits
     notes: list[str] = []
     if model.attention == "mla" and args.engine == "vllm":
         extra = weight_bytes_per_gpu(model, layout, engine="vllm-0.7") - res.weights_per_gpu_bytes
@@ -206,7 +142,6 @@ def plan_main(args: PlanArgs, console: Console | None = None) -> int:
             f"vLLM 0.7.x kept absorbed MLA weights, {extra / GIB:.1f} GiB more per GPU here; "
             "--engine vllm-0.7 models that version"
         )
-    lim = dep.limits
     if layout.dp > 1 and args.ep is None and model.is_moe:
         flag = "SGLang --enable-dp-attention" if args.engine == "sglang" else "vLLM --enable-expert-parallel"
         notes.append(
@@ -226,17 +161,24 @@ def plan_main(args: PlanArgs, console: Console | None = None) -> int:
             f"prefix caching is off for {args.engine} here ({why}): the what-if recomputes the "
             f"{args.prefix_len:,}-token shared prefix of every prompt"
         )
-    spec = RecipeSpec(
-        model=model,
-        layout=layout,
+    return notes
+
+
+def _recipe_spec(args: PlanArgs, dep: Deployment) -> RecipeSpec:
+    lim = dep.limits
+    return RecipeSpec(
+        model=dep.model,
+        layout=dep.layout,
         engine=engine_base(args.engine),
         max_model_len=args.max_model_len,
         gpu_memory_utilization=lim.gpu_memory_utilization,
         max_num_seqs=lim.max_num_seqs,
     )
-    files = render_all(spec)
-    doc["notes"] = notes
-    doc["recipe"] = {
+
+
+def _recipe_json(spec: RecipeSpec, lim: EngineLimits, files: Mapping[str, str]) -> dict[str, Any]:
+    layout = spec.layout
+    return {
         "engine": spec.engine,
         "parameters": {
             "model_id": spec.model_id,
@@ -257,9 +199,11 @@ def plan_main(args: PlanArgs, console: Console | None = None) -> int:
         },
         "files": sorted(files),
     }
-    if not quiet:
-        for n in notes:
-            con.print(f"note: {n}")
+
+
+def _write_recipes(args: PlanArgs, spec: RecipeSpec, files: Mapping[str, str], con: Console, *, quiet: bool) -> None:
+    """The recipe files into --out (launch scripts executable); without --out, the launch script on
+    the console."""
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
@@ -272,96 +216,104 @@ def plan_main(args: PlanArgs, console: Console | None = None) -> int:
     elif not quiet:
         con.print(f"[bold]launch ({spec.engine})[/]  (--out DIR writes compose, Kubernetes and benchmark files)")
         con.print(files[f"launch-{spec.engine}.sh"], markup=False, highlight=False)
-    knobs = start = dep.knobs()
-    fitted: list[tuple[MeasuredPoint, WhatIfPoint]] | None = None
-    measured: list[MeasuredPoint] = []
-    if args.calibrate:
-        measured = load_measurements(args.calibrate)
-        knobs, report = calibrate(dep, measured, start=start)
-        cfg = dep.engine_config(knobs)
-        fitted = [
-            (
-                m,
-                simulate_point(
-                    cfg,
-                    concurrency=m.concurrency,
-                    input_len=m.input_len,
-                    output_len=m.output_len,
-                    num_requests=4 * m.concurrency + 4,
-                ),
-            )
-            for m in measured
-        ]
-        doc["calibration"] = {"points": len(measured), "report": report}
-        if not quiet:
-            con.print(report)
-        if args.out:
-            (Path(args.out) / "calibration.yaml").write_text(knobs_yaml(knobs), encoding="utf-8")
-    doc["knobs"] = {
-        "source": "calibrated" if args.calibrate else "fitted table (deploy/calibration.yaml or defaults)",
-        **dataclasses.asdict(knobs),
-    }
-    concs = args.concurrency or (args.predict_concurrency if args.calibrate and not args.request_rate else ())
-    if concs or args.request_rate:
 
-        def run(k: StepKnobs) -> list[WhatIfPoint]:
-            return whatif(
-                dep,
-                k,
-                input_len=args.input_len,
-                output_len=args.output_len,
-                concurrencies=concs,
-                request_rates=args.request_rate,
-                num_requests=args.num_requests,
-                prefix_len=args.prefix_len,
-            )
 
-        pts = run(knobs)
-        band = _band(fitted)
-        bands = [band.for_point(p) for p in pts]
-        runs = [(left, run(k)) for left, k in leave_one_out(dep, measured, start=start)]
-        spread = _loo_spread(pts, runs) if runs else None
-        if spread:  # the band is the larger of the fit's error and the move leaving one point out
-            bands = [{m: max(b[m], s[m]["max_rel"]) for m in b} for b, s in zip(bands, spread)]
-        rows = [point_dict(p, b) for p, b in zip(pts, bands)]
-        for row, moved in zip(rows, spread or ()):
-            row["leave_one_out"] = moved
-        doc["whatif"] = {
-            "closed_loop": bool(concs),
-            "open_loop": bool(args.request_rate),
-            "arrivals": (f"Poisson, seed {SEED} (vllm bench serve's default)" if args.request_rate else None),
-            "band_source": band.source
-            + (
-                "; or, where larger, how far the prediction moves when one calibration point is left "
-                "out of the fit (leave_one_out)"
-                if spread
-                else ""
+def _calibrate(args: PlanArgs, dep: Deployment, doc: dict[str, Any], con: Console, *, quiet: bool) -> Calibrated:
+    """The deployment's knobs, or with --calibrate the fit to the measured points: its report goes to
+    the console and `doc["calibration"]`, its knobs to --out/calibration.yaml."""
+    start = dep.knobs()
+    if not args.calibrate:
+        return Calibrated(start, start, [], None)
+    measured = load_measurements(args.calibrate)
+    knobs, report = calibrate(dep, measured, start=start)
+    cfg = dep.engine_config(knobs)
+    fitted = [
+        (
+            m,
+            simulate_point(
+                cfg,
+                concurrency=m.concurrency,
+                input_len=m.input_len,
+                output_len=m.output_len,
+                num_requests=4 * m.concurrency + 4,
             ),
-            "bands": {"all": band.overall, **band.by_mode},
-            "points": rows,
-        }
-        if not quiet:
-            from servescope.deploy.deployment import load_knob_table
+        )
+        for m in measured
+    ]
+    doc["calibration"] = {"points": len(measured), "report": report}
+    if not quiet:
+        con.print(report)
+    if args.out:
+        (Path(args.out) / "calibration.yaml").write_text(knobs_yaml(knobs), encoding="utf-8")
+    return Calibrated(knobs, start, measured, fitted)
 
-            knobs_from = (
-                "calibrated on your points"
-                if args.calibrate
-                else "knobs fitted to published measurements"
-                if load_knob_table()
-                else "default knobs"
-            )
-            con.print(whatif_table(pts, f"what-if on a virtual clock ({knobs_from}; a model, not a measurement)"))
-            lines = band.lines(pts)
-            if spread:
-                lines = [
-                    f"uncertainty: the larger of the fit's median error on your points and how far each "
-                    f"prediction moves when one of the {len(measured)} points is left out of the fit:",
-                    *(_loo_line(p, s, b) for p, s, b in zip(pts, spread, bands)),
-                ]
-            for line in lines:
-                con.print(line, markup=False, highlight=False)
-    _emit(args, doc)
-    return 0
+
+def _whatif(args: PlanArgs, dep: Deployment, cal: Calibrated, concs: Sequence[int]) -> WhatIf:
+    """The what-if points under the calibrated knobs, their band, and (after --calibrate on three or
+    more points) how far each moves when one calibration point is left out of the fit."""
+
+    def run(k: StepKnobs) -> list[WhatIfPoint]:
+        return whatif(
+            dep,
+            k,
+            input_len=args.input_len,
+            output_len=args.output_len,
+            concurrencies=concs,
+            request_rates=args.request_rate,
+            num_requests=args.num_requests,
+            prefix_len=args.prefix_len,
+        )
+
+    pts = run(cal.knobs)
+    band = band_for(cal.fitted)
+    bands = [band.for_point(p) for p in pts]
+    runs = [(left, run(k)) for left, k in leave_one_out(dep, cal.measured, start=cal.start)]
+    spread = loo_spread(pts, runs) if runs else None
+    if spread:  # the band is the larger of the fit's error and the move leaving one point out
+        bands = [{m: max(b[m], s[m]["max_rel"]) for m in b} for b, s in zip(bands, spread)]
+    return WhatIf(pts, band, bands, spread)
+
+
+def _whatif_json(args: PlanArgs, wi: WhatIf, *, closed_loop: bool) -> dict[str, Any]:
+    rows = [point_dict(p, b) for p, b in zip(wi.points, wi.bands)]
+    for row, moved in zip(rows, wi.spread or ()):
+        row["leave_one_out"] = moved
+    return {
+        "closed_loop": closed_loop,
+        "open_loop": bool(args.request_rate),
+        "arrivals": (f"Poisson, seed {SEED} (vllm bench serve's default)" if args.request_rate else None),
+        "band_source": wi.band.source
+        + (
+            "; or, where larger, how far the prediction moves when one calibration point is left "
+            "out of the fit (leave_one_out)"
+            if wi.spread
+            else ""
+        ),
+        "bands": {"all": wi.band.overall, **wi.band.by_mode},
+        "points": rows,
+    }
+
+
+def _print_whatif(con: Console, args: PlanArgs, wi: WhatIf, n_measured: int) -> None:
+    from servescope.deploy.deployment import load_knob_table
+
+    knobs_from = (
+        "calibrated on your points"
+        if args.calibrate
+        else "knobs fitted to published measurements"
+        if load_knob_table()
+        else "default knobs"
+    )
+    con.print(whatif_table(wi.points, f"what-if on a virtual clock ({knobs_from}; a model, not a measurement)"))
+    lines = wi.band.lines(wi.points)
+    if wi.spread:
+        lines = [
+            f"uncertainty: the larger of the fit's median error on your points and how far each "
+            f"prediction moves when one of the {n_measured} points is left out of the fit:",
+            *(loo_line(p, s, b) for p, s, b in zip(wi.points, wi.spread, wi.bands)),
+        ]
+    for line in lines:
+        con.print(line, markup=False, highlight=False)
 
 
 def _emit(args: PlanArgs, doc: dict[str, Any]) -> None:
