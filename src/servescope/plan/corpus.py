@@ -221,7 +221,28 @@ def _engine_args(raw: Any, where: str) -> dict[str, int | bool]:
 
 def parse_source(data: Mapping[str, Any], *, origin: str = "corpus") -> tuple[Source, list[CorpusPoint]]:
     """Pure: one parsed YAML document -> its source and points; ConfigError naming what is wrong."""
-    src = data.get("source")
+    source = _parse_source_meta(data.get("source"), origin)
+    rows = data.get("points")
+    if not isinstance(rows, list) or not rows:
+        raise ConfigError(f"{origin}: no points")
+    points: list[CorpusPoint] = []
+    seen: set[str] = set()
+    for i, r in enumerate(rows):
+        where = f"{origin}: point {r.get('id', i) if isinstance(r, Mapping) else i}"
+        if not isinstance(r, Mapping):
+            raise ConfigError(f"{where}: not a mapping")
+        missing = [k for k in _POINT_KEYS if k not in r]
+        if missing:
+            raise ConfigError(f"{where}: lacks {', '.join(missing)}")
+        if r["id"] in seen:
+            raise ConfigError(f"{where}: duplicate id")
+        seen.add(str(r["id"]))
+        points.append(_parse_point(r, source, where))
+    return source, points
+
+
+def _parse_source_meta(src: Any, origin: str) -> Source:
+    """The document's `source:` mapping, checked."""
     if not isinstance(src, Mapping):
         raise ConfigError(f"{origin}: no 'source:' mapping")
     missing = [k for k in _SOURCE_KEYS if not src.get(k)]
@@ -240,7 +261,7 @@ def parse_source(data: Mapping[str, Any], *, origin: str = "corpus") -> tuple[So
         raise ConfigError(
             f"{origin}: source group must be a lower-case slug (letters, digits, '-', '.'), not {group!r}"
         )
-    source = Source(
+    return Source(
         id=str(src["id"]),
         title=str(src["title"]),
         url=str(src["url"]),
@@ -252,73 +273,65 @@ def parse_source(data: Mapping[str, Any], *, origin: str = "corpus") -> tuple[So
         group=group,
         itl=itl,
     )
-    rows = data.get("points")
-    if not isinstance(rows, list) or not rows:
-        raise ConfigError(f"{origin}: no points")
-    points: list[CorpusPoint] = []
-    seen: set[str] = set()
-    for i, r in enumerate(rows):
-        where = f"{origin}: point {r.get('id', i) if isinstance(r, Mapping) else i}"
-        if not isinstance(r, Mapping):
-            raise ConfigError(f"{where}: not a mapping")
-        missing = [k for k in _POINT_KEYS if k not in r]
-        if missing:
-            raise ConfigError(f"{where}: lacks {', '.join(missing)}")
-        if r["id"] in seen:
-            raise ConfigError(f"{where}: duplicate id")
-        seen.add(str(r["id"]))
-        if r["mode"] not in MODES:
-            raise ConfigError(f"{where}: mode must be one of {', '.join(MODES)}, not {r['mode']!r}")
-        measured = r["measured"]
-        if not isinstance(measured, Mapping) or not measured:
-            raise ConfigError(f"{where}: 'measured' must be a non-empty mapping")
-        unknown = set(measured) - MEASURED_KEYS
-        if unknown:
-            raise ConfigError(f"{where}: unknown measured keys {sorted(unknown)}")
-        vals = {str(k): float(v) for k, v in measured.items() if v is not None}
-        if any(v <= 0 for v in vals.values()):
-            raise ConfigError(f"{where}: measured figures must be > 0")
-        if r["mode"] == "closed" and not r.get("concurrency"):
-            raise ConfigError(f"{where}: a closed-loop point needs its concurrency")
-        if r["mode"] == "rate" and not r.get("request_rate"):
-            raise ConfigError(f"{where}: a rate point needs its request_rate")
-        length_dist = str(r.get("length_dist") or "")
-        if length_dist not in LENGTH_DISTS:
-            raise ConfigError(f"{where}: length_dist must be one of {', '.join(LENGTH_DISTS)}, not {length_dist!r}")
-        try:
-            points.append(
-                CorpusPoint(
-                    source=source,
-                    id=str(r["id"]),
-                    engine=str(r["engine"]),
-                    engine_version=str(r["engine_version"] or ""),
-                    gpu=str(r["gpu"]),
-                    gpus=int(r["gpus"]),
-                    model=str(r["model"]),
-                    quant=str(r["quant"] or ""),
-                    kv_quant=str(r.get("kv_quant") or ""),
-                    tp=_opt_int(r.get("tp")),
-                    pp=_opt_int(r.get("pp")),
-                    dp=_opt_int(r.get("dp")),
-                    ep=_opt_int(r.get("ep")),
-                    mode=str(r["mode"]),
-                    concurrency=_opt_int(r.get("concurrency")),
-                    request_rate=_opt_float(r.get("request_rate")),
-                    num_prompts=_opt_int(r.get("num_prompts")),
-                    input_len=_opt_float(r["input_len"]),
-                    output_len=_opt_float(r["output_len"]),
-                    dataset=str(r["dataset"] or ""),
-                    speculative=str(r.get("speculative") or ""),
-                    measured=vals,
-                    notes=str(r["notes"] or ""),
-                    disaggregated=_disaggregated(r.get("disaggregated"), int(r["gpus"]), where),
-                    engine_args=_engine_args(r.get("engine_args"), where),
-                    length_dist=length_dist,
-                )
-            )
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{where}: {exc}") from exc
-    return source, points
+
+
+def _measured(r: Mapping[str, Any], where: str) -> dict[str, float]:
+    """A point's `measured:` figures (each > 0; a null one is left out)."""
+    measured = r["measured"]
+    if not isinstance(measured, Mapping) or not measured:
+        raise ConfigError(f"{where}: 'measured' must be a non-empty mapping")
+    unknown = set(measured) - MEASURED_KEYS
+    if unknown:
+        raise ConfigError(f"{where}: unknown measured keys {sorted(unknown)}")
+    vals = {str(k): float(v) for k, v in measured.items() if v is not None}
+    if any(v <= 0 for v in vals.values()):
+        raise ConfigError(f"{where}: measured figures must be > 0")
+    return vals
+
+
+def _parse_point(r: Mapping[str, Any], source: Source, where: str) -> CorpusPoint:
+    """One row of `points:` (its keys present and its id unique, checked by the caller)."""
+    if r["mode"] not in MODES:
+        raise ConfigError(f"{where}: mode must be one of {', '.join(MODES)}, not {r['mode']!r}")
+    vals = _measured(r, where)
+    if r["mode"] == "closed" and not r.get("concurrency"):
+        raise ConfigError(f"{where}: a closed-loop point needs its concurrency")
+    if r["mode"] == "rate" and not r.get("request_rate"):
+        raise ConfigError(f"{where}: a rate point needs its request_rate")
+    length_dist = str(r.get("length_dist") or "")
+    if length_dist not in LENGTH_DISTS:
+        raise ConfigError(f"{where}: length_dist must be one of {', '.join(LENGTH_DISTS)}, not {length_dist!r}")
+    try:
+        return CorpusPoint(
+            source=source,
+            id=str(r["id"]),
+            engine=str(r["engine"]),
+            engine_version=str(r["engine_version"] or ""),
+            gpu=str(r["gpu"]),
+            gpus=int(r["gpus"]),
+            model=str(r["model"]),
+            quant=str(r["quant"] or ""),
+            kv_quant=str(r.get("kv_quant") or ""),
+            tp=_opt_int(r.get("tp")),
+            pp=_opt_int(r.get("pp")),
+            dp=_opt_int(r.get("dp")),
+            ep=_opt_int(r.get("ep")),
+            mode=str(r["mode"]),
+            concurrency=_opt_int(r.get("concurrency")),
+            request_rate=_opt_float(r.get("request_rate")),
+            num_prompts=_opt_int(r.get("num_prompts")),
+            input_len=_opt_float(r["input_len"]),
+            output_len=_opt_float(r["output_len"]),
+            dataset=str(r["dataset"] or ""),
+            speculative=str(r.get("speculative") or ""),
+            measured=vals,
+            notes=str(r["notes"] or ""),
+            disaggregated=_disaggregated(r.get("disaggregated"), int(r["gpus"]), where),
+            engine_args=_engine_args(r.get("engine_args"), where),
+            length_dist=length_dist,
+        )
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
 
 
 def corpus_files(path: str | Path | None = None) -> list[tuple[str, str]]:

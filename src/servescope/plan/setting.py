@@ -20,10 +20,11 @@ from servescope.errors import ConfigError
 from servescope.plan import lengths
 from servescope.plan.corpus import CorpusPoint
 from servescope.plan.whatif import dp_share
-from servescope.sim.catalog.gpus import get_gpu
-from servescope.sim.catalog.models import get_model
+from servescope.sim.catalog.gpus import GPUSpec, get_gpu
+from servescope.sim.catalog.models import ModelSpec, get_model
 from servescope.sim.config import EngineConfig
 from servescope.sim.defaults import (
+    EngineDefaults,
     admission_reserve,
     batch_budget,
     engine_defaults,
@@ -37,7 +38,7 @@ from servescope.sim.defaults import (
 )
 from servescope.sim.knobs import DEFAULT_KNOBS, arch_class, engine_family, gpu_generation, knob_names_for, resolve_knobs
 from servescope.sim.memory.accounting import sim_block_tokens
-from servescope.sim.memory.fit import fit
+from servescope.sim.memory.fit import FitResult, fit
 from servescope.sim.placement import Layout
 from servescope.sim.profile import step_cost
 
@@ -97,18 +98,108 @@ def _quant(q: str) -> str:
     raise ConfigError(f"unknown quantization {q!r}")
 
 
+@dataclass(frozen=True, slots=True)
+class _Parallel:
+    """A point's parallelism as the model states it: TP per attention rank, DP ranks (or replicas), EP,
+    and for prefill/decode disaggregation (prefill workers, decode workers)."""
+
+    tp: int
+    dp: int
+    ep: int
+    disagg: tuple[int, int] | None
+
+    @property
+    def workers(self) -> int:
+        """The engines the concurrency spreads over."""
+        return self.disagg[1] if self.disagg else self.dp
+
+
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    """The engine's launch limits for a point: the source's settings, else the family's defaults."""
+
+    version: str
+    max_len: int
+    dflt: EngineDefaults
+    chunked: bool
+    batched: int
+    max_seqs: int
+
+
 def setting_for(p: CorpusPoint) -> Setting:
     """The model's statement of a corpus point; ConfigError (with the reason) when not expressible."""
+    model, gpu = _catalogued(p)
+    inp, out = _stated_lengths(p)
+    _check_modelled(p)
+    version = _engine_version(p)
+    family = engine_family(p.engine, version)
+    quant = _quant(p.quant)
+    par = _parallelism(p, model)
+    in_dist, out_dist = lengths.distributions(p)
+    needed = (
+        lengths.max_len(in_dist, inp, lengths.SHAREGPT_MAX_PROMPT)
+        + lengths.max_len(out_dist, out, lengths.SHAREGPT_MAX_TOTAL)
+        + 64
+    )
+    lim = _limits(p, family, version, gpu, par, needed)
+    layout, res = _memory_fit(p, model, gpu, par, quant, _kv_dtype(p, family), lim)
+    max_seqs, max_tokens = _request_pool(p, family, model, res, par, lim)
+    base = _engine(p, model, gpu, layout, res, family, par, lim, max_seqs, max_tokens)
+    draft = _draft_tokens(p.speculative)
+    if draft:  # MTP verifies 1 + draft tokens per decoding sequence per step
+        base = dataclasses.replace(base, cost=dataclasses.replace(base.cost, decode_tokens_per_seq=float(1 + draft)))
+    conc, busy = dp_share(p.concurrency, par.dp) if (p.mode == "closed" and p.concurrency) else (None, float(par.dp))
+    sim_n = _sim_requests_for(p, base, par, busy, conc, inp, out, varied=in_dist != "fixed" or out_dist != "fixed")
+    rate = (p.request_rate / par.dp) if (p.mode == "rate" and p.request_rate) else None
+    if p.mode == "rate" and rate is None:
+        raise ConfigError("rate point without a rate")
+    return Setting(
+        key=p.key,
+        source=p.source.fold,
+        family=family,
+        generation=gpu_generation(gpu.name),
+        arch=arch_class(model.is_moe, model.attention, family, version),
+        base=base,
+        replicas=busy,
+        mode=p.mode,
+        input_len=inp,
+        output_len=out,
+        requests=sim_n,
+        concurrency=conc,
+        rate=rate,
+        draft_tokens=draft,
+        comm_intra_bytes_per_s=gpu.interconnect_bytes_per_s,
+        label=_label(p, par, inp, out),
+        in_dist=in_dist,
+        out_dist=out_dist,
+        disagg=par.disagg,
+        served=p.served,
+        stream_interval=int(p.engine_args.get("stream_interval", 1)),
+        itl_per_token=p.source.itl == "token",
+        lockstep=par.dp if (par.dp > 1 and model.is_moe and not par.disagg) else 0,
+    )
+
+
+def _catalogued(p: CorpusPoint) -> tuple[ModelSpec, GPUSpec]:
+    """The point's model and GPU from the catalogue."""
     try:
-        model = get_model(p.model)
-        gpu = get_gpu(p.gpu)
+        return get_model(p.model), get_gpu(p.gpu)
     except ConfigError as exc:
         raise ConfigError(f"not in the catalogue: {exc}") from None
+
+
+def _stated_lengths(p: CorpusPoint) -> tuple[int, int]:
+    """The mean prompt and output tokens (the output generated, `lengths.output_mean`)."""
     inp, out = _int_len(p.input_len), _int_len(lengths.output_mean(p))
     if inp is None or out is None:
         raise ConfigError("input or output length not stated by the source")
     if out <= 1:
         raise ConfigError("prefill-only measurement (disaggregated prefill node)")
+    return inp, out
+
+
+def _check_modelled(p: CorpusPoint) -> None:
+    """Refuse what the model does not simulate: wide-EP disaggregated decode, PP, non-MTP drafts."""
     if p.mode == "offline" and p.dp and p.dp > 8 and p.ep and p.ep > 8:
         raise ConfigError("multi-node disaggregated decode with wide EP (DeepEP/IB) is not modelled")
     if p.pp and p.pp > 1:
@@ -117,13 +208,19 @@ def setting_for(p: CorpusPoint) -> Setting:
         # a draft model (EAGLE/EAGLE3 heads, trees of topk > 1) has its own acceptance and draft cost; run
         # as plain decoding it would be under-predicted by the speedup it measures
         raise ConfigError(f"speculative decoding other than MTP is not modelled ({p.speculative.split()[0]})")
+
+
+def _engine_version(p: CorpusPoint) -> str:
+    """The engine release: as stated, else (vLLM) the one current at the source's date."""
     version = p.engine_version
     if p.engine == "vllm" and not version and p.source.date < "2025-03":
         version = "0.6"  # unstated: the release current at the source's date (V1 became default in 0.8, 2025-03)
     elif p.engine == "vllm" and not version and p.source.date >= "2025-06":
         version = "0.9"  # unstated, after 0.9 (2025-05) brought the defaults by device (sim.defaults.engine_defaults)
-    family = engine_family(p.engine, version)
-    quant = _quant(p.quant)
+    return version
+
+
+def _parallelism(p: CorpusPoint, model: ModelSpec) -> _Parallel:
     dp = p.dp or 1
     ep = p.ep or 1
     tp = p.tp or max(1, p.gpus // dp)
@@ -143,12 +240,12 @@ def setting_for(p: CorpusPoint) -> Setting:
     if dp > 1 and ep > 1:  # DP attention + EP MoE: attention TP1 per rank, experts split over EP
         tp_attn = max(1, tp // dp) if tp > dp else 1
         tp = tp_attn
-    in_dist, out_dist = lengths.distributions(p)
-    needed = (
-        lengths.max_len(in_dist, inp, lengths.SHAREGPT_MAX_PROMPT)
-        + lengths.max_len(out_dist, out, lengths.SHAREGPT_MAX_TOTAL)
-        + 64
-    )
+    return _Parallel(tp, dp, ep, disagg)
+
+
+def _limits(p: CorpusPoint, family: str, version: str, gpu: GPUSpec, par: _Parallel, needed: int) -> _Limits:
+    """Context length, chunked prefill, batch budget and sequence limit as launched (`needed`: the
+    context the point's longest request takes)."""
     args = p.engine_args  # the launch settings the source states (else the engine's defaults)
     # a stated --max-model-len is the engine's (4,096 in the Qwen2.5 speed benchmark's settings), an
     # unstated one at least 8,192; never below what the point's requests need
@@ -166,15 +263,31 @@ def setting_for(p: CorpusPoint) -> Setting:
         args.get("max_num_batched_tokens", batch_budget(dflt, family, version, chunked=chunked, max_model_len=max_len))
     )
     max_seqs = int(args.get("max_num_seqs", dflt.max_num_seqs))
-    workers = disagg[1] if disagg else dp  # engines the concurrency spreads over
     if p.mode == "closed" and p.concurrency:
-        max_seqs = max(max_seqs, math.ceil(p.concurrency / workers))
+        max_seqs = max(max_seqs, math.ceil(p.concurrency / par.workers))
+    return _Limits(version, max_len, dflt, chunked, batched, max_seqs)
+
+
+def _kv_dtype(p: CorpusPoint, family: str) -> str:
     kv_dtype = "fp8" if p.kv_quant.lower() == "fp8" else "bf16"
     if family == "trtllm" and not p.kv_quant and p.quant.lower() in ("fp8", "fp4", "nvfp4"):
         # unstated KV dtype of a TensorRT-LLM FP8/FP4 run: NVIDIA's ModelOpt checkpoints the perf pages
         # use carry FP8 KV-cache scales (hf_quant_config kv_cache_quant_algo), and trtllm-bench follows them
         kv_dtype = "fp8"
-    max_tokens = max(batched, max_seqs)
+    return kv_dtype
+
+
+def _memory_fit(
+    p: CorpusPoint,
+    model: ModelSpec,
+    gpu: GPUSpec,
+    par: _Parallel,
+    quant: str,
+    kv_dtype: str,
+    lim: _Limits,
+) -> tuple[Layout, FitResult]:
+    """One replica's layout and its memory fit; ConfigError when it is not expressible or does not fit."""
+    tp, dp, ep = par.tp, par.dp, par.ep
     try:
         layout = Layout(
             gpu=gpu,
@@ -191,35 +304,61 @@ def setting_for(p: CorpusPoint) -> Setting:
         res = fit(
             model,
             layout,
-            max_model_len=max_len,
-            gpu_memory_utilization=dflt.gpu_memory_utilization,
-            engine=dflt.memory_engine,
-            max_num_batched_tokens=max_tokens,
+            max_model_len=lim.max_len,
+            gpu_memory_utilization=lim.dflt.gpu_memory_utilization,
+            engine=lim.dflt.memory_engine,
+            max_num_batched_tokens=max(lim.batched, lim.max_seqs),
             suggest=False,
         )
     except ConfigError as exc:
         raise ConfigError(f"layout not expressible: {exc}") from None
     if not res.fits:
         raise ConfigError(f"does not fit in memory as stated: {res.reason}")
-    if family == "sglang" and "max_num_seqs" not in args:  # SGLang sizes its request pool from the KV pool
+    return layout, res
+
+
+def _request_pool(
+    p: CorpusPoint, family: str, model: ModelSpec, res: FitResult, par: _Parallel, lim: _Limits
+) -> tuple[int, int]:
+    """(max running sequences, max tokens a step) once the KV pool is known."""
+    max_seqs = lim.max_seqs
+    max_tokens = max(lim.batched, max_seqs)
+    if family == "sglang" and "max_num_seqs" not in p.engine_args:  # SGLang sizes its request pool from the KV pool
         max_seqs = max(max_seqs, sglang_max_running(res.kv_tokens, model.context_len))
         if _draft_tokens(p.speculative):  # ...but under speculative decoding runs 48, a DP rank its share
             max_seqs = max(
-                sglang_speculative_max_running(dp),
-                math.ceil(p.concurrency / workers) if p.mode == "closed" and p.concurrency else 0,
+                sglang_speculative_max_running(par.dp),
+                math.ceil(p.concurrency / par.workers) if p.mode == "closed" and p.concurrency else 0,
             )
-        max_tokens = max(batched, max_seqs)
+        max_tokens = max(lim.batched, max_seqs)
+    return max_seqs, max_tokens
+
+
+def _engine(
+    p: CorpusPoint,
+    model: ModelSpec,
+    gpu: GPUSpec,
+    layout: Layout,
+    res: FitResult,
+    family: str,
+    par: _Parallel,
+    lim: _Limits,
+    max_seqs: int,
+    max_tokens: int,
+) -> EngineConfig:
+    """The knob-free engine of one replica: step cost, KV blocks, limits, prefix caching, admission."""
+    version = lim.version
     # prefix caching as launched, else the engine's default (vLLM V1, SGLang's radix cache, TensorRT-LLM's
     # KV block reuse: on). No two prompts of a corpus workload share a block, but a preempted request
     # finds its own again (sim.engine)
-    prefix = bool(args.get("prefix_caching", prefix_caching_by_default(family)))
+    prefix = bool(p.engine_args.get("prefix_caching", prefix_caching_by_default(family)))
     # the step cost plan and the emulator run (sim.profile.step_cost: weights, FLOPs, collectives); its knob
     # fields are placeholders that `_engine_for` replaces with each fitted table's
     step = step_cost(
         model,
         layout,
         resolve_knobs(DEFAULT_KNOBS, family, gpu_generation(gpu.name), "dense"),
-        engine=dflt.memory_engine,
+        engine=lim.dflt.memory_engine,
     )
     # decode batches beyond the engine's captured CUDA graphs run eager: the limit the source states
     # (SGLang --cuda-graph-max-bs), else the engine's default
@@ -228,54 +367,63 @@ def setting_for(p: CorpusPoint) -> Setting:
         step,
         graph_max_seqs=int(graphs)
         if graphs is not None
-        else graph_max_seqs(family, version=version, gpu_memory_gib=gpu.memory_bytes / 2**30, tp=max(p.tp or 1, tp)),
+        else graph_max_seqs(
+            family, version=version, gpu_memory_gib=gpu.memory_bytes / 2**30, tp=max(p.tp or 1, par.tp)
+        ),
         absorbed_prefix=mla_absorbed_prefix(
             family, version=version, generation=gpu_generation(gpu.name), attention=model.attention
         ),
     )
     # SGLang DP attention: each rank's prompt chunk is its share of the stated (or default) chunked
     # prefill size (a PD point has dp 1 here)
-    block = sim_block_tokens(dflt.memory_engine)  # the engine's page (TensorRT-LLM: 32 tokens)
-    engine_cfg = EngineConfig(
+    block = sim_block_tokens(lim.dflt.memory_engine)  # the engine's page (TensorRT-LLM: 32 tokens)
+    return EngineConfig(
         cost=step,
         kv_blocks=res.kv_tokens // block,
-        max_prefill_tokens=prefill_cap(family, batched, dp, moe=model.is_moe, version=version),
+        max_prefill_tokens=prefill_cap(family, lim.batched, par.dp, moe=model.is_moe, version=version),
         block_size=block,
         max_num_seqs=max_seqs,
         max_num_batched_tokens=max_tokens,
-        max_model_len=max_len,
+        max_model_len=lim.max_len,
         enable_prefix_caching=prefix,
-        chunked_prefill=chunked,
-        mixed_steps=mixes_steps(family, chunked),
+        chunked_prefill=lim.chunked,
+        mixed_steps=mixes_steps(family, lim.chunked),
         seq_overhead_blocks=-(-res.seq_overhead_tokens // block),
         reserve_output=admission_reserve(family),
     )
-    link = gpu.interconnect_bytes_per_s
-    draft = _draft_tokens(p.speculative)
-    base = engine_cfg
-    if draft:  # MTP verifies 1 + draft tokens per decoding sequence per step
-        base = dataclasses.replace(engine_cfg, cost=dataclasses.replace(step, decode_tokens_per_seq=float(1 + draft)))
-    n_total = _requests(p)
-    conc, busy = dp_share(p.concurrency, dp) if (p.mode == "closed" and p.concurrency) else (None, float(dp))
-    per_rep = math.ceil(n_total / busy)  # the requests a busy replica serves
-    varied = in_dist != "fixed" or out_dist != "fixed"
+
+
+def _sim_requests_for(
+    p: CorpusPoint,
+    base: EngineConfig,
+    par: _Parallel,
+    busy: float,
+    conc: int | None,
+    inp: int,
+    out: int,
+    *,
+    varied: bool,
+) -> int:
+    """How many requests to simulate per replica (`_sim_requests`) for this point's engine."""
+    per_rep = math.ceil(_requests(p) / busy)  # the requests a busy replica serves
     # the batch an engine that reserves KV at admission can hold (`EngineConfig.reserve_output`) at the
     # mean lengths: what a wave of an offline burst is
     batch = base.max_num_seqs
     if base.reserve_output:
         batch = max(1, min(batch, base.kv_blocks // base.reserve_blocks(inp, out)))
-    sim_n = _sim_requests(
+    return _sim_requests(
         p.mode,
         per_rep,
         conc,
-        batch * (disagg[1] if disagg else 1),
+        batch * (par.disagg[1] if par.disagg else 1),
         varied=varied,
         all_for_ttft="ttft" in measured_for(p),
     )
-    rate = (p.request_rate / dp) if (p.mode == "rate" and p.request_rate) else None
-    if p.mode == "rate" and rate is None:
-        raise ConfigError("rate point without a rate")
-    label = (
+
+
+def _label(p: CorpusPoint, par: _Parallel, inp: int, out: int) -> str:
+    tp, dp, ep, disagg = par.tp, par.dp, par.ep, par.disagg
+    return (
         f"{p.model} {p.gpus}x{p.gpu} {p.engine} tp{tp}"
         + (f" dp{dp}" if dp > 1 else "")
         + (f" ep{ep}" if ep > 1 else "")
@@ -284,31 +432,6 @@ def setting_for(p: CorpusPoint) -> Setting:
         + (f" c={p.concurrency}" if p.concurrency else "")
         + (f" r={p.request_rate:g}" if p.request_rate else "")
         + f" {inp}/{out}"
-    )
-    return Setting(
-        key=p.key,
-        source=p.source.fold,
-        family=family,
-        generation=gpu_generation(gpu.name),
-        arch=arch_class(model.is_moe, model.attention, family, version),
-        base=base,
-        replicas=busy,
-        mode=p.mode,
-        input_len=inp,
-        output_len=out,
-        requests=sim_n,
-        concurrency=conc,
-        rate=rate,
-        draft_tokens=draft,
-        comm_intra_bytes_per_s=link,
-        label=label,
-        in_dist=in_dist,
-        out_dist=out_dist,
-        disagg=disagg,
-        served=p.served,
-        stream_interval=int(p.engine_args.get("stream_interval", 1)),
-        itl_per_token=p.source.itl == "token",
-        lockstep=dp if (dp > 1 and model.is_moe and not disagg) else 0,
     )
 
 
