@@ -25,6 +25,7 @@ import itertools
 import shlex
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -116,20 +117,38 @@ def sweep_command(**options: Any) -> None:
     sys.exit(sweep_main(options))
 
 
+@dataclass(frozen=True)
+class _SweepFlags:
+    """The sweep's own flags; the rest of the options are every point's run settings."""
+
+    spec: slomod.SloSpec
+    price: costmod.Price | None
+    find: str | None
+    start: float | None
+    max_load: float | None
+    tol: float | None
+    n_auto: int | None
+    resume: bool
+    gain: float | None
+    emu_args: list[str]
+    out: str | None
+
+
+@dataclass(frozen=True)
+class _Mode:
+    """How the points are chosen (`grid`, `auto`, `find-max`), the x axis of the sweep's curves, the
+    grid's points (empty for the other modes: they choose as they go) and the concurrency cap."""
+
+    name: str
+    x_key: str
+    points: list[Point]
+    cap: int | None
+
+
 def sweep_main(options: dict[str, Any], console: Console | None = None) -> int:
     """The sweep behind the command (options as click passes them); returns the exit code."""
     options = dict(options)
-    spec = slomod.parse_slo_spec(options.pop("slo", None))
-    price = costmod.resolve_price(options.pop("gpu_hour_price"), options.get("gpus"), options.pop("gpu_price"))
-    find = options.pop("find_max")
-    start = options.pop("start_load")
-    max_load = options.pop("max_load")
-    tol = options.pop("tolerance")
-    n_auto = options.pop("auto_points")
-    resume = bool(options.pop("resume"))
-    gain = options.pop("saturation_gain")
-    emu_args = shlex.split(options.pop("emulator_args") or "")
-    out = options.pop("out")
+    flags = _pop_flags(options)
     conc_text, rate_text = options.pop("concurrency"), options.pop("rate")
     lengths_opts = {k: options.pop(k) for k in ("lengths", "input_len", "output_len")}
     settings = settings_from_options(options)
@@ -145,28 +164,64 @@ def sweep_main(options: dict[str, Any], console: Console | None = None) -> int:
     rates = parse_rate_list(rate_text if rate_text is not None else settings.pop("rate", None))
     settings.pop("concurrency", None)
     settings.pop("rate", None)
-    settings["slo"] = dict(spec.per_request)
+    settings["slo"] = dict(flags.spec.per_request)
     quiet = bool(settings.get("quiet"))
     console = console or Console(quiet=quiet, width=None if sys.stdout.isatty() else 170)
-    if gain is not None and not 0 < gain < 10:
-        raise ConfigError("--saturation-gain must be a fraction, e.g. 0.1")
-    if tol is not None and not 0 < tol < 1:
-        raise ConfigError("--tolerance must be in (0, 1), e.g. 0.05")
-    if n_auto is not None and n_auto < 1:
-        raise ConfigError("--auto-points must be at least 1")
-    if int(settings.get("repeat") or 1) > 1:
-        raise ConfigError("--repeat is not supported by sweep yet; run the sweep again into another --out")
-    if emu_args and (settings.get("url") or serve):
-        raise ConfigError("--emulator-args applies to the built-in emulator; drop it with --url or --serve")
-    if serve_params and not serve:
-        raise ConfigError("--serve-param gives values for --serve's placeholders; add --serve 'CMD ...'")
+    _check_flags(flags, settings, serve=serve, serve_params=serve_params)
     plan = None
     if serve:
         plan = ServePlan(serve, serve_params, expand(serve_params), serve_timeout, url=settings.pop("url", None))
+    mode = _choose_mode(flags, conc, rates, pairs)
+    _check_points(mode, settings, pairs)
+    out_dir = _out_dir(flags, mode, settings, served=plan is not None)
+    if plan is not None:
+        return _sweep_served(plan, flags, mode, pairs, settings, out_dir, console, quiet=quiet)
+    return _sweep_target(flags, mode, pairs, settings, out_dir, console, quiet=quiet)
 
+
+def _pop_flags(options: dict[str, Any]) -> _SweepFlags:
+    """Take the sweep's own flags out of `options` (the SLO and the price checked here)."""
+    spec = slomod.parse_slo_spec(options.pop("slo", None))
+    price = costmod.resolve_price(options.pop("gpu_hour_price"), options.get("gpus"), options.pop("gpu_price"))
+    return _SweepFlags(
+        spec=spec,
+        price=price,
+        find=options.pop("find_max"),
+        start=options.pop("start_load"),
+        max_load=options.pop("max_load"),
+        tol=options.pop("tolerance"),
+        n_auto=options.pop("auto_points"),
+        resume=bool(options.pop("resume")),
+        gain=options.pop("saturation_gain"),
+        emu_args=shlex.split(options.pop("emulator_args") or ""),
+        out=options.pop("out"),
+    )
+
+
+def _check_flags(flags: _SweepFlags, settings: dict[str, Any], *, serve: str | None, serve_params: list[str]) -> None:
+    """Refuse flag values and combinations the sweep cannot run, before anything starts."""
+    if flags.gain is not None and not 0 < flags.gain < 10:
+        raise ConfigError("--saturation-gain must be a fraction, e.g. 0.1")
+    if flags.tol is not None and not 0 < flags.tol < 1:
+        raise ConfigError("--tolerance must be in (0, 1), e.g. 0.05")
+    if flags.n_auto is not None and flags.n_auto < 1:
+        raise ConfigError("--auto-points must be at least 1")
+    if int(settings.get("repeat") or 1) > 1:
+        raise ConfigError("--repeat is not supported by sweep yet; run the sweep again into another --out")
+    if flags.emu_args and (settings.get("url") or serve):
+        raise ConfigError("--emulator-args applies to the built-in emulator; drop it with --url or --serve")
+    if serve_params and not serve:
+        raise ConfigError("--serve-param gives values for --serve's placeholders; add --serve 'CMD ...'")
+
+
+def _choose_mode(
+    flags: _SweepFlags, conc: list[int] | None, rates: list[float] | str | None, pairs: list[tuple[int, int | None]]
+) -> _Mode:
+    """The mode the flags ask for, checked against the loads given, with the grid's points."""
     cap = conc[0] if conc and len(conc) == 1 else None
+    find = flags.find
     if find:
-        if not spec.has_run_limits:
+        if not flags.spec.has_run_limits:
             raise ConfigError(
                 "--find-max needs a run-level SLO: e.g. --slo itl_p99_ms=50, ttft_p99_ms=2000, "
                 "mlperf:llama3.1-8b, or per-request limits with goodput_fraction=0.99"
@@ -175,97 +230,135 @@ def sweep_main(options: dict[str, Any], console: Console | None = None) -> int:
             raise ConfigError("--find-max concurrency searches closed-loop runs; drop --rate")
         if find == "rate" and conc and len(conc) > 1:
             raise ConfigError("--find-max rate: give at most one --concurrency (a cap)")
-        mode, x_key = "find-max", ("concurrency" if find == "concurrency" else "rate_rps")
-        points: list[Point] = []
-    elif rates == "auto":
+        return _Mode("find-max", "concurrency" if find == "concurrency" else "rate_rps", [], cap)
+    if rates == "auto":
         if conc and len(conc) > 1:
             raise ConfigError("--rate auto: give at most one --concurrency (a cap)")
-        mode, x_key, points = "auto", "rate_rps", []
+        return _Mode("auto", "rate_rps", [], cap)
+    if not conc and not rates:
+        conc = list(DEFAULT_CONCURRENCIES)
+    points = build_grid(conc, rates if isinstance(rates, list) else None, pairs)
+    loads = {p.load for p in points}
+    if rates:
+        x_key = "rate_rps"
+    elif len(loads) == 1 and len({i for i, _ in pairs}) > 1:
+        x_key = "input_len"
+    elif len(loads) == 1 and len({o for _, o in pairs}) > 1:
+        x_key = "output_len"
     else:
-        if not conc and not rates:
-            conc = list(DEFAULT_CONCURRENCIES)
-        points = build_grid(conc, rates if isinstance(rates, list) else None, pairs)
-        mode = "grid"
-        loads = {p.load for p in points}
-        if rates:
-            x_key = "rate_rps"
-        elif len(loads) == 1 and len({i for i, _ in pairs}) > 1:
-            x_key = "input_len"
-        elif len(loads) == 1 and len({o for _, o in pairs}) > 1:
-            x_key = "output_len"
-        else:
-            x_key = "concurrency"
-    if mode == "auto" and settings.get("duration") is not None and settings.get("num_requests") is None:
+        x_key = "concurrency"
+    return _Mode("grid", x_key, points, cap)
+
+
+def _check_points(mode: _Mode, settings: dict[str, Any], pairs: list[tuple[int, int | None]]) -> None:
+    """Every point's settings are checked before anything starts."""
+    if mode.name == "auto" and settings.get("duration") is not None and settings.get("num_requests") is None:
         raise ConfigError(
             "--rate auto starts with a saturation run that sends every request at once: "
             "give --num-requests rather than --duration"
         )
-    # Every point's settings are checked before anything starts.
-    for p in points or [Point(cap or 1, None, i, o) for i, o in pairs]:
+    for p in mode.points or [Point(mode.cap or 1, None, i, o) for i, o in pairs]:
         RunConfig(**{**settings, **p.run_settings()}).validate()
 
-    slug = f"sweep-{settings.get('model') or settings.get('profile') or 'target'}-{mode}"
-    if plan is not None:
-        slug = f"sweep-{settings.get('model') or 'served'}-serve-{mode}"
-    out_dir = Path(out) if out else default_out_dir(slug)
-    out_dir.mkdir(parents=True, exist_ok=True)
 
-    def new_sweep(path: Path) -> Sweep:
-        sw = Sweep(path, settings, spec, price, console, resume=resume, quiet=quiet, mode=mode, x_key=x_key)
-        if mode == "find-max":
-            sw.doc["find_max_settings"] = {
-                "axis": find,
-                "start": start or 1.0,
-                "max_load": max_load,
-                "tolerance": tol or 0.05,
-            }
+def _out_dir(flags: _SweepFlags, mode: _Mode, settings: dict[str, Any], *, served: bool) -> Path:
+    slug = f"sweep-{settings.get('model') or settings.get('profile') or 'target'}-{mode.name}"
+    if served:
+        slug = f"sweep-{settings.get('model') or 'served'}-serve-{mode.name}"
+    out_dir = Path(flags.out) if flags.out else default_out_dir(slug)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return out_dir
+
+
+def _new_sweep(
+    path: Path, flags: _SweepFlags, mode: _Mode, settings: dict[str, Any], console: Console, *, quiet: bool
+) -> Sweep:
+    sw = Sweep(
+        path,
+        settings,
+        flags.spec,
+        flags.price,
+        console,
+        resume=flags.resume,
+        quiet=quiet,
+        mode=mode.name,
+        x_key=mode.x_key,
+    )
+    if mode.name == "find-max":
+        sw.doc["find_max_settings"] = {
+            "axis": flags.find,
+            "start": flags.start or 1.0,
+            "max_load": flags.max_load,
+            "tolerance": flags.tol or 0.05,
+        }
+    return sw
+
+
+def _sweep_served(
+    plan: ServePlan,
+    flags: _SweepFlags,
+    mode: _Mode,
+    pairs: list[tuple[int, int | None]],
+    settings: dict[str, Any],
+    out_dir: Path,
+    console: Console,
+    *,
+    quiet: bool,
+) -> int:
+    """`--serve`: one sweep per server configuration, each against its own server (`run_served`)."""
+
+    def served_sweep(path: Path, config: ServeConfig, url: str) -> Sweep:
+        sw = _new_sweep(path, flags, mode, settings, console, quiet=quiet)
+        sw.url = url
+        sw.doc["target"] = {
+            "emulated": False,
+            "url": url,
+            "serve": {"configuration": config.name, "params": config.as_dict()},
+        }
+        sw.save()
         return sw
 
-    def drive(sw: Sweep) -> None:
-        _run_modes(sw, mode, points, pairs, cap, find, start, max_load, tol, n_auto)
+    def complete(path: Path) -> bool:
+        if mode.name == "grid":
+            return all(point_complete(path / p.dir_name) for p in mode.points)
+        return (path / SWEEP_FILE).is_file() and read_json(path / SWEEP_FILE).get("status") == "complete"
 
-    if plan is not None:
+    return run_served(
+        plan,
+        out_dir,
+        console,
+        resume=flags.resume,
+        quiet=quiet,
+        report=bool(settings.get("report", True)),
+        new_sweep=served_sweep,
+        drive=lambda sw: _run_modes(sw, mode, pairs, flags),
+        finish=lambda sw: finish(sw, flags.gain or SATURATION_GAIN),
+        complete=complete,
+    )
 
-        def served_sweep(path: Path, config: ServeConfig, url: str) -> Sweep:
-            sw = new_sweep(path)
-            sw.url = url
-            sw.doc["target"] = {
-                "emulated": False,
-                "url": url,
-                "serve": {"configuration": config.name, "params": config.as_dict()},
-            }
-            sw.save()
-            return sw
 
-        def complete(path: Path) -> bool:
-            if mode == "grid":
-                return all(point_complete(path / p.dir_name) for p in points)
-            return (path / SWEEP_FILE).is_file() and read_json(path / SWEEP_FILE).get("status") == "complete"
-
-        return run_served(
-            plan,
-            out_dir,
-            console,
-            resume=resume,
-            quiet=quiet,
-            report=bool(settings.get("report", True)),
-            new_sweep=served_sweep,
-            drive=drive,
-            finish=lambda sw: finish(sw, gain or SATURATION_GAIN),
-            complete=complete,
-        )
-
-    sweep = new_sweep(out_dir)
+def _sweep_target(
+    flags: _SweepFlags,
+    mode: _Mode,
+    pairs: list[tuple[int, int | None]],
+    settings: dict[str, Any],
+    out_dir: Path,
+    console: Console,
+    *,
+    quiet: bool,
+) -> int:
+    """One sweep against --url or the built-in emulator; 130 when interrupted (resumable)."""
+    sweep = _new_sweep(out_dir, flags, mode, settings, console, quiet=quiet)
     sweep.save()
     try:
-        _start_target(sweep, settings, emu_args, drive)
+        _start_target(sweep, settings, flags.emu_args, lambda sw: _run_modes(sw, mode, pairs, flags))
     except (SweepInterrupted, KeyboardInterrupt):
         sweep.doc["status"] = "interrupted"
         sweep.save()
-        finish(sweep, gain or SATURATION_GAIN)
+        finish(sweep, flags.gain or SATURATION_GAIN)
         console.print(f"  [yellow]interrupted[/yellow]: finish it with the same flags and --resume --out {out_dir}")
         return 130
-    finish(sweep, gain or SATURATION_GAIN)
+    finish(sweep, flags.gain or SATURATION_GAIN)
     return 0
 
 
@@ -290,18 +383,7 @@ def _start_target(sweep: Sweep, settings: dict[str, Any], emu_args: list[str], d
             emulator.stop()
 
 
-def _run_modes(
-    sweep: Sweep,
-    mode: str,
-    points: list[Point],
-    pairs: list[tuple[int, int | None]],
-    cap: int | None,
-    find: str | None,
-    start: float | None,
-    max_load: float | None,
-    tol: float | None,
-    n_auto: int | None,
-) -> None:
+def _run_modes(sweep: Sweep, mode: _Mode, pairs: list[tuple[int, int | None]], flags: _SweepFlags) -> None:
     """The sweep's points against `sweep.url`, as its mode chooses them, on one event loop."""
     try:
         import uvloop
@@ -310,20 +392,21 @@ def _run_modes(
     except ImportError:  # pragma: no cover
         loop_factory = None
     with asyncio.Runner(loop_factory=loop_factory) as loop:
-        if mode == "grid":
-            run_grid(sweep, points, loop)
-        elif mode == "auto":
-            run_auto(sweep, pairs, cap, n_auto or 8, loop)
+        if mode.name == "grid":
+            run_grid(sweep, mode.points, loop)
+        elif mode.name == "auto":
+            run_auto(sweep, pairs, mode.cap, flags.n_auto or 8, loop)
         else:
+            find = flags.find
             assert find is not None
             default_max = 1024.0 if find == "concurrency" else 10000.0
             run_find_max(
                 sweep,
                 find,
                 pairs,
-                cap,
-                start=start or 1.0,
-                max_load=max_load or default_max,
-                rel_tol=tol or 0.05,
+                mode.cap,
+                start=flags.start or 1.0,
+                max_load=flags.max_load or default_max,
+                rel_tol=flags.tol or 0.05,
                 loop=loop,
             )

@@ -167,6 +167,42 @@ def serve_one(
     return status
 
 
+class _ServeLog:
+    """DIR/serve.json as it goes: the template, the parameters, every configuration's entry (by name;
+    on --resume, the entries of the sweep before)."""
+
+    def __init__(self, plan: ServePlan, out_dir: Path, *, resume: bool) -> None:
+        self.plan = plan
+        self.path = out_dir / SERVE_FILE
+        self.entries: dict[str, dict[str, Any]] = {}
+        self.doc: dict[str, Any] = {
+            "schema": SERVE_SCHEMA,
+            "created_at": _now(),
+            "status": "running",
+            "command": plan.template,
+            "params": list(plan.params),
+            "configurations": [],
+        }
+        if self.path.is_file():
+            if not resume:
+                raise ConfigError(
+                    f"{out_dir} already holds a server sweep; add --resume to finish it, or pick another --out"
+                )
+            prev = read_json(self.path)
+            self.doc["created_at"] = prev.get("created_at", self.doc["created_at"])
+            self.entries = {
+                e["name"]: e for e in prev.get("configurations") or [] if isinstance(e, dict) and e.get("name")
+            }
+
+    def save(self) -> None:
+        """Rewrite serve.json: the plan's configurations in order, then any others a resumed one had."""
+        self.doc["updated_at"] = _now()
+        self.doc["configurations"] = [self.entries[c.name] for c in self.plan.configs if c.name in self.entries] + [
+            e for n, e in self.entries.items() if n not in {c.name for c in self.plan.configs}
+        ]
+        write_json(self.path, self.doc)
+
+
 def run_served(
     plan: ServePlan,
     out_dir: Path,
@@ -181,36 +217,11 @@ def run_served(
     complete: Callable[[Path], bool],
 ) -> int:
     """Every configuration in turn (see the module's doc); returns the exit code (130 interrupted)."""
-    doc_path = out_dir / SERVE_FILE
-    entries: dict[str, dict[str, Any]] = {}
-    doc: dict[str, Any] = {
-        "schema": SERVE_SCHEMA,
-        "created_at": _now(),
-        "status": "running",
-        "command": plan.template,
-        "params": list(plan.params),
-        "configurations": [],
-    }
-    if doc_path.is_file():
-        if not resume:
-            raise ConfigError(
-                f"{out_dir} already holds a server sweep; add --resume to finish it, or pick another --out"
-            )
-        prev = read_json(doc_path)
-        doc["created_at"] = prev.get("created_at", doc["created_at"])
-        entries = {e["name"]: e for e in prev.get("configurations") or [] if isinstance(e, dict) and e.get("name")}
-
-    def save() -> None:
-        doc["updated_at"] = _now()
-        doc["configurations"] = [entries[c.name] for c in plan.configs if c.name in entries] + [
-            e for n, e in entries.items() if n not in {c.name for c in plan.configs}
-        ]
-        write_json(doc_path, doc)
-
+    log = _ServeLog(plan, out_dir, resume=resume)
     code = 0
     for config in plan.configs:
         sub = out_dir / config.name
-        entry = entries.setdefault(config.name, {"name": config.name, "dir": config.name})
+        entry = log.entries.setdefault(config.name, {"name": config.name, "dir": config.name})
         entry["params"] = config.as_dict()
         if not quiet:
             console.rule(f"server {config.name}")
@@ -222,26 +233,12 @@ def run_served(
         entry.pop("skipped", None)
         sub.mkdir(parents=True, exist_ok=True)
         srv = plan.server(config, sub / SERVER_LOG)
-        record: dict[str, Any] = {"name": config.name, "params": config.as_dict(), "template": plan.template}
         entry.update({"command": srv.command, "status": "starting"})
-        save()
-        holder: list[Sweep] = []
-
-        def body(url: str, config: ServeConfig = config, sub: Path = sub, holder: list[Sweep] = holder) -> None:
-            sweep = new_sweep(sub, config, url)
-            holder.append(sweep)
-            drive(sweep)
-
-        try:
-            status = serve_one(srv, record, sub / SERVER_JSON, console, body, quiet=quiet)
-        except (SweepInterrupted, KeyboardInterrupt):
-            status = "interrupted"
-            code = 130
-        if holder:
-            sweep = holder[0]
-            if status == "interrupted":
-                sweep.doc["status"] = "interrupted"
-            finish(sweep)
+        log.save()
+        status, record = _serve_config(
+            plan, config, srv, sub, console, quiet=quiet, sweep_of=new_sweep, drive=drive, finish=finish
+        )
+        code = 130 if status == "interrupted" else 0
         entry.update(
             {
                 "status": status,
@@ -254,21 +251,59 @@ def run_served(
                 "stopped": record.get("stopped"),
             }
         )
-        save()
+        log.save()
         if code:
             break
-    doc["status"] = "interrupted" if code else "complete"
-    save()
-    if not code and any(e.get("status") == "failed" for e in doc["configurations"]):
+    log.doc["status"] = "interrupted" if code else "complete"
+    log.save()
+    if not code and any(e.get("status") == "failed" for e in log.doc["configurations"]):
         code = 1  # the sweep went on, but a configuration measured nothing
-    page = write_serve_report(out_dir, doc) if report else None
+    page = write_serve_report(out_dir, log.doc) if report else None
     if not quiet:
-        console.print()
-        for e in doc["configurations"]:
-            what = e.get("error") or ("skipped (complete)" if e.get("skipped") else e.get("status"))
-            console.print(f"  {e['name']:>16}  {what}", highlight=False)
-        console.print(f"  results: {out_dir}" + (f"  report: {page}" if page else ""), highlight=False)
+        _print_served(console, log.doc, out_dir, page)
     return code
+
+
+def _serve_config(
+    plan: ServePlan,
+    config: ServeConfig,
+    srv: ServerProcess,
+    sub: Path,
+    console: Console,
+    *,
+    quiet: bool,
+    sweep_of: Callable[[Path, ServeConfig, str], Sweep],
+    drive: Callable[[Sweep], None],
+    finish: Callable[[Sweep], object],
+) -> tuple[str, dict[str, Any]]:
+    """One configuration: its server started, its sweep run and finished, its server stopped. Returns
+    its status (`complete`, `failed`, `interrupted` on Ctrl-C) and its server record (server.json)."""
+    record: dict[str, Any] = {"name": config.name, "params": config.as_dict(), "template": plan.template}
+    holder: list[Sweep] = []
+
+    def body(url: str) -> None:
+        sweep = sweep_of(sub, config, url)
+        holder.append(sweep)
+        drive(sweep)
+
+    try:
+        status = serve_one(srv, record, sub / SERVER_JSON, console, body, quiet=quiet)
+    except (SweepInterrupted, KeyboardInterrupt):
+        status = "interrupted"
+    if holder:
+        sweep = holder[0]
+        if status == "interrupted":
+            sweep.doc["status"] = "interrupted"
+        finish(sweep)
+    return status, record
+
+
+def _print_served(console: Console, doc: dict[str, Any], out_dir: Path, page: Path | None) -> None:
+    console.print()
+    for e in doc["configurations"]:
+        what = e.get("error") or ("skipped (complete)" if e.get("skipped") else e.get("status"))
+        console.print(f"  {e['name']:>16}  {what}", highlight=False)
+    console.print(f"  results: {out_dir}" + (f"  report: {page}" if page else ""), highlight=False)
 
 
 def write_serve_report(out_dir: Path, doc: dict[str, Any]) -> Path | None:

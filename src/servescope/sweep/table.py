@@ -87,53 +87,20 @@ def diagnose(
     if len(xs) < 2:
         out["text"] = "one point: no saturation analysis"
         return out
-    knee = None
-    for i in range(len(xs) - 1):
-        step = tput[i + 1] / tput[i] - 1 if tput[i] > 0 else float("inf")
-        if step < gain:
-            knee, out["next_step_gain"] = i, step
-            break
+    knee, out["next_step_gain"] = _knee(tput, gain)
     if knee is None:
-        last = tput[-1] / tput[-2] - 1 if tput[-2] > 0 else 0.0
-        out["next_step_gain"] = last
         out["text"] = (
-            f"throughput still grows at the highest {label} ({fmt_load(xs[-1])}: +{last * 100:.0f}% "
+            f"throughput still grows at the highest {label} ({fmt_load(xs[-1])}: +{out['next_step_gain'] * 100:.0f}% "
             f"over the step before): not saturated; raise the {label} to find the plateau"
         )
         return out
     out["saturation_load"] = xs[knee]
     out["plateau_output_tokens_per_s"] = max(tput[knee:])
-    evidence: list[str] = []
-    client = [s for s in ss[knee:] if dig(s, "client", "saturated")]
-    for s in client[:1]:
-        reasons = dig(s, "client", "reasons") or []
-        evidence.append("client self-check flagged: " + ("; ".join(reasons) or "saturated"))
-    t0 = dig(ss[knee], "latency_ms", "ttft", "median")
-    t1 = dig(ss[-1], "latency_ms", "ttft", "median")
-    server = False
-    if t0 and t1 and t1 / t0 >= _TTFT_GROWTH:
-        server = True
-        evidence.append(f"TTFT median grew {t1 / t0:.1f}× past saturation ({t0:.0f} → {t1:.0f} ms): requests queue")
-    waiting = [w for w in (dig(s, "server", "waiting") for s in ss[knee:]) if w]
-    if waiting:
-        server = True
-        evidence.append(f"server /metrics: up to {max(waiting):g} requests waiting")
-    kv = [k for k in (dig(s, "server", "kv_usage") for s in ss[knee:]) if k is not None]
-    if kv and max(kv) >= 0.9:
-        evidence.append(f"KV cache {max(kv) * 100:.0f}% used")
-    pre = sum(p for p in (dig(s, "server", "preemptions") for s in ss[knee:]) if p)
-    if pre:
-        evidence.append(f"{pre:g} preemptions")
-    for s in ss[knee:]:
-        off = dig(s, "throughput", "offered_requests_per_s")
-        done = dig(s, "throughput", "requests_per_s")
-        if dig(s, "load", "mode") == "rate" and off and done is not None and done < 0.9 * off:
-            server = True
-            evidence.append(f"completed {done:.2f} of {off:.2f} offered req/s")
-            break
+    past = ss[knee:]
+    client, server, evidence = _queue_signs(past)
     # Server signs win: a client that also flags itself adds delay, but requests queued at the server.
     out["bottleneck"] = "server" if server else ("client" if client else "unclear")
-    out["client_flagged"] = bool(client)
+    out["client_flagged"] = client
     out["evidence"] = evidence
     who = {
         "client": "the client is the bottleneck",
@@ -146,6 +113,50 @@ def diagnose(
         f"{who}" + (f" ({'; '.join(evidence)})" if evidence else "")
     )
     return out
+
+
+def _knee(tput: Sequence[float], gain: float) -> tuple[int | None, float]:
+    """The first point whose next step adds less than `gain` and that step's gain; (None, the last
+    step's gain) when every step adds more."""
+    for i in range(len(tput) - 1):
+        step = tput[i + 1] / tput[i] - 1 if tput[i] > 0 else float("inf")
+        if step < gain:
+            return i, step
+    return None, tput[-1] / tput[-2] - 1 if tput[-2] > 0 else 0.0
+
+
+def _queue_signs(past: Sequence[Mapping[str, Any]]) -> tuple[bool, bool, list[str]]:
+    """From the saturation point on (`past`): whether a client self-check flagged, whether the server
+    queued, and the evidence, in the order the diagnosis states it."""
+    evidence: list[str] = []
+    client = [s for s in past if dig(s, "client", "saturated")]
+    for s in client[:1]:
+        reasons = dig(s, "client", "reasons") or []
+        evidence.append("client self-check flagged: " + ("; ".join(reasons) or "saturated"))
+    t0 = dig(past[0], "latency_ms", "ttft", "median")
+    t1 = dig(past[-1], "latency_ms", "ttft", "median")
+    server = False
+    if t0 and t1 and t1 / t0 >= _TTFT_GROWTH:
+        server = True
+        evidence.append(f"TTFT median grew {t1 / t0:.1f}× past saturation ({t0:.0f} → {t1:.0f} ms): requests queue")
+    waiting = [w for w in (dig(s, "server", "waiting") for s in past) if w]
+    if waiting:
+        server = True
+        evidence.append(f"server /metrics: up to {max(waiting):g} requests waiting")
+    kv = [k for k in (dig(s, "server", "kv_usage") for s in past) if k is not None]
+    if kv and max(kv) >= 0.9:
+        evidence.append(f"KV cache {max(kv) * 100:.0f}% used")
+    pre = sum(p for p in (dig(s, "server", "preemptions") for s in past) if p)
+    if pre:
+        evidence.append(f"{pre:g} preemptions")
+    for s in past:
+        off = dig(s, "throughput", "offered_requests_per_s")
+        done = dig(s, "throughput", "requests_per_s")
+        if dig(s, "load", "mode") == "rate" and off and done is not None and done < 0.9 * off:
+            server = True
+            evidence.append(f"completed {done:.2f} of {off:.2f} offered req/s")
+            break
+    return bool(client), server, evidence
 
 
 def _n(v: Any, fmt: str = "{:,.1f}") -> str:
