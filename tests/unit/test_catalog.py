@@ -157,3 +157,19 @@ def test_bad_configs_raise_config_error(tmp_path) -> None:
     bad.write_text("{not json")
     with pytest.raises(ConfigError):
         load_hf_config(bad)
+
+
+def test_context_length_comes_from_the_config() -> None:
+    """The engines' default max_model_len is the checkpoint's max_position_embeddings."""
+    cfg = {
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_hidden_layers": 32,
+        "vocab_size": 128_256,
+        "intermediate_size": 14_336,
+        "max_position_embeddings": 32_768,
+    }
+    assert parse_hf_config(cfg).context_len == 32_768
+    assert get_model("DeepSeek-R1").context_len == 163_840
+    assert get_model("Llama-3.1-405B").context_len == 131_072

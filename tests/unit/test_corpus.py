@@ -10,6 +10,7 @@ import yaml
 
 from servescope.errors import ConfigError
 from servescope.plan.corpus import MODES, corpus_files, load_corpus, parse_source
+from tests.support.corpus_points import SRC, corpus_point, vars_of
 
 SEEDS = Path(__file__).resolve().parents[3] / "shared" / "seeds"
 
@@ -196,3 +197,13 @@ def test_closed_loop_streams_cannot_outrun_their_stated_inter_token_gap() -> Non
             assert m["output_tok_s"] <= 1.25 * cap, (p.key, stat, m[stat], m["output_tok_s"], cap)
             checked += 1
     assert checked > 200
+
+
+def test_disaggregated_field_is_checked() -> None:
+    row = vars_of(corpus_point())
+    row.update(gpus=8, tp=2, disaggregated={"prefill_gpus": 2, "decode_gpus": 6})
+    _, [pt] = parse_source({"source": vars_of(SRC), "points": [row]})
+    assert pt.disaggregated == (2, 6)
+    row["disaggregated"] = {"prefill_gpus": 2, "decode_gpus": 2}
+    with pytest.raises(ConfigError, match="8 GPUs"):
+        parse_source({"source": vars_of(SRC), "points": [row]})
