@@ -79,3 +79,32 @@ def test_length_dist_states_how_lengths_varied() -> None:
     assert abs(sum(a for a, _ in pairs) / 4000 - 512) < 15 and max(a for a, _ in pairs) > 900
     with pytest.raises(ConfigError, match="length_dist"):
         parse_source({"source": vars_of(SRC), "points": [{**row, "length_dist": "zipf"}]})
+
+
+def test_inferencex_lengths_span_the_top_fifth_of_the_nominal_length() -> None:
+    """`range-0.8` (InferenceX's --random-range-ratio 0.8): uniform integers in [0.8 L, L], mean 0.9 L,
+    and the longest is L (the engine's max_model_len follows it)."""
+    import numpy as np
+
+    from servescope.plan import lengths
+
+    x = lengths.draw(np.random.default_rng(1), "range-0.8", 1024, 20_000, 0)
+    assert x.min() == int(0.8 * 1024) and x.max() == 1024
+    assert x.mean() == pytest.approx(0.9 * 1024, rel=0.01)
+    assert lengths.max_len("range-0.8", 1024, 0) == 1024
+
+
+def test_a_stated_fifteen_percent_spread_draws_lengths_around_the_stated_mean() -> None:
+    """`pm-0.15` (a source's "+/-15% variance", vllm bench serve --random-range-ratio 0.15): uniform
+    integers in [0.85 L, 1.15 L] with mean L, the longest 1.15 L; and identical 20k-token prompts at
+    concurrency 8, which the simulation keeps in lock-step waves, are no longer identical."""
+    import numpy as np
+
+    from servescope.plan import lengths
+
+    x = lengths.draw(np.random.default_rng(1), "pm-0.15", 20_000, 20_000, 0)
+    assert x.min() == 17_000 and x.max() == 23_000
+    assert x.mean() == pytest.approx(20_000, rel=0.01)
+    assert lengths.max_len("pm-0.15", 20_000, 0) == 23_000
+    pairs = lengths.draw_pairs("pm-0.15", "pm-0.15", 20_000, 2_000, 8)
+    assert len({p for p, _ in pairs}) == 8 and len({o for _, o in pairs}) == 8

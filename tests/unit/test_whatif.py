@@ -1,27 +1,21 @@
-"""plan's what-if under open-loop loads (Poisson rates, every request at once) and shared prompt prefixes
-(issue 13, coverage), and the engines' prefix-caching defaults the deployment states."""
+"""plan's what-if on a virtual clock (plan/whatif.py): closed loops, open-loop loads (Poisson rates,
+every request at once), shared prompt prefixes, data-parallel replicas, the median ITL."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
-import json
 import math
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
-from rich.console import Console
 
 from servescope.deploy.deployment import Deployment
 from servescope.errors import ConfigError
-from servescope.plan.command import plan_command, plan_main
-from servescope.plan.memfit import PlanArgs
+from servescope.plan.memfit import PlanArgs, to_deployment
 from servescope.plan.whatif import poisson_arrivals, shared_prefix_hashes, simulate_point, whatif
 from servescope.sim.request import block_hashes
-
-
-def _dep(**kw: object) -> Deployment:
-    return Deployment.build(model="Llama-3.1-8B", gpu="h100", gpus=1, **kw)  # type: ignore[arg-type]
+from tests.support.plan_deployments import awq_deployment, llama_8b_h100
 
 
 def test_poisson_arrivals_start_at_zero_with_the_rate_as_their_mean_and_are_repeatable() -> None:
@@ -39,7 +33,7 @@ def test_poisson_arrivals_start_at_zero_with_the_rate_as_their_mean_and_are_repe
 def test_a_rate_so_low_that_requests_never_meet_predicts_what_one_user_alone_does() -> None:
     """At 0.01 requests/s every request runs alone, as each of a single user's does: the same TTFT and
     end-to-end latency (a deterministic virtual clock), and the ITL within float noise."""
-    dep = _dep()
+    dep = llama_8b_h100()
     (alone,) = whatif(dep, input_len=1024, output_len=128, concurrencies=(1,), num_requests=20)
     (sparse,) = whatif(dep, input_len=1024, output_len=128, request_rates=(0.01,), num_requests=20)
     assert sparse.concurrency is None and sparse.request_rate == 0.01 and sparse.load == "0.01 req/s"
@@ -51,7 +45,7 @@ def test_a_rate_so_low_that_requests_never_meet_predicts_what_one_user_alone_doe
 
 
 def test_rates_below_capacity_are_served_and_above_it_the_queue_grows() -> None:
-    dep = _dep()
+    dep = llama_8b_h100()
     low, mid, high, burst = whatif(dep, input_len=1024, output_len=128, request_rates=(2, 8, 64, math.inf))
     assert (low.num_requests, mid.num_requests, high.num_requests, burst.num_requests) == (200, 480, 3840, 1000)
     # served: completions keep up with arrivals (less the drain at the end), TTFT stays near one prefill
@@ -65,7 +59,7 @@ def test_rates_below_capacity_are_served_and_above_it_the_queue_grows() -> None:
 
 
 def test_data_parallel_replicas_split_the_rate() -> None:
-    one = _dep()
+    one = llama_8b_h100()
     two = Deployment.build(model="Llama-3.1-8B", gpu="h100", gpus=2, tp=1, dp=2)
     (p1,) = whatif(one, input_len=1024, output_len=128, request_rates=(4,), num_requests=240)
     (p2,) = whatif(two, input_len=1024, output_len=128, request_rates=(8,), num_requests=480)
@@ -80,7 +74,7 @@ def test_a_closed_loop_of_fewer_users_than_replicas_keeps_only_theirs_busy() -> 
     """One user on 2 DP replicas is one replica's single user: the same throughput, ITL and TTFT (the API
     server admits one request at a time, not both replicas' share), not twice the throughput. Two users
     are one each; three are 2 + 1, counted as 1.5 replicas of two users (`dp_share`)."""
-    one = _dep()
+    one = llama_8b_h100()
     two = Deployment.build(model="Llama-3.1-8B", gpu="h100", gpus=2, tp=1, dp=2)
     kw = {"input_len": 1024, "output_len": 128, "num_requests": 24}
     alone_1, pair_1 = whatif(one, concurrencies=(1, 2), **kw)  # type: ignore[arg-type]
@@ -98,7 +92,7 @@ def test_a_closed_loop_of_fewer_users_than_replicas_keeps_only_theirs_busy() -> 
 
 
 def test_a_load_is_a_concurrency_or_a_rate() -> None:
-    cfg = _dep().engine_config()
+    cfg = llama_8b_h100().engine_config()
     for kw in ({}, {"concurrency": 2, "request_rate": 1.0}):
         with pytest.raises(ConfigError, match="one of them"):
             simulate_point(cfg, input_len=16, output_len=4, num_requests=2, **kw)  # type: ignore[arg-type]
@@ -118,7 +112,7 @@ def test_a_shared_prefix_meets_the_prefix_cache() -> None:
     """512 shared tokens + 512 own: every request after the first finds the prefix's 32 blocks cached, so
     19 of 20 prompts hit half their tokens (hits / queries = 19 x 512 / (20 x 1,024)), and their first
     tokens come sooner than a 1,024-token prompt computed whole."""
-    dep = _dep()
+    dep = llama_8b_h100()
     (shared,) = whatif(dep, input_len=512, output_len=64, concurrencies=(1,), num_requests=20, prefix_len=512)
     (whole,) = whatif(dep, input_len=1024, output_len=64, concurrencies=(1,), num_requests=20)
     assert shared.prefix_cache_hit_rate == pytest.approx(19 * 512 / (20 * 1024), rel=1e-12)
@@ -127,7 +121,7 @@ def test_a_shared_prefix_meets_the_prefix_cache() -> None:
     assert whole.prefix_cache_hit_rate is None
     # caching off (as set, or vLLM 0.7's default): no hits, the prefix recomputed every time
     (off,) = whatif(
-        _dep(enable_prefix_caching=False),
+        llama_8b_h100(enable_prefix_caching=False),
         input_len=512,
         output_len=64,
         concurrencies=(1,),
@@ -139,77 +133,75 @@ def test_a_shared_prefix_meets_the_prefix_cache() -> None:
         whatif(dep, input_len=4096, output_len=256, concurrencies=(1,), prefix_len=4096)
 
 
-def test_engines_prefix_caching_defaults() -> None:
-    assert _dep().prefix_caching and _dep(engine="sglang").prefix_caching and _dep(engine="trtllm").prefix_caching
-    assert not _dep(enable_prefix_caching=False).prefix_caching
-    assert not _dep(engine="vllm-0.7").prefix_caching  # V0: --enable-prefix-caching off by default
-    assert _dep(engine="vllm-0.7", enable_prefix_caching=True).prefix_caching
-    mla = Deployment.build(model="DeepSeek-R1", gpu="h200", gpus=8, engine="vllm-0.7", enable_prefix_caching=True)
-    assert not mla.prefix_caching  # 0.7 forces it off for MLA
-    assert not mla.engine_config().enable_prefix_caching and mla.to_mapping()["enable_prefix_caching"] is False
+def test_whatif_throughput_rises_and_saturates_while_itl_grows() -> None:
+    dep, _m = awq_deployment()
+    pts = whatif(dep, None, input_len=1024, output_len=256, concurrencies=(1, 16, 128), num_requests=64)
+    tput = [p.output_tokens_per_s for p in pts]
+    itl = [p.itl_ms_p50 for p in pts]
+    assert tput[0] < tput[1] < tput[2]
+    assert tput[2] / tput[1] < 128 / 16  # sub-linear: the batch costs more per step
+    assert itl[0] < itl[2]
+    with pytest.raises(ConfigError):
+        whatif(dep, None, input_len=8000, output_len=256, concurrencies=(1,))
 
 
-def test_plan_command_rates_burst_and_prefix(tmp_path) -> None:
-    res = CliRunner().invoke(
-        plan_command,
-        [
-            "--model",
-            "Llama-3.1-8B",
-            "--gpu",
-            "h100",
-            "--gpus",
-            "1",
-            "--concurrency",
-            "4",
-            "--request-rate",
-            "2,inf",
-            "--prefix-len",
-            "256",
-            "--input-len",
-            "256",
-            "--output-len",
-            "32",
-            "--num-requests",
-            "40",
-            "--json",
-            "-",
-        ],
-    )
-    assert res.exit_code == 0, res.output
-    doc = json.loads(res.stdout)
-    w = doc["whatif"]
-    assert w["closed_loop"] and w["open_loop"] and "Poisson" in w["arrivals"]
-    pts = w["points"]
-    assert [(p["concurrency"], p["request_rate"]) for p in pts] == [(4, None), (None, 2.0), (None, "inf")]
-    assert all(p["prefix_len"] == 256 for p in pts)
-    # one at a time, every request after the first finds the prefix (39 x 256 of 40 x 512 tokens); all at
-    # once, the first step's 16 prompts (8,192 batched tokens / 512) compute it together, none cached yet
-    assert pts[0]["prefix_cache_hit_rate"] == pts[1]["prefix_cache_hit_rate"] == pytest.approx(39 / 80, rel=1e-12)
-    assert pts[2]["prefix_cache_hit_rate"] == pytest.approx(24 / 80, rel=1e-12)
-    assert all(p["uncertainty"]["ttft_ms"]["low"] < p["ttft_ms_p50"] for p in pts)
-    # the tables
-    con = Console(record=True, width=200, color_system=None)
-    assert plan_main(PlanArgs(model="Llama-3.1-8B", gpus=1, request_rate=(2.0, math.inf), num_requests=20), con) == 0
-    text = con.export_text()
-    assert "2 req/s" in text and "all at once" in text and "prefix hits" not in text
-    # caching off: a note says the prefix is recomputed, and the table shows no hits
-    con = Console(record=True, width=200, color_system=None)
-    assert (
-        plan_main(
-            PlanArgs(
-                model="Llama-3.1-8B", gpus=1, engine="vllm-0.7", request_rate=(1.0,), prefix_len=64, num_requests=10
-            ),
-            con,
+def test_whatif_ttft_carries_the_first_token_latency_as_the_validation_does() -> None:
+    """One answer: the what-if adds the knobs' first-token latency to every TTFT (plan/validate.py's
+    `_summary` does the same), and nothing else moves; the engine configuration the emulator serves
+    carries the same latency (it holds each stream's first tokens that long)."""
+    import dataclasses
+
+    from servescope.deploy.deployment import profile_from_raw
+
+    dep = Deployment.build(model="Llama-3.1-8B", gpu="h100", gpus=1)
+    k = dep.knobs()
+    assert k.first_token_s > 0.005  # the fitted table's, not zero
+    kw = {"input_len": 1024, "output_len": 128, "concurrencies": (1, 32), "num_requests": 64}
+    with_it = whatif(dep, k, **kw)
+    without = whatif(dep, dataclasses.replace(k, first_token_s=0.0), **kw)
+    for a, b in zip(with_it, without):
+        assert a.ttft_ms_p50 - b.ttft_ms_p50 == pytest.approx(1e3 * k.first_token_s, rel=1e-9)
+        assert (a.output_tokens_per_s, a.itl_ms_p50, a.e2e_ms_p50) == (
+            b.output_tokens_per_s,
+            b.itl_ms_p50,
+            b.e2e_ms_p50,
         )
-        == 0
-    )
-    text = con.export_text()
-    assert "prefix caching is off for vllm-0.7" in text and "prefix hits" in text and "64+1024/256" in text
-    # `--rate`, as `servescope run` spells it, is the same flag
-    res = CliRunner().invoke(
-        plan_command, ["--model", "Llama-3.1-8B", "--gpus", "1", "--rate", "inf", "--num-requests", "8", "--json", "-"]
-    )
-    assert res.exit_code == 0 and json.loads(res.stdout)["whatif"]["points"][0]["request_rate"] == "inf"
-    for bad in ("0", "1,x", "-2"):
-        res = CliRunner().invoke(plan_command, ["--model", "Llama-3.1-8B", "--request-rate", bad])
-        assert res.exit_code == 2 and "--request-rate" in res.output
+    prof = profile_from_raw({"name": "x", "model": "Llama-3.1-8B", "gpu": "h100", "gpus": 1})
+    assert prof.engine.first_token_s == k.first_token_s
+
+
+@pytest.mark.parametrize(("kv_blocks", "concurrency"), [(None, 1), (None, 7), (300, 7), (300, 100)])
+def test_median_itl_equals_brute_force_token_gaps(kv_blocks, concurrency) -> None:
+    import dataclasses
+    import statistics
+
+    from servescope.plan.whatif import _median_itl_s, engine_config
+    from servescope.sim.request import SimRequest
+    from servescope.sim.simulate import simulate
+
+    dep, _m = awq_deployment()
+    cfg = engine_config(dep)
+    if kv_blocks:
+        cfg = dataclasses.replace(cfg, kv_blocks=kv_blocks)  # a tiny cache forces preemptions
+    reqs = [SimRequest(id=i, prompt_len=1024, max_tokens=256) for i in range(3 * concurrency + 5)]
+    run = simulate(cfg, reqs, concurrency=concurrency)
+    gaps = []
+    for r in reqs:
+        t = run.token_times_s(r)
+        gaps.extend(b - a for a, b in itertools.pairwise(t))
+    assert _median_itl_s(run, reqs) == pytest.approx(statistics.median(gaps), rel=1e-12)
+    if kv_blocks:
+        assert run.stats.preemptions > 0
+
+
+def test_whatif_with_data_parallel_scales_replicas() -> None:
+    dep2 = to_deployment(PlanArgs(model="Llama-3.1-8B", gpu="h100", gpus=2, tp=1, dp=2))
+    dep1 = to_deployment(PlanArgs(model="Llama-3.1-8B", gpu="h100", gpus=1))
+    # one API server in front of both ranks: each replica's requests pass a front end twice as busy
+    fe1 = dep1.engine_config().frontend_s
+    assert fe1 > 0 and dep2.engine_config().frontend_s == pytest.approx(2 * fe1)
+    cal = dataclasses.replace(dep1.knobs(), frontend_s=0.0)  # without it, replicas scale exactly
+    (p2,) = whatif(dep2, cal, input_len=512, output_len=64, concurrencies=(16,), num_requests=64)
+    (p1,) = whatif(dep1, cal, input_len=512, output_len=64, concurrencies=(8,), num_requests=32)
+    assert p2.concurrency == 16
+    assert p2.output_tokens_per_s == pytest.approx(2 * p1.output_tokens_per_s, rel=1e-6)
