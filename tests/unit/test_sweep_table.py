@@ -1,11 +1,12 @@
-"""Saturation diagnosis and the summary table on crafted summaries."""
+"""A sweep's figures (sweep/table.py): the saturation diagnosis on crafted summaries, the rows and the
+summary table, and the SLO capacity of a grid sweep (the top of the passing run from the lowest load up)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from servescope.sweep.summary import table_text
-from servescope.sweep.table import diagnose, point_row
+from servescope.sweep.table import diagnose, point_row, slo_capacity
 
 
 def summ(
@@ -74,3 +75,24 @@ def test_row_and_table_text() -> None:
     assert "c=8" in text and "$9.259" in text and "fail" in text and "goodput" not in text
     s["goodput"] = {"requests_per_s": 12.5}
     assert "12.50" in table_text([point_row({"dir": "c0008", "load_label": "c=8"}, s)])
+
+
+def points(seq: list[tuple[int, bool]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    pts = [{"dir": f"c{c}", "concurrency": c} for c, _ in seq]
+    sums = [{"slo_check": {"passed": ok}, "cost": {"usd_per_1m_output_tokens": 10.0 / c}} for c, ok in seq]
+    return pts, sums
+
+
+def test_capacity_is_last_pass_before_first_failure() -> None:
+    cap = slo_capacity(*points([(4, False), (1, True), (2, True), (8, False)]), "concurrency")
+    assert cap["load"] == 2 and cap["dir"] == "c2" and cap["cost"]["usd_per_1m_output_tokens"] == 5.0
+    assert "note" not in cap
+
+
+def test_pass_above_a_failure_is_noted_not_taken() -> None:
+    cap = slo_capacity(*points([(1, True), (2, False), (4, True), (8, False)]), "concurrency")
+    assert cap["load"] == 1 and "4 passed again above the failure at 2" in cap["note"]
+
+
+def test_nothing_passes() -> None:
+    assert slo_capacity(*points([(1, False), (2, False)]), "concurrency")["load"] is None
