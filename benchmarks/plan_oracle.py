@@ -6,10 +6,11 @@
 For each source document, every held-out prediction of the metric is multiplied by the one factor
 best for that document, chosen after seeing its measurements (an oracle no held-out method has): once
 the factor that minimises the document's own median |error|, once the factor that puts the most of its
-points within the issue's bound. The pooled median |error| and the points within the bound are
-printed for the predictions as they are and under each oracle. If even the oracle misses the bound,
-no correction of a source's level (an engine family's constant, a front end, a per-source factor) can
-meet it: the error is in how the metric moves across a source's own points (load, lengths, layout).
+points within the metric's bound (`BOUNDS`: 20% output tok/s, 25% ITL and TTFT). The pooled median
+|error| and the points within the bound are printed for the predictions as they are and under each
+oracle. If even the oracle misses the bound, no correction of a source's level (an engine family's
+constant, a front end, a per-source factor) can meet it: the error is in how the metric moves across
+a source's own points (load, lengths, layout).
 """
 
 from __future__ import annotations
