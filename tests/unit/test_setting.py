@@ -103,7 +103,7 @@ def test_validation_plan_and_emulator_admit_by_one_rule(
     GUARANTEED_NO_EVICT: prompt + max_tokens; SGLang's new_token_ratio 0.7; vLLM none) is one field of
     the engine (`EngineConfig.reserve_output`), stated alike for a corpus point and for the deployment
     plan's what-if and the emulator run, so the batch a KV-bound load holds is the one the validation
-    checked, counted in the engine's KV blocks (`sim.memory.sim_block_tokens`). At 1000/1000 on one H100
+    checked, counted in the engine's KV blocks (`sim.memory.accounting.sim_block_tokens`). At 1000/1000 on one H100
     the reserve caps the batch below the sequence limit."""
     from servescope.deploy.deployment import Deployment
 

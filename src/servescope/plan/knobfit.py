@@ -82,7 +82,7 @@ def _robust(x: float) -> float:
 # knobs it shares with every other: GPUStack's 264 residuals (24% of all, mostly 1,000-request bursts
 # behind one API server) weigh 0.48 each; AMD's MAD tables, the SGLang team's documents and SemiAnalysis
 # ~0.74, the small sources 1. Kept 2026-11-27 by a rule written before the run
-# (docs/experiments/validation-rounds.md): one warm iteration with it against one without, held out
+# (docs/plan-decisions.md): one warm iteration with it against one without, held out
 # 18.4 / 23.4 / 32.8% vs 18.6 / 23.6 / 33.0%.
 _SOURCE_RESIDUALS = 60.0
 

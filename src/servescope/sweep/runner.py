@@ -33,7 +33,7 @@ __all__ = ["CACHE_NOTE_PREFIXES", "SWEEP_FILE", "SCHEMA", "Sweep", "SweepInterru
 
 SWEEP_FILE = "sweep.json"
 SCHEMA = "servescope.sweep.command/1"
-# A point's notes about its prefix cache (run.bench: a warm cache, a failed reset): shown for every point
+# A point's notes about its prefix cache (run.assemble: a warm cache, a failed reset): shown for every point
 # they concern, and listed again at the end of the sweep (sweep.summary); other notes show once.
 CACHE_NOTE_PREFIXES = ("prefix cache:", "--reset-cache:")
 _SETTINGS_IGNORED = ("out", "quiet", "concurrency", "rate", "input_len", "output_len", "report")

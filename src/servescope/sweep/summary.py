@@ -86,7 +86,7 @@ def finish(sweep: Sweep, gain: float) -> str:
 
 def cache_notes(entries: Sequence[dict[str, Any]], summaries: Sequence[Mapping[str, Any]]) -> list[str]:
     """The points whose prefix cache did not behave as designed (a warm cache from an earlier point, a
-    reset that failed), one line each, from each point's notes (run.bench): the sweep's own notes."""
+    reset that failed), one line each, from each point's notes (run.assemble): the sweep's own notes."""
     out = []
     for e, s in zip(entries, summaries):
         for note in s.get("notes") or ():
