@@ -30,12 +30,13 @@ def test_every_check_passes_on_the_emulator(tmp_path: Path) -> None:
     # 400 requests: enough for a P99 (368); the emulator's deployment (Llama-3.1-8B on one H100) is known
     s = _run(tmp_path, "--num-requests", "400", "--concurrency", "32", "--input-len", "64", "--output-len", "32")
     assert _statuses(s) == dict.fromkeys(
-        ("token_counts", "littles_law", "e2e_consistency", "physical_bounds", "percentile_floors"), "pass"
+        ("token_counts", "littles_law", "e2e_consistency", "physical_bounds", "percentile_floors", "engine_agreement"),
+        "pass",
     ), s["validation"]
     bounds = next(c for c in s["validation"] if c["name"] == "physical_bounds")["figures"]
     assert bounds["deployment"] == "emulator profile llama-3.1-8b"
     assert 0 < bounds["itl_floor_ms"] < bounds["itl_mean_ms"]  # 16 GB of weights at 3.35 TB/s: ~4.8 ms
-    assert "validation  5 checks pass" in s["_stdout"]
+    assert "validation  6 checks pass" in s["_stdout"]
     # intervals for every headline percentile (how tight depends on how steady this host was)
     ttft = s["precision"]["metrics"]["ttft"]["median"]
     assert ttft["low"] <= ttft["estimate"] <= ttft["high"] and ttft["half_width_pct"] is not None
@@ -61,7 +62,7 @@ def test_a_short_run_says_its_p99_is_under_sampled(tmp_path: Path) -> None:
     assert floors["status"] == "marked" and "TTFT P99 from 100" in floors["why"], floors
     assert s["precision"]["metrics"]["ttft"]["p99"]["high"] is None  # the data cannot bound it
     # marked, not failed: a default-sized run is not called wrong for being short
-    assert "validation  4 checks pass" in s["_stdout"] and "percentile_floors: under-sampled" in s["_stdout"]
+    assert "validation  5 checks pass" in s["_stdout"] and "percentile_floors: under-sampled" in s["_stdout"]
     assert "fail" not in s["_stdout"].split("validation", 1)[1].split("\n", 1)[0]
     assert "±?" in s["_stdout"]
 
@@ -161,6 +162,7 @@ def test_every_check_passes_against_llama_server(llama_server: RealServer, tmp_p
         "e2e_consistency": "pass",
         "physical_bounds": "skipped",
         "percentile_floors": "pass",
+        "engine_agreement": "skipped",  # llama-server has no request-level latency histograms
     }, s["validation"]
     tokens = next(c for c in s["validation"] if c["name"] == "token_counts")["figures"]
     assert tokens["server_generation_tokens"] == tokens["client_output_tokens"] == 400 * 8, tokens

@@ -50,6 +50,7 @@ from servescope.results.selfcheck import (
     _e2e_verdict,
     _littles_verdict,
     _token_verdict,
+    engine_agreement,
     percentile_floors,
     physical_bounds,
 )
@@ -346,6 +347,7 @@ def validate(
         e2e_consistency(records),
         physical_bounds(summary, bounds),
         percentile_floors(summary),
+        engine_agreement(summary),  # reads the summary alone: the one implementation serves both paths
     ]
 
 

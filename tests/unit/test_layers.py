@@ -43,6 +43,8 @@ PURE = (
     "servescope.results.streaming",
     "servescope.results.perrequest",
     "servescope.results.costschema",
+    "servescope.results.engineschema",
+    "servescope.results.engineview",
     "servescope.results.bootstrap",
     "servescope.client.split",
     "servescope.client.sse",

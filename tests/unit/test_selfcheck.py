@@ -23,6 +23,7 @@ from servescope.sim.steptime import StepCost
 from tests.support import oracle
 from tests.support.oracle import concurrency_held, e2e_consistency, littles_law, token_counts, validate
 from tests.support.synth import synth_records, synth_run_info
+from tests.unit.test_engineview import agreeing_engine_view
 
 
 def _summary(records: list[RequestRecord], server: ServerMetrics | None = None) -> Summary:
@@ -43,6 +44,7 @@ def records() -> list[RequestRecord]:
 def test_a_consistent_run_passes_every_check(records: list[RequestRecord]) -> None:
     gen = sum(r.output_tokens or 0 for r in records)
     s = _summary(records, _server(gen))
+    s["engine_view"] = agreeing_engine_view(records, s)
     bounds: Bounds = {"itl_floor_ms": 5.0, "tokens_per_s_ceiling": 1e6, "source": "test"}
     checks = validate(records, s, bounds=bounds)
     assert [c["name"] for c in checks] == [
@@ -51,6 +53,7 @@ def test_a_consistent_run_passes_every_check(records: list[RequestRecord]) -> No
         "e2e_consistency",
         "physical_bounds",
         "percentile_floors",
+        "engine_agreement",
     ]
     assert all(c["status"] == "pass" for c in checks), checks
 

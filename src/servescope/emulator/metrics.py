@@ -29,6 +29,7 @@ class Metrics:
         self.queue = Histogram(E2E_BUCKETS_S)
         self.prefill = Histogram(E2E_BUCKETS_S)
         self.decode = Histogram(E2E_BUCKETS_S)
+        self.inference = Histogram(E2E_BUCKETS_S)  # prefill + decode: the time in vLLM's RUNNING phase
         self.iteration_tokens = Histogram(ITERATION_TOKENS_BUCKETS)
         self.success: dict[str, int] = {"stop": 0, "length": 0, "abort": 0}
 
@@ -42,6 +43,7 @@ class Metrics:
             self.queue.observe(max(0, sched_ns - st.arrival_ns) * 1e-9)
             self.prefill.observe(max(0, st.token_ns[0] - sched_ns) * 1e-9)
             self.decode.observe((t_ns - st.token_ns[0]) * 1e-9)
+            self.inference.observe(max(0, t_ns - sched_ns) * 1e-9)
         if st.n_total > 1:
             self.tpot.observe((t_ns - st.token_ns[0]) * 1e-9 / (st.n_total - 1))
 
@@ -92,6 +94,10 @@ class Metrics:
                 "vllm:request_decode_time_seconds": (
                     "Histogram of time spent in DECODE phase for request.",
                     self.decode,
+                ),
+                "vllm:request_inference_time_seconds": (
+                    "Histogram of time spent in RUNNING phase for request.",
+                    self.inference,
                 ),
                 "vllm:iteration_tokens_total": (
                     "Histogram of number of tokens per engine_step.",

@@ -1,7 +1,8 @@
 """The shape of `summary.json`, written down once: `Summary` and its blocks, as TypedDicts.
 
 `colsummary.summarize_columns` builds a `Summary` from a run's columns, `run.assemble` and `sweep` add
-their blocks to it (the cost and energy blocks' shapes are in `costschema`), and the
+their blocks to it (the cost and energy blocks' shapes are in `costschema`, the engine view's in
+`engineschema`), and the
 store, report, repeats and sweep read it through these types, so mypy checks every key. At run time
 a TypedDict is a plain dict: nothing here validates or costs anything, and nothing here imports
 pydantic. The JSON Schema kept in the repository (docs/summary.schema.json) is generated from these
@@ -28,6 +29,7 @@ from typing import Literal, NotRequired
 from typing_extensions import TypedDict  # closed= (PEP 728); pydantic needs this TypedDict before 3.12
 
 from servescope.results.costschema import Cost, Energy, GpuEnergy
+from servescope.results.engineschema import EngineComparison, EnginePhase, EngineView
 
 __all__ = [
     "SUMMARY_VERSION",
@@ -40,6 +42,9 @@ __all__ = [
     "Cost",
     "Distribution",
     "Energy",
+    "EngineComparison",
+    "EnginePhase",
+    "EngineView",
     "ErrorAdjusted",
     "ErrorAdjustedLatency",
     "Goodput",
@@ -437,7 +442,7 @@ class RunInfo(TypedDict, total=False, closed=True):
 
 class Summary(TypedDict, closed=True):
     """summary.json: one run's figures (servescope.summary/1). Key order as written: schema, the
-    run's identity, the metrics, then client, server, slo_check, notes (and cost in a sweep)."""
+    run's identity, the metrics, then client, server, engine_view, slo_check, notes (and cost in a sweep)."""
 
     schema: Literal["servescope.summary/1"]
     run_id: NotRequired[str]
@@ -457,6 +462,7 @@ class Summary(TypedDict, closed=True):
     goodput: Goodput | None
     client: Client
     server: NotRequired[ServerMetrics | None]
+    engine_view: NotRequired[EngineView | None]  # absent in summaries written before it
     slo_check: NotRequired[SloCheck]
     validation: NotRequired[list[ValidationCheck]]
     precision: NotRequired[Precision]

@@ -1,4 +1,4 @@
-"""The run checks its own figures: five self-checks written into `summary.json` (`validation`). Pure.
+"""The run checks its own figures: six self-checks written into `summary.json` (`validation`). Pure.
 
 Each check compares figures that come from different places (the client's count of chunks, the
 server's usage, the server's Prometheus counters; throughput, latency and the load held; timing and
@@ -15,6 +15,8 @@ runs them all, over the run's columns (records in memory go through `RecordColum
   decode step, and the tokens computed per second ≤ the compute roofline.
 - `percentile_floors`: every reported percentile has enough values to be bounded at all (a P99 from
   fewer than 368, a P95 from fewer than 72 ...; `precision.percentile_floor`).
+- `engine_agreement`: the client's mean TTFT exceeds the engine's own (its request-level histogram,
+  `engine_view`) by what the client's side explains, and the engine counted the requests the client did.
 
 `concurrency_held_columns` (the closed loop's occupancy, for the client verdict) lives here too: it
 reads the same send/end intervals as Little's law. `window_columns` (the measured window, from
@@ -38,12 +40,16 @@ from servescope.sim.steptime import StepCost, distinct_experts
 __all__ = [
     "E2E_OFF_SHARE",
     "E2E_TOLERANCE",
+    "ENGINE_SLACK_MS",
+    "ENGINE_TOLERANCE_MS",
+    "ENGINE_TOLERANCE_SHARE",
     "LITTLE_TOLERANCE",
     "TOKEN_TOLERANCE",
     "Bounds",
     "bounds_from_cost",
     "concurrency_held_columns",
     "e2e_consistency_columns",
+    "engine_agreement",
     "littles_law_columns",
     "percentile_floors",
     "physical_bounds",
@@ -61,6 +67,11 @@ LITTLE_TOLERANCE = 0.05
 E2E_TOLERANCE = 0.05
 #: ... and the check fails when more than this share of requests is off.
 E2E_OFF_SHARE = 0.01
+#: Client − engine mean TTFT: below −1 ms is impossible (the client's TTFT holds the engine's) ...
+ENGINE_SLACK_MS = 1.0
+#: ... and above max(10 ms, 20% of the engine's mean) is time outside the engine worth a word.
+ENGINE_TOLERANCE_MS = 10.0
+ENGINE_TOLERANCE_SHARE = 0.20
 _PERCENTILES = (("p90", 0.90), ("p95", 0.95), ("p99", 0.99))
 _LATENCY_LABELS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E", "ttfat": "TTFAT"}
 
@@ -394,6 +405,48 @@ def percentile_floors(summary: Summary) -> ValidationCheck:
     return _check("percentile_floors", "pass", figures, "every reported percentile has enough values")
 
 
+# --------------------------------------------------------------------------- engine agreement
+def engine_agreement(summary: Summary) -> ValidationCheck:
+    """The client's mean TTFT against the engine's (`engine_view`, its histogram over the window):
+    client − engine < −ENGINE_SLACK_MS fails (the client's TTFT holds the engine's), above
+    max(ENGINE_TOLERANCE_MS, ENGINE_TOLERANCE_SHARE × the engine's mean) is marked (HTTP/SSE, the API
+    server's front end, the network or a busy client cost more); the engine's count of finished
+    requests outside [completed, sent] of the client's fails (other traffic, requests not seen)."""
+    view = summary.get("engine_view")
+    if not view:
+        return _check("engine_agreement", "skipped", {}, "the target exposes no request-level latency histograms")
+    figs: dict[str, float | int | str | None] = {}
+    fails, marks, oks = [], [], []
+    n, done, sent = view["engine_requests"], view["requests_completed"], view["requests_sent"]
+    if n is not None:
+        figs.update({"engine_requests": n, "client_completed": done, "client_sent": sent})
+        if done <= n <= sent:
+            oks.append(f"the engine counted {n:,} requests, the client completed {done:,} of {sent:,}")
+        else:
+            fails.append(
+                f"the engine counted {n:,} requests ({view['engine_requests_metric']}), the client completed "
+                f"{done:,} of {sent:,}: other traffic on the server, or requests the client did not see"
+            )
+    ttft = view["metrics"].get("ttft")
+    diff = ttft["client_minus_engine_ms"] if ttft is not None else None
+    if ttft is not None and diff is not None and dig(summary, "workload", "stream") is not False:
+        engine = ttft["mean_ms"]
+        tol = max(ENGINE_TOLERANCE_MS, ENGINE_TOLERANCE_SHARE * engine)
+        figs.update({"engine_ttft_mean_ms": engine, "client_ttft_mean_ms": ttft["client_mean_ms"]})
+        figs.update({"client_minus_engine_ms": diff, "slack_ms": ENGINE_SLACK_MS, "tolerance_ms": tol})
+        said = f"client − engine mean TTFT {diff:.2f} ms (engine {engine:.2f} ms)"
+        if diff < -ENGINE_SLACK_MS:
+            fails.append(f"{said}: below the engine's, which the client's holds (different requests, or a clock off)")
+        elif diff > tol:
+            marks.append(f"{said}: more than {tol:.1f} ms outside the engine (HTTP/SSE, the API front end, network)")
+        else:
+            oks.append(f"{said}, within −{ENGINE_SLACK_MS:g} to {tol:.1f} ms")
+    if not figs:
+        return _check("engine_agreement", "skipped", figs, "no TTFT or request count to compare")
+    status: Literal["pass", "fail", "marked"] = "fail" if fails else "marked" if marks else "pass"
+    return _check("engine_agreement", status, figs, "; ".join(fails + marks + oks))
+
+
 def validate_columns(cols: RecordColumns, summary: Summary, *, bounds: Bounds | None = None) -> list[ValidationCheck]:
     """Every self-check, in a fixed order, for `summary["validation"]`."""
     return [
@@ -402,6 +455,7 @@ def validate_columns(cols: RecordColumns, summary: Summary, *, bounds: Bounds | 
         e2e_consistency_columns(cols),
         physical_bounds(summary, bounds),
         percentile_floors(summary),
+        engine_agreement(summary),
     ]
 
 

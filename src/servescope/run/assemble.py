@@ -3,8 +3,9 @@
 `assemble_summary` is the only code that builds a run's summary.json document. It starts from the
 figures of the records on disk, as columns (`results.colsummary`), then adds, in this order (the
 file's key order): the client's verdict on itself (for a run over several shards, each shard's
-figures and the saturated one named), the server's metrics over the window, the run-limit SLO
-check, the self-checks, the precision block, the notes and the GPU energy over the measured window.
+figures and the saturated one named), the server's metrics over the window, the engine's own view
+of latency beside the client's (from its request-level histograms), the run-limit SLO check, the
+self-checks, the precision block, the notes and the GPU energy over the measured window.
 A sweep adds its own blocks (slo_check against the sweep's limits, cost) to the document this
 returns (sweep.runner).
 """
@@ -12,6 +13,7 @@ returns (sweep.runner).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -19,6 +21,7 @@ import numpy as np
 from servescope.client.split import split_spec
 from servescope.results import precision
 from servescope.results.colsummary import summarize_columns, tokens_read_together
+from servescope.results.engineview import HistogramWindow, engine_view
 from servescope.results.metrics import assess_client
 from servescope.results.schema import (
     ApiKind,
@@ -63,9 +66,11 @@ def assemble_summary(
     window: Window,
     cols: RecordColumns,
     server: ServerMetrics | None,
+    histograms: Mapping[str, HistogramWindow] | None = None,
 ) -> Summary:
     """The finished summary of one run: what was made before the clock (`plan`, `start`, `spec`),
-    what the measured window left (`window`, the records as `cols`) and the server's metrics over it.
+    what the measured window left (`window`, the records as `cols`) and the server's metrics over it
+    (`histograms`: its request-level latency histograms over the window, by role, for `engine_view`).
     Its one side effect: the telemetry's samples go to gpu-telemetry.json (`Telemetry.finish`)."""
     result = window.result
     summary = summarize_columns(
@@ -78,6 +83,7 @@ def assemble_summary(
     )
     _client_verdict(summary, cfg, plan, spec, result, cols)
     summary["server"] = server
+    summary["engine_view"] = engine_view(histograms or {}, summary, cols)
     if cfg.slo_text:
         slo_spec = parse_slo_spec(cfg.slo_text)
         if slo_spec.has_run_limits:

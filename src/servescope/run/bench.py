@@ -250,7 +250,8 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     # every figure from here on is computed from the records on disk, as columns (the run keeps no record)
     cols = load_columns(start.out_dir)
     server = servermetrics.server_summary(start.metrics_before, metrics_after)
-    summary = assemble_summary(cfg, plan, start, spec, window, cols, server)
+    histograms = servermetrics.histogram_window(start.metrics_before, metrics_after)
+    summary = assemble_summary(cfg, plan, start, spec, window, cols, server, histograms)
     write_results(cfg, start, spec, window.result, summary)
     tell(cfg, console, start.out_dir, summary, window)
     return RunOutcome(

@@ -9,7 +9,8 @@ which `/tokenize`, version and metrics endpoints they expose (TensorRT-LLM's Pro
 
 The capability probe (capabilities.py) reads the wire facts and the probe paths; the scrape
 (servermetrics.py) reads the metric names, in the common roles below, through `METRICS` and
-`HISTOGRAMS` (every engine's names, in table order, so a page is understood even when the probe was off).
+`HISTOGRAMS` (every engine's names, in table order, so a page is understood even when the probe was off);
+the engine's view of latency reads its histograms, buckets included, through `ENGINE_HISTOGRAMS`.
 Metric names are written without `_total` (a counter `foo` is exposed as `foo_total`).
 """
 
@@ -22,6 +23,8 @@ from types import MappingProxyType
 __all__ = [
     "CACHE_RESET_PATHS",
     "COUNTER_ROLES",
+    "ENGINE_HISTOGRAMS",
+    "ENGINE_VIEW_ROLES",
     "HISTOGRAMS",
     "HISTOGRAM_ROLES",
     "KNOWN_ENGINES",
@@ -47,6 +50,10 @@ ROLES = (
 COUNTER_ROLES = ("prompt_tokens", "generation_tokens", "prefix_queries", "prefix_hits", "preemptions")
 # Latency histograms: the window's mean is Δ_sum / Δ_count (seconds).
 HISTOGRAM_ROLES = ("ttft", "itl", "e2e", "queue")
+# The request-level histograms of the engine's own view of latency (summary `engine_view`): the
+# latency roles above, then the phases of a request inside the engine (vLLM's prefill, decode and
+# inference = prefill + decode; engines without them leave the role out).
+ENGINE_VIEW_ROLES = (*HISTOGRAM_ROLES, "prefill", "decode", "inference")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,6 +107,9 @@ _ENGINES = (
             "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
             "e2e": ("vllm:e2e_request_latency_seconds",),
             "queue": ("vllm:request_queue_time_seconds",),
+            "prefill": ("vllm:request_prefill_time_seconds",),
+            "decode": ("vllm:request_decode_time_seconds",),
+            "inference": ("vllm:request_inference_time_seconds",),
         },
     ),
     EngineProfile(
@@ -242,3 +252,4 @@ METRIC_PREFIXES: tuple[tuple[str, str], ...] = tuple((e.metric_prefix, e.name) f
 # role -> every engine's names for it, in table order: the scrape tries them in this order.
 METRICS = _by_role(ROLES, "metrics")
 HISTOGRAMS = _by_role(HISTOGRAM_ROLES, "histograms")
+ENGINE_HISTOGRAMS = _by_role(ENGINE_VIEW_ROLES, "histograms")

@@ -4,8 +4,11 @@ A run's server-side figures are deltas (counters) or end values (gauges) between
 taken outside the clock. Names are matched with any trailing `_total` stripped (a counter `foo`
 is exposed as `foo_total`), and the engines' names map onto a few common keys through the one
 engine table (engines.py; docs/compatibility.md). The page is read by the one Prometheus
-reader (prometheus.py). `server_summary` is pure; `scrape` is the only I/O, and it reads the page
-where the capability probe found it (TensorRT-LLM: `/prometheus/metrics`).
+reader (prometheus.py): `read_page` keeps every sample's value and, for the engines' request-level
+histograms (`ENGINE_HISTOGRAMS`), each bucket. `server_summary` and `histogram_window` (the
+histograms' deltas over the window, for the engine's view of latency, results.engineview) are pure;
+`scrape` is the only I/O, and it reads the page where the capability probe found it (TensorRT-LLM:
+`/prometheus/metrics`).
 """
 
 from __future__ import annotations
@@ -14,14 +17,26 @@ from typing import Any, cast
 
 import aiohttp
 
+from servescope.results.engineview import HistogramWindow, histogram_mean_ms
 from servescope.results.schema import ServerMetrics
-from servescope.target.engines import COUNTER_ROLES, HISTOGRAMS, METRICS, METRICS_PATHS
-from servescope.target.prometheus import parse_prometheus
+from servescope.target.engines import COUNTER_ROLES, ENGINE_HISTOGRAMS, HISTOGRAMS, METRICS, METRICS_PATHS
+from servescope.target.prometheus import buckets_of, histogram_buckets, parse_prometheus
 from servescope.urls import server_root
 
-__all__ = ["COMMON", "HISTOGRAMS", "parse_prometheus", "prefix_cache_note", "scrape", "server_summary"]
+__all__ = [
+    "COMMON",
+    "HISTOGRAMS",
+    "histogram_window",
+    "parse_prometheus",
+    "prefix_cache_note",
+    "read_page",
+    "scrape",
+    "server_summary",
+]
 
 COMMON = METRICS  # common key -> metric names (without `_total`), in the order they are tried
+# every engine's request-level histogram names, whose buckets a page keeps
+_BUCKETED = tuple(dict.fromkeys(n for names in ENGINE_HISTOGRAMS.values() for n in names))
 PREFIX_TOLERANCE = 0.05  # intended vs achieved prefix-cache hit rate: warn beyond 5 points
 
 
@@ -30,7 +45,17 @@ async def _get_page(session: aiohttp.ClientSession, url: str, headers: dict[str,
         if r.status != 200:
             return None
         text = await r.text(errors="replace")
-    return parse_prometheus(text) or None  # JSON (TensorRT-LLM's /metrics) parses to nothing
+    return read_page(text) or None  # JSON (TensorRT-LLM's /metrics) parses to nothing
+
+
+def read_page(text: str) -> dict[str, float]:
+    """A scraped page as `scrape` returns it: `parse_prometheus`'s samples (sums and counts of
+    histograms, buckets dropped) plus the buckets of the engines' request-level histograms, one
+    `prometheus.bucket_key` each (`<family>_bucket{le="<bound>"}`, summed over the other labels)."""
+    page = parse_prometheus(text)
+    if page:
+        page.update(histogram_buckets(text, _BUCKETED))
+    return page
 
 
 async def scrape(
@@ -80,12 +105,36 @@ def server_summary(before: dict[str, float] | None, after: dict[str, float] | No
                 dn = after[f"{name}_count"] - (before or {}).get(f"{name}_count", 0.0)
                 ds = after.get(f"{name}_sum", 0.0) - (before or {}).get(f"{name}_sum", 0.0)
                 if dn > 0:
-                    means[f"{key}_mean_ms"] = ds / dn * 1e3
+                    means[f"{key}_mean_ms"] = histogram_mean_ms(ds, dn)
                     doc["metrics_used"][f"{key}_hist"] = name
                 break
     if means:
         doc["latency_ms"] = means
     return cast(ServerMetrics, doc)  # common keys only (COMMON, HISTOGRAMS): the open ServerMetrics block
+
+
+def histogram_window(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, HistogramWindow]:
+    """The engine's request-level histograms over the window (pages read by `read_page`), by role
+    (`engines.ENGINE_VIEW_ROLES`): for each role the first of its names on the page after, Δ_count,
+    Δ_sum and each bucket's Δ (after minus before; a bound missing before counts 0 there). A role is
+    left out when nothing was observed over the window, or when a count went down (the server
+    restarted between the scrapes: the deltas mean nothing)."""
+    if not after:
+        return {}
+    was = before or {}
+    out: dict[str, HistogramWindow] = {}
+    for role, names in ENGINE_HISTOGRAMS.items():
+        name = next((n for n in names if f"{n}_count" in after), None)
+        if name is None:
+            continue
+        dn = after[f"{name}_count"] - was.get(f"{name}_count", 0.0)
+        ds = after.get(f"{name}_sum", 0.0) - was.get(f"{name}_sum", 0.0)
+        old = dict(buckets_of(was, name))
+        buckets = tuple((le, c - old.get(le, 0.0)) for le, c in buckets_of(after, name))
+        if dn <= 0 or any(c < 0 for _, c in buckets):
+            continue
+        out[role] = HistogramWindow(metric=name, count=dn, sum_s=ds, buckets=buckets)
+    return out
 
 
 def prefix_cache_note(
