@@ -218,3 +218,33 @@ def test_repeats_directory(tmp_path: Path) -> None:
     assert "Run-to-run spread (3 repeats)" in html and "50.0 %" in html
     assert 'href="repeat-2/report.html"' in html and (root / "repeat-2" / "report.html").is_file()
     assert "overlay_ttft_cdf" in html
+
+
+def test_engine_view_beside_the_clients(tmp_path: Path) -> None:
+    """The engine's own latency (summary `engine_view`) in the server section: client and engine means
+    and their difference, the bucket estimates with their bounds, the phases; byte-stable."""
+    from servescope.results.columns import RecordColumns
+    from servescope.results.engineview import HistogramWindow, engine_view
+    from tests.support.oracle import summarize
+    from tests.support.synth import synth_run_info
+
+    recs = synth_records(60, seed=4, concurrency=4)
+    s = summarize(recs, run=synth_run_info("r", recs))
+    ttft_ms = s["latency_ms"]["ttft"]["mean"] or 0.0
+    buckets = ((0.1, 20.0), (0.25, 55.0), (float("inf"), 60.0))
+    hists = {
+        "ttft": HistogramWindow("vllm:time_to_first_token_seconds", 60.0, 60 * (ttft_ms - 3.0) / 1e3, buckets),
+        "queue": HistogramWindow("vllm:request_queue_time_seconds", 60.0, 0.06, buckets),
+    }
+    view = engine_view(hists, s, RecordColumns.from_records(recs))
+    run = write_synth_run(tmp_path / "run", recs, concurrency=4, extra_summary={"engine_view": view})
+    html = write_report(run).read_text()
+    section = html.split("Engine's view of latency", 1)[1].split("<h2>", 1)[0]
+    assert "vllm:time_to_first_token_seconds" in section and "vllm:request_queue_time_seconds" in section
+    assert "client − engine" in section and '<td class="">3.00</td>' in section  # 3 ms outside the engine
+    # the median: rank 30 of 60, 10 of the 35 in (100, 250] ms: 100 + 150 * 10/35, with its bucket
+    assert '142.86 <span class="muted">(100–250)</span>' in section
+    assert "60 / 60" in section and "The engine counted 60 requests" in section
+    assert write_report(run).read_text() == html
+    plain = write_synth_run(tmp_path / "plain", recs, concurrency=4)
+    assert "Engine's view" not in write_report(plain).read_text()

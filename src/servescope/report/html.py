@@ -18,6 +18,7 @@ from servescope.report.data import (
     load_results,
     run_title,
 )
+from servescope.report.engineview import engine_view_section
 from servescope.report.figures import get, run_figures, slo_of
 from servescope.report.layout import (
     REPORT,
@@ -316,6 +317,7 @@ def render_run(run: RunResult) -> tuple[str, dict[str, str]]:
             '<h2>Server metrics</h2><p class="muted">Read from the target\'s Prometheus /metrics before and '
             "after the run: counters are deltas over the run, gauges are end-of-run values.</p>" + _server_table(server)
         )
+    body.append(engine_view_section(s))  # the engine's own latency beside the client's (summary engine_view)
     body.append("<h2>Failures</h2>" + _failures(run))
     body.append(
         "<h2>Run details</h2><details><summary>Manifest (configuration as run, versions, host)"
