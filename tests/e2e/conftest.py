@@ -8,6 +8,7 @@ vLLM's CPU build in ~45-60 s, ~2 min when its compile cache is cold).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from tests.support.real_servers import (
     find_llama_server,
     find_transformers,
     find_vllm,
+    stable_model_dir,
     start_llama_server,
     start_transformers_serve,
     start_vllm,
@@ -65,8 +67,14 @@ def vllm_python() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model_vllm(tmp_path_factory: pytest.TempPathFactory) -> TinyModel:
-    """A larger tiny Llama (hidden 256, 4 layers, ~11 MB) that vLLM's CPU kernels accept."""
-    return make_tiny_model(tmp_path_factory.mktemp("tiny-model-vllm"), VLLM_TINY, hub_cache=False)
+    """A larger tiny Llama (hidden 256, 4 layers, ~11 MB) that vLLM's CPU kernels accept; generated here,
+    its HF folder then copied beside the vLLM venv under a name of its content (`stable_model_dir`: vLLM's
+    compile cache is keyed on the path)."""
+    model = make_tiny_model(tmp_path_factory.mktemp("tiny-model-vllm"), VLLM_TINY, hub_cache=False)
+    py = find_vllm()
+    if py is None:
+        return model
+    return dataclasses.replace(model, hf_dir=stable_model_dir(model.hf_dir, py.parent.parent))
 
 
 @pytest.fixture(scope="session")
