@@ -3,7 +3,8 @@
 vLLM runs on CPU 0 (`taskset -c 0`), the client on what is left. What must hold: every request runs to its
 max_tokens and the token counts are the server's usage; TTFT, TPOT and ITL follow their definitions
 (docs/metrics.md) from the records; prompts are exactly as long as asked (the server's /tokenize); the
-summary's `server` block carries vLLM's own counters, equal to the client's totals; `--reset-cache` empties
+summary's `server` block carries vLLM's own counters, equal to the client's totals; its `engine_view` is vLLM's
+histograms' deltas beside the client's figures; `--reset-cache` empties
 the prefix cache (`POST /reset_prefix_cache`) and the achieved hit rate of a shared-prefix workload is the
 designed one; `--serve` launches vLLM once per `--max-num-seqs` configuration; Ctrl-C and a server killed
 mid-run end the run with every request accounted for.
@@ -291,3 +292,58 @@ def test_serve_sweep_over_max_num_seqs(vllm_python: Path, tiny_model_vllm: TinyM
     assert len(ports) == 2
     assert queue_ms["2"] > 5 * queue_ms["8"] and queue_ms["2"] > 10, queue_ms
     assert "s2" in res.output and "s8" in res.output  # the sweep table lists both configurations
+
+
+def histograms(srv: RealServer) -> dict[str, tuple[float, float]]:
+    """Each histogram family on vLLM's page, read by the reference parser: name -> (count, sum in s)."""
+    with urllib.request.urlopen(srv.root + "/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out: dict[str, tuple[float, float]] = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.type == "histogram":
+            count = sum(s.value for s in fam.samples if s.name == fam.name + "_count")
+            total = sum(s.value for s in fam.samples if s.name == fam.name + "_sum")
+            out[fam.name] = (count, total)
+    return out
+
+
+def test_the_engine_view_is_the_histograms_deltas_beside_the_clients_figures(
+    vllm_server: RealServer, tmp_path: Path
+) -> None:
+    """The summary's engine_view against vLLM's own histograms, read around the whole run by the reference
+    parser. The outer window holds the run's window plus the capability probe's few requests (sent before
+    servescope's own first scrape), so: the engine counts exactly the client's completed requests, the outer
+    deltas exceed the view's by those probe requests only (each well under a second), and client − engine
+    is the difference of the two means."""
+    n_req = 24
+    before = histograms(vllm_server)
+    s = run(vllm_server.url, tmp_path, "--api", "completions", "--concurrency", "4", "--num-requests", str(n_req))
+    after = histograms(vllm_server)
+    view = s["engine_view"]
+    assert view is not None
+    assert view["requests_completed"] == s["requests"]["completed"] == n_req
+    assert view["engine_requests"] == n_req and view["engine_requests_metric"] == "vllm:e2e_request_latency_seconds"
+    for role, name in (
+        ("ttft", "vllm:time_to_first_token_seconds"),
+        ("e2e", "vllm:e2e_request_latency_seconds"),
+    ):
+        m = view["metrics"][role]
+        assert m["metric"] == name and m["count"] == n_req
+        d_count = after[name][0] - before[name][0]
+        d_sum_s = after[name][1] - before[name][1]
+        probe_requests = d_count - n_req
+        assert 0 < probe_requests <= 4, probe_requests  # the probe's streamed requests, before the window
+        view_sum_s = m["mean_ms"] * m["count"] / 1e3
+        assert view_sum_s <= d_sum_s + 1e-9
+        assert d_sum_s - view_sum_s < probe_requests * 1.0, (d_sum_s, view_sum_s)
+        assert m["client_count"] == n_req
+        assert m["client_mean_ms"] == pytest.approx(s["latency_ms"][role]["mean"], rel=1e-12)
+        assert m["client_minus_engine_ms"] == pytest.approx(m["client_mean_ms"] - m["mean_ms"], abs=1e-9)
+    # client - engine TTFT: positive (the client's clock starts first) and small on loopback
+    assert 0 < view["metrics"]["ttft"]["client_minus_engine_ms"] < 50
+    itl = view["metrics"]["itl"]
+    assert itl["metric"] == "vllm:inter_token_latency_seconds"
+    assert itl["mean_ms"] == pytest.approx(s["latency_ms"]["itl"]["mean"], rel=0.05)  # the same gaps, two clocks
+    for phase in ("queue", "prefill", "decode", "inference"):
+        assert view["phases"][phase]["count"] == n_req, phase
+    assert {c["name"]: c["status"] for c in s["validation"]}["engine_agreement"] == "pass"
