@@ -36,6 +36,7 @@ def report_command(dirs: tuple[str, ...], out: str | None, levels_text: str | No
     """
     from servescope.report.html import write_overlay_report, write_report
     from servescope.results.interactivity import parse_levels
+    from servescope.results.store import RESULTS_ROOT
 
     levels = parse_levels(levels_text)
     console = Console()
@@ -45,9 +46,7 @@ def report_command(dirs: tuple[str, ...], out: str | None, levels_text: str | No
         return
     for d in dirs:
         console.print(f"report: {write_report(d, levels=levels)}", highlight=False)
-    path = write_overlay_report(
-        list(dirs), out or Path("servescope-results") / "overlay" / "report.html", levels=levels
-    )
+    path = write_overlay_report(list(dirs), out or Path(RESULTS_ROOT) / "overlay" / "report.html", levels=levels)
     console.print(f"overlay: {path}", highlight=False)
 
 
@@ -99,6 +98,7 @@ def compare_command(
         write_compare_json,
     )
     from servescope.results.interactivity import parse_levels
+    from servescope.results.store import RESULTS_ROOT
 
     levels = parse_levels(levels_text)
 
@@ -113,7 +113,7 @@ def compare_command(
     comparisons = compare_sides(loaded, resamples=resamples, seed=seed, confidence=confidence)
     print_comparison(comparisons, console, confidence)
     names = [Path(s.split(",")[0]).resolve().name for s in sides[:2]]
-    out_dir = Path(out) if out else Path("servescope-results") / f"compare-{names[0]}-vs-{names[1]}"
+    out_dir = Path(out) if out else Path(RESULTS_ROOT) / f"compare-{names[0]}-vs-{names[1]}"
     out_dir.mkdir(parents=True, exist_ok=True)
     print_interactivity(loaded, levels, console)
     console.print(

@@ -41,6 +41,7 @@ __all__ = [
     "RunResult",
     "start_warm_up",
     "warm_up",
+    "RESULTS_ROOT",
     "default_out_dir",
     "load_run",
     "prepare_out_dir",
@@ -55,7 +56,11 @@ SUMMARY = "summary.json"
 MANIFEST = "manifest.json"
 
 
-def default_out_dir(slug: str, root: str | Path = "servescope-results") -> Path:
+#: Where results go when no --out is given: the run, compare and overlay directories all sit under it.
+RESULTS_ROOT = "servescope-results"
+
+
+def default_out_dir(slug: str, root: str | Path = RESULTS_ROOT) -> Path:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     clean = re.sub(r"[^A-Za-z0-9._-]+", "-", slug).strip("-")[:60] or "run"
     path = Path(root) / f"{stamp}-{clean}"
