@@ -35,10 +35,9 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from servescope.results.engineview import histogram_mean_ms  # noqa: E402
 from servescope.target.servermetrics import histogram_window, read_page  # noqa: E402
-from tests.support.real_servers import VLLM_MODEL, find_vllm, start_vllm  # noqa: E402
-from tests.support.tiny_model import TinyModelConfig, make_tiny_model  # noqa: E402
+from tests.support.real_servers import VLLM_MODEL, VLLM_TINY, find_vllm, start_vllm  # noqa: E402
+from tests.support.tiny_model import make_tiny_model  # noqa: E402
 
-VLLM_TINY = TinyModelConfig(hidden_size=256, intermediate_size=512, num_layers=4, num_heads=4, num_kv_heads=4)
 WORKLOADS = {
     "c8": {"input": 256, "output": 64, "concurrency": 8, "rate": None, "n": 200},
     "poisson": {"input": 256, "output": 64, "concurrency": 64, "rate": "RATE", "n": 200},

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.real_servers import (
+    VLLM_TINY,
     RealServer,
     find_llama_server,
     find_transformers,
@@ -25,10 +26,7 @@ from tests.support.real_servers import (
     start_transformers_serve,
     start_vllm,
 )
-from tests.support.tiny_model import TinyModel, TinyModelConfig, make_tiny_model
-
-# vLLM's CPU attention wants a head size it has kernels for (64 here): hidden 256 over 4 heads, 4 layers.
-VLLM_TINY = TinyModelConfig(hidden_size=256, intermediate_size=512, num_layers=4, num_heads=4, num_kv_heads=4)
+from tests.support.tiny_model import TinyModel, make_tiny_model
 
 
 def _in_ci() -> bool:

@@ -25,6 +25,7 @@ import urllib.request
 from pathlib import Path
 
 from servescope.target.launch import free_port, http_status
+from tests.support.tiny_model import TinyModelConfig
 
 __all__ = [
     "RealServer",
@@ -241,6 +242,8 @@ def start_transformers_serve(
 
 
 VLLM_MODEL = "tiny-llama"
+# vLLM's CPU attention wants a head size it has kernels for (64 here): hidden 256 over 4 heads, 4 layers.
+VLLM_TINY = TinyModelConfig(hidden_size=256, intermediate_size=512, num_layers=4, num_heads=4, num_kv_heads=4)
 
 
 def stable_model_dir(hf_dir: Path, root: Path) -> Path:
