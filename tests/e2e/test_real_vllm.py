@@ -9,7 +9,7 @@ the prefix cache (`POST /reset_prefix_cache`) and the achieved hit rate of a sha
 designed one; `--serve` launches vLLM once per `--max-num-seqs` configuration; Ctrl-C and a server killed
 mid-run end the run with every request accounted for.
 
-One session server (tests/e2e/conftest.py, `vllm_server`) serves most tests; the `--serve` sweep and the
+One server for this module (tests/e2e/conftest.py, `vllm_server`) serves most tests; the `--serve` sweep and the
 kill test start their own (`--enforce-eager`: no compile, ~40 s each).
 """
 
