@@ -49,6 +49,7 @@ PURE = (
     "servescope.client.split",
     "servescope.client.sse",
     "servescope.client.fastpath",
+    "servescope.client.typedapis",
     "servescope.workload.schedule",
     "servescope.sweep.points",
     "servescope.sweep.table",

@@ -41,10 +41,18 @@ __all__ = [
     "build_body",
     "encode_body",
     "interpret_response",
+    "new_accumulator",
     "normalize_base_url",
+    "prompt_api",
+    "result_of",
 ]
 
-API_PATHS = {"chat": "/chat/completions", "completions": "/completions"}
+API_PATHS = {
+    "chat": "/chat/completions",
+    "completions": "/completions",
+    "responses": "/responses",
+    "messages": "/messages",
+}
 
 
 class MalformedResponse(ValueError):
@@ -69,7 +77,23 @@ def build_body(
     min_tokens: bool = True,
     extra_body: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The JSON body of one request. `prompt` is a string, or chat messages for `api="chat"`."""
+    """The JSON body of one request. `prompt` is a string, or chat messages for `api="chat"` (and
+    for the Responses and Messages APIs, `client.typedapis`)."""
+    if api in ("responses", "messages"):
+        from servescope.client.typedapis import build_typed_body  # (it imports this module)
+
+        typed = build_typed_body(
+            api=api,
+            model=model,
+            prompt=prompt,
+            max_tokens=max_tokens,
+            stream=stream,
+            ignore_eos=ignore_eos,
+            min_tokens=min_tokens,
+        )
+        if extra_body:
+            typed.update(extra_body)
+        return typed
     body: dict[str, Any] = {"model": model, "stream": stream}
     if api == "chat":
         body["messages"] = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
@@ -118,6 +142,7 @@ class StreamAccumulator:
 
     __slots__ = (
         "chat",
+        "named_events",
         "chunk_ns",
         "chunk_chars",
         "t_first_answer_ns",
@@ -135,6 +160,7 @@ class StreamAccumulator:
 
     def __init__(self, api: str) -> None:
         self.chat = api == "chat"
+        self.named_events = api in ("responses", "messages")  # every SSE event type goes to on_event
         self.chunk_ns: list[int] = []
         self.chunk_chars: list[int] = []
         self.t_first_answer_ns: int | None = None
@@ -273,7 +299,22 @@ class StreamAccumulator:
             self._run = RunTemplate(pre, post)
 
     def finish(self) -> StreamResult:
-        return _result(self.usage, self.chunk_chars, self.error)
+        return result_of(self.usage, self.chunk_chars, self.error)
+
+
+def prompt_api(api: str) -> str:
+    """The prompt dialect of `api`: "chat" (messages, the server applies its chat template: chat,
+    Responses, Messages) or "completions" (one text)."""
+    return "completions" if api == "completions" else "chat"
+
+
+def new_accumulator(api: str) -> StreamAccumulator:
+    """The accumulator of one streamed response of `api` (`client.typedapis` for the typed-event APIs)."""
+    if api in ("responses", "messages"):
+        from servescope.client.typedapis import EventAccumulator  # (it imports this module)
+
+        return EventAccumulator(api)
+    return StreamAccumulator(api)
 
 
 def interpret_response(body: bytes, api: str) -> tuple[StreamResult, bool, bool]:
@@ -282,8 +323,12 @@ def interpret_response(body: bytes, api: str) -> tuple[StreamResult, bool, bool]
     if type(obj) is not dict:
         raise MalformedResponse("response is not a JSON object")
     try:
+        if api in ("responses", "messages"):
+            from servescope.client.typedapis import interpret_typed  # (it imports this module)
+
+            return interpret_typed(obj, api)
         if "error" in obj and not obj.get("choices"):
-            return _result(None, [], _error_text(obj["error"])), False, False
+            return result_of(None, [], _error_text(obj["error"])), False, False
         chars: list[int] = []
         answer_seen = False
         for choice in obj.get("choices") or ():
@@ -305,7 +350,7 @@ def interpret_response(body: bytes, api: str) -> tuple[StreamResult, bool, bool]
                 if text:
                     chars.append(len(text))
                     answer_seen = True
-        return _result(obj.get("usage"), chars, None), bool(chars), answer_seen
+        return result_of(obj.get("usage"), chars, None), bool(chars), answer_seen
     except (AttributeError, TypeError, KeyError, IndexError) as e:
         raise MalformedResponse(f"a response of an unexpected shape ({type(e).__name__}: {e})") from e
 
@@ -337,7 +382,7 @@ def allocate_tokens(chars: list[int], total: int) -> list[int]:
     return alloc
 
 
-def _result(usage: dict[str, Any] | None, chars: list[int], error: str | None) -> StreamResult:
+def result_of(usage: dict[str, Any] | None, chars: list[int], error: str | None) -> StreamResult:
     if not isinstance(usage, dict):
         usage = None  # (a server's `usage` of another type is no usage)
     completion = usage.get("completion_tokens") if usage else None

@@ -35,7 +35,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Protocol
 
-from servescope.client.openai import StreamAccumulator
+from servescope.client.openai import new_accumulator
 from servescope.client.outcome import classify_status, exception_kind, fail, finish_stream, finish_unary
 from servescope.client.pool import ConnectionPool, Endpoint, request_head
 from servescope.client.sinks import BufferSink, StreamSink
@@ -308,7 +308,7 @@ class Shard:
             turn=item.turn,
         )
         t0 = self.t0_ns
-        acc = StreamAccumulator(spec.api)
+        acc = new_accumulator(spec.api)
         stream_sink = StreamSink(acc, t0) if spec.stream else None
         buffer_sink = None if spec.stream else BufferSink(t0)
         sink = stream_sink or buffer_sink

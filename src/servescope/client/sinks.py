@@ -19,7 +19,7 @@ _BULK_MISSES = 32  # offers of a response's chunks the bulk path may decline bef
 class StreamSink:
     """Body bytes of one streamed response -> SSE events -> the accumulator, timestamped."""
 
-    __slots__ = ("dec", "acc", "t0", "feed", "on_event", "misses")
+    __slots__ = ("dec", "acc", "t0", "feed", "on_event", "misses", "all_events")
 
     def __init__(self, acc: StreamAccumulator, t0_ns: int) -> None:
         self.dec = SSEDecoder()
@@ -28,6 +28,7 @@ class StreamSink:
         self.feed = self.dec.feed
         self.on_event = acc.on_event
         self.misses = 0
+        self.all_events = acc.named_events  # the Responses and Messages APIs name every event
 
     def on_chunks(self, data: bytes, pos: int, t_ns: int) -> int:
         """Whole HTTP chunks of the stream's plain token template, read in bulk (`fastpath`)."""
@@ -48,14 +49,14 @@ class StreamSink:
     def on_body(self, data: bytes, t_ns: int) -> None:
         t = t_ns - self.t0
         for event, payload in self.feed(data):
-            if event is None or event == b"message":
+            if event is None or event == b"message" or self.all_events:
                 self.on_event(payload, t)
             elif event == b"error":
                 self.acc.error = payload.decode("utf-8", "replace")[:500]
 
     def close(self) -> None:
         for event, payload in self.dec.close():
-            if event is None or event == b"message":
+            if event is None or event == b"message" or self.all_events:
                 self.on_event(payload, self.acc.chunk_ns[-1] if self.acc.chunk_ns else 0)
 
 

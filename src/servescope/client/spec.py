@@ -31,7 +31,7 @@ class Prepared:
 @dataclass(slots=True)
 class ShardSpec:
     url: str  # the full endpoint URL (…/v1/chat/completions)
-    api: str  # "chat" | "completions"
+    api: str  # "chat" | "completions" | "responses" | "messages"
     headers: dict[str, str]
     items: list[Prepared]
     stream: bool = True

@@ -24,6 +24,7 @@ from servescope.emulator.metrics import Metrics
 from servescope.emulator.pacing import Pacer
 from servescope.emulator.stream import Framer, Stream, plan_output
 from servescope.emulator.tokenizer import get_tokenizer
+from servescope.emulator.typedwire import TypedFrames, typed_messages
 from servescope.emulator.wire import BadRequest, ChunkTemplates, error_body
 from servescope.sim.engine import Engine
 from servescope.sim.frontend import FrontEnd
@@ -73,7 +74,7 @@ class Emulator:
         self._text_ids = [rng.choice(words) for _ in range(1 << 16)]
         self._truth: deque[Stream] = deque(maxlen=truth_limit)
         # the requests received that the engine has not seen: the API server's front end, on the
-        # perf_counter clock (items: conn, headers, body, chat, arrival ns)
+        # perf_counter clock (items: conn, headers, body, api, arrival ns)
         self._front = FrontEnd(profile.engine.frontend_s)
         self.metrics = Metrics()
         self._resets: list[int] = []  # POST /reset_prefix_cache: cached blocks dropped by each
@@ -180,9 +181,13 @@ class Emulator:
         try:
             if method == "POST":
                 if path == "/v1/chat/completions":
-                    return self._enqueue(conn, headers, body, True)
+                    return self._enqueue(conn, headers, body, "chat")
                 if path == "/v1/completions":
-                    return self._enqueue(conn, headers, body, False)
+                    return self._enqueue(conn, headers, body, "completions")
+                if path == "/v1/responses":
+                    return self._enqueue(conn, headers, body, "responses")
+                if path == "/v1/messages":
+                    return self._enqueue(conn, headers, body, "messages")
                 if path in ("/tokenize", "/v1/tokenize"):
                     return self._tokenize(conn, body)
                 if path in ("/detokenize", "/v1/detokenize"):
@@ -328,11 +333,11 @@ class Emulator:
         return conn.respond(200, b"", "text/plain")
 
     # ------------------------------------------------------------------ generate
-    def _enqueue(self, conn: HttpConn, headers: dict[str, str], body: bytes, chat: bool) -> None:
+    def _enqueue(self, conn: HttpConn, headers: dict[str, str], body: bytes, api: str) -> None:
         """Note the arrival now; the engine loop admits it at the first step boundary after the front end
         is done with it (see `_admit`)."""
         now = time.perf_counter_ns()
-        self._front.send(now * 1e-9, (conn, headers, body, chat, now))
+        self._front.send(now * 1e-9, (conn, headers, body, api, now))
         self.pacer.wake()
 
     def _ready_in(self) -> float:
@@ -348,18 +353,33 @@ class Emulator:
         burst (the next step starts at the previous deadline; the engine only schedules at step
         boundaries anyway), rather than in the socket callbacks that run while a burst is due.
         """
-        for _, (conn, headers, body, chat, arrival_ns) in self._front.pop_until(time.perf_counter()):
+        for _, (conn, headers, body, api, arrival_ns) in self._front.pop_until(time.perf_counter()):
             if conn.closed:
                 continue
             try:
-                self._generate(conn, headers, body, chat=chat, arrival_ns=arrival_ns)
+                self._generate(conn, headers, body, api=api, arrival_ns=arrival_ns)
             except BadRequest as e:
                 conn.respond(e.status, error_body(str(e), e.kind, e.status))
             except Exception as e:  # a bug: answer 500 rather than hang the connection
                 conn.respond(500, error_body(f"{type(e).__name__}: {e}", "InternalServerError", 500))
 
-    def _generate(self, conn: HttpConn, headers: dict[str, str], body: bytes, *, chat: bool, arrival_ns: int) -> None:
+    def _generate(self, conn: HttpConn, headers: dict[str, str], body: bytes, *, api: str, arrival_ns: int) -> None:
         data = self._json(body)
+        chat = api != "completions"
+        typed = api in ("responses", "messages")
+        if typed:  # the chat request it amounts to: its messages, its length field
+            msgs = typed_messages(api, data)
+            if msgs is None:
+                raise BadRequest(
+                    "'input' must be a string or a list of messages"
+                    if api == "responses"
+                    else "'messages' must be a non-empty list"
+                )
+            data = {
+                **data,
+                "messages": msgs,
+                "max_tokens": data.get("max_output_tokens" if api == "responses" else "max_tokens"),
+            }
         self._check_model(data)
         rid = headers.get("x-request-id") or f"{next(self._ids):08x}"
         if int(data.get("n") or 1) != 1:
@@ -368,12 +388,15 @@ class Emulator:
         prompt_len = len(ids)
         st = Stream()
         st.rid, st.chat, st.arrival_ns, st.prompt_len = rid, chat, arrival_ns, prompt_len
+        st.api = api
         st.stream = bool(data.get("stream", False))
         opts = data.get("stream_options") or {}
         st.usage = bool(opts.get("include_usage", False)) if isinstance(opts, dict) else False
         st.n_reason = 0
         st.n_total = 0
         plan_output(st, data, prompt_len, self.profile, self._seed)
+        if typed and st.n_reason >= st.n_total:
+            st.n_reason = st.n_total - 1  # (these APIs' answer item always holds a token)
         kind = self.faults.draw(self._fault_rng)
         hdr = (("x-request-id", rid),)
         if kind in ("error_500", "error_429"):
@@ -395,6 +418,8 @@ class Emulator:
         st.write = conn.transport.write  # the burst calls it directly (HttpConn.write adds a frame)
         if st.stream:
             st.tpl = ChunkTemplates(chat=chat, rid=rid, created=self._created, model=self.model)
+            if typed:
+                st.typed = TypedFrames(api=api, rid=rid, created=self._created, model=self.model, n_reason=st.n_reason)
             st.next = self.framer.chunk(st, 0)
         conn.current = st
         self._truth.append(st)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from servescope.emulator.tokenizer import Tokenizer
+from servescope.emulator.typedwire import TypedFrames, messages_body, responses_body, typed_usage
 from servescope.emulator.wire import BadRequest, ChunkTemplates, chat_body, chunked, completion_body, usage_dict
 from servescope.sim.engine import StepResult
 from servescope.sim.profile import Profile
@@ -35,6 +36,8 @@ class Stream:
         "conn",
         "rid",
         "chat",
+        "api",
+        "typed",
         "stream",
         "usage",
         "tpl",
@@ -59,7 +62,9 @@ class Stream:
 
     conn: HttpConn | None
     rid: str
-    chat: bool
+    chat: bool  # the prompt is chat messages (chat, Responses, Messages)
+    api: str  # "chat" | "completions" | "responses" | "messages"
+    typed: TypedFrames | None  # a streamed Responses or Messages response's event bytes
     stream: bool  # SSE; else one JSON body after the last token
     usage: bool  # stream_options.include_usage
     tpl: ChunkTemplates  # set for streaming responses only
@@ -79,6 +84,8 @@ class Stream:
         self.fault: str | None = None
         self.fault_at = -1
         self.sim: SimRequest | None = None
+        self.typed = None
+        self.api = "chat"
         self.next: bytes | None = None  # the framed bytes of the next token (streaming)
         # first-token hold (`plan_burst`): 0 before the first token, then the perf_counter_ns its
         # tokens are held until, -1 once released; `held`: tokens the engine made that wait for it
@@ -115,6 +122,8 @@ class Framer:
         text = tj.get(tid)
         if text is None:
             text = tj[tid] = orjson.dumps(self.tok.token_text(tid))
+        if st.typed is not None:
+            return self._typed_chunk(st, st.typed, i, text)
         tpl = st.tpl
         pre = tpl.reasoning_pre if i < st.n_reason else tpl.content_pre
         if i + 1 == st.n_total:
@@ -127,11 +136,44 @@ class Framer:
             data = tpl.role_chunk + data
         return b"%x\r\n%s\r\n" % (len(data), data)
 
+    def _typed_chunk(self, st: Stream, frames: TypedFrames, i: int, text: bytes) -> bytes:
+        """Token i of a streamed Responses or Messages response, with the events around it."""
+        data = frames.token(i, text)
+        if i == 0:
+            data = frames.opening(st.prompt_len) + data
+        elif i == st.n_reason:
+            data = frames.switch(self.tok.decode(st.ids[: st.n_reason])) + data
+        if i + 1 == st.n_total:
+            data += frames.closing(st.n_total, self._typed_whole(st))
+            return b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data)
+        return b"%x\r\n%s\r\n" % (len(data), data)
+
+    def _typed_whole(self, st: Stream) -> dict[str, Any]:
+        ids = st.ids[: st.n_total]
+        content = self.tok.decode(ids[st.n_reason :])
+        reasoning = self.tok.decode(ids[: st.n_reason]) if st.n_reason else None
+        usage = typed_usage(st.api, st.prompt_len, st.n_total, st.n_reason)
+        if st.api == "responses":
+            return responses_body(
+                rid=st.rid,
+                created=self.created,
+                model=self.model,
+                content=content,
+                reasoning=reasoning,
+                finish=st.finish,
+                usage=usage,
+            )
+        return messages_body(
+            rid=st.rid, model=self.model, content=content, reasoning=reasoning, finish=st.finish, usage=usage
+        )
+
     def usage(self, st: Stream) -> dict[str, Any]:
         return usage_dict(st.prompt_len, st.n_total, st.n_reason if st.chat and self.reasoning else None)
 
     def full_body(self, st: Stream) -> bytes:
         """The non-streaming response's JSON body."""
+        if st.api in ("responses", "messages"):
+            return orjson.dumps(self._typed_whole(st))
         ids = st.ids[: st.n_total]
         if st.chat:
             reasoning = self.tok.decode(ids[: st.n_reason]) if self.reasoning else None

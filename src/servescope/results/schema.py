@@ -92,7 +92,7 @@ def current_schema_id(schema_id: str) -> str:
 
 #: The per-request latency metrics (keys of `latency_ms`).
 LatencyMetric = Literal["ttft", "tpot", "itl", "e2e", "ttfat"]
-ApiKind = Literal["chat", "completions"]
+ApiKind = Literal["chat", "completions", "responses", "messages"]
 LoadMode = Literal["concurrency", "rate", "offline", "ramp"]
 
 

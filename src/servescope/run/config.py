@@ -106,8 +106,8 @@ class RunConfig:
         return None if self.duration is not None else 200
 
     def validate(self) -> RunConfig:
-        if self.api not in ("chat", "completions"):
-            raise ConfigError(f"--api must be chat or completions, not {self.api!r}")
+        if self.api not in ("chat", "completions", "responses", "messages"):
+            raise ConfigError(f"--api must be chat, completions, responses or messages, not {self.api!r}")
         if self.concurrency is not None and self.concurrency < 1:
             raise ConfigError("--concurrency must be at least 1")
         if self.gpus is not None and self.gpus < 1:

@@ -61,8 +61,9 @@ def _target_options() -> list[_Decorator]:
         click.option("--model", help="Model name. Default: the first of the server's /v1/models."),
         click.option(
             "--api",
-            type=click.Choice(["chat", "completions"]),
-            help="Endpoint: /v1/chat/completions or /v1/completions. [default: chat]",
+            type=click.Choice(["chat", "completions", "responses", "messages"]),
+            help="Endpoint: /v1/chat/completions, /v1/completions, /v1/responses (OpenAI Responses) or "
+            "/v1/messages (Anthropic Messages). [default: chat]",
         ),
         click.option("--stream/--no-stream", default=None, help="Stream tokens (SSE). [default: stream]"),
     ]

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
-from servescope.client.openai import API_PATHS, StreamAccumulator, build_body
+from servescope.client.openai import API_PATHS, StreamAccumulator, build_body, new_accumulator
 from servescope.client.sse import SSEDecoder
 from servescope.errors import ProtocolError
 from servescope.target.engines import (
@@ -199,7 +199,7 @@ async def _stream_once(
             if r.status != 200:
                 return r.status, (await r.read()).decode("utf-8", "replace")[:2000], None, None, ""
             dec = SSEDecoder()
-            acc = StreamAccumulator(api)
+            acc = new_accumulator(api)
             last: dict[str, Any] | None = None
             usage_where = ""
             n = 0
@@ -381,6 +381,13 @@ async def probe(
     elif acc.finish_reason == "length" and res.output_tokens == _PROBE_MAX_TOKENS:
         caps.output_len_enforced = None  # consistent with enforcement, but one short probe proves little
         caps.notes.append("unknown engine: ignore_eos accepted; the probe ran to max_tokens")
+    if api == "messages" and caps.output_len_enforced is not False:
+        caps.output_len_enforced = False  # (build_typed_body: no length field on this API)
+        caps.length_enforcement = "none"
+        caps.notes.append(
+            "the Messages API has no ignore_eos or min_tokens (vLLM's route takes neither): requests may stop "
+            "at EOS before max_tokens; output lengths are the server's usage"
+        )
     if rejected:
         caps.output_len_enforced = False if set(rejected) == set(LENGTH_FIELDS) else caps.output_len_enforced
         caps.notes.append(

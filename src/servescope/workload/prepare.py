@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from servescope.client.openai import prompt_api
 from servescope.errors import ConfigError
 from servescope.workload import Workload
 from servescope.workload.exact.builder import PromptBuilder, Target
@@ -43,7 +44,9 @@ async def prepare(
 ) -> Workload:
     t_start = time.perf_counter()
     spec = parse_dataset(cfg.dataset)
-    target = Target(base_url=base_url, model=model, headers=headers, api=cfg.api, caps=caps, allow_probe=cfg.probe)
+    # Responses and Messages prompts are chat messages: built and counted as chat (prompt_api)
+    api = prompt_api(cfg.api)
+    target = Target(base_url=base_url, model=model, headers=headers, api=api, caps=caps, allow_probe=cfg.probe)
     builder = await PromptBuilder.create(target, cfg.tokenizer)
     try:
         if spec.kind == "random":
