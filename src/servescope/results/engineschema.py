@@ -6,9 +6,11 @@ the types do and do not.
 
 # No `from __future__ import annotations`: TypedDict computes __required_keys__ from evaluated
 # annotations (results/schema.py).
-from typing_extensions import TypedDict  # closed= (PEP 728); pydantic needs this TypedDict before 3.12
+from typing import NotRequired  # closed= (PEP 728); pydantic needs this TypedDict before 3.12
 
-__all__ = ["EngineComparison", "EnginePhase", "EngineView"]
+from typing_extensions import TypedDict
+
+__all__ = ["EngineComparison", "EnginePhase", "EngineView", "SpecDecodeView", "SpecPosition"]
 
 
 class EnginePhase(TypedDict, closed=True):
@@ -42,12 +44,39 @@ class EngineComparison(TypedDict, closed=True):
     client_minus_engine_ms: float | None
 
 
+class SpecPosition(TypedDict, closed=True):
+    """One draft position (0: the first drafted token): Δ accepted tokens there, and its acceptance
+    rate = accepted there / drafts (vLLM's per-position rate)."""
+
+    position: int
+    accepted_tokens: int
+    acceptance_rate: float | None
+
+
+class SpecDecodeView(TypedDict, closed=True):
+    """Speculative decoding over the run's window, from the engine's counters' deltas (results.engineview;
+    docs/metrics.md): drafts, draft tokens, accepted tokens; `acceptance_rate` = accepted / draft tokens;
+    `mean_acceptance_length` = 1 + accepted / drafts (tokens per verification step, the bonus token
+    included, as vLLM defines it); per position. `client_tokens_per_chunk`: the client's output tokens per
+    token-carrying chunk over the completed streamed requests between the scrapes (null: not streamed)."""
+
+    metrics_used: dict[str, str]
+    drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+    acceptance_rate: float | None
+    mean_acceptance_length: float | None
+    per_position: list[SpecPosition]
+    client_tokens_per_chunk: float | None
+
+
 class EngineView(TypedDict, closed=True):
     """The engine's own view of latency over the run's window, from its request-level histograms
     (results.engineview; docs/metrics.md). `requests_sent` / `requests_completed`: the client's between
     the two scrapes (warm-up included); `engine_requests`: the engine's count of them (Δ_count of the
     histogram named in `engine_requests_metric`: E2E, else TTFT). `metrics`: ttft, itl, e2e beside the
-    client's; `phases`: queue, prefill, decode, inference, each where the engine has it."""
+    client's; `phases`: queue, prefill, decode, inference, each where the engine has it; `speculative`:
+    the speculative-decoding counters over the window (`SpecDecodeView`), where the engine has them."""
 
     requests_sent: int
     requests_completed: int
@@ -55,3 +84,4 @@ class EngineView(TypedDict, closed=True):
     engine_requests_metric: str | None
     metrics: dict[str, EngineComparison]
     phases: dict[str, EnginePhase]
+    speculative: NotRequired[SpecDecodeView | None]  # null: the engine ran no speculative decoding

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from servescope.results.columns import RecordColumns
+from servescope.results.engineschema import SpecDecodeView, SpecPosition
 from servescope.results.perrequest import request_latencies_ms
 from servescope.results.schema import EngineComparison, EnginePhase, EngineView, Summary
 
@@ -34,10 +35,12 @@ __all__ = [
     "COMPARED",
     "PHASES",
     "HistogramWindow",
+    "SpecWindow",
     "engine_view",
     "histogram_mean_ms",
     "histogram_quantile_ms",
     "requests_between_scrapes",
+    "speculative_view",
 ]
 
 #: The metrics the client also measures, in the order the summary lists them.
@@ -55,6 +58,46 @@ class HistogramWindow:
     count: float
     sum_s: float
     buckets: tuple[tuple[float, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SpecWindow:
+    """Speculative decoding's counters over the run's window (after minus before; made by
+    `target.servermetrics.spec_window`): drafts, draft tokens, accepted tokens and accepted tokens per
+    draft position (position -> Δ), with the names read (role -> metric name)."""
+
+    metrics_used: Mapping[str, str]
+    drafts: float
+    draft_tokens: float
+    accepted_tokens: float
+    accepted_per_position: Mapping[int, float]
+
+
+def speculative_view(w: SpecWindow, cols: RecordColumns, streamed: bool) -> SpecDecodeView:
+    """The `engine_view.speculative` block: vLLM's definitions (vllm/v1/spec_decode/metrics.py) over the
+    window's deltas. acceptance rate = accepted / draft tokens; mean acceptance length = 1 + accepted /
+    drafts; per position, accepted there / drafts. A ratio with a zero denominator is None. Beside them,
+    the client's tokens per chunk (`streamed` runs only): what speculation looks like from the stream."""
+    per: list[SpecPosition] = [
+        {
+            "position": pos,
+            "accepted_tokens": round(n),
+            "acceptance_rate": n / w.drafts if w.drafts > 0 else None,
+        }
+        for pos, n in sorted(w.accepted_per_position.items())
+    ]
+    _, done = requests_between_scrapes(cols)
+    chunks = float(cols.chunks[done].sum()) if streamed else 0.0
+    return {
+        "metrics_used": dict(w.metrics_used),
+        "drafts": round(w.drafts),
+        "draft_tokens": round(w.draft_tokens),
+        "accepted_tokens": round(w.accepted_tokens),
+        "acceptance_rate": w.accepted_tokens / w.draft_tokens if w.draft_tokens > 0 else None,
+        "mean_acceptance_length": 1 + w.accepted_tokens / w.drafts if w.drafts > 0 else None,
+        "per_position": per,
+        "client_tokens_per_chunk": float(cols.output_tokens[done].sum()) / chunks if chunks > 0 else None,
+    }
 
 
 def histogram_mean_ms(sum_s: float, count: float) -> float:
@@ -118,11 +161,19 @@ def _client_means(cols: RecordColumns, summary: Summary) -> dict[str, tuple[int,
     return out
 
 
-def engine_view(hists: Mapping[str, HistogramWindow], summary: Summary, cols: RecordColumns) -> EngineView | None:
+def _streamed(summary: Summary) -> bool:
+    wl = summary.get("workload")
+    return bool(wl.get("stream", True)) if wl is not None else True
+
+
+def engine_view(
+    hists: Mapping[str, HistogramWindow], summary: Summary, cols: RecordColumns, spec: SpecWindow | None = None
+) -> EngineView | None:
     """The `engine_view` block from the window's histograms by role (`ttft`, `itl`, `e2e`, and the
     phases `queue`, `prefill`, `decode`, `inference`; a role the engine lacks is left out), the run's
-    summary and its columns. None when the engine exposed none of them."""
-    if not any(k in hists for k in (*COMPARED, *PHASES)):
+    summary and its columns, and speculative decoding's counters over the window (`spec`, None: the
+    engine has none). None when the engine exposed none of them."""
+    if not any(k in hists for k in (*COMPARED, *PHASES)) and spec is None:
         return None
     client = _client_means(cols, summary)
     metrics: dict[str, EngineComparison] = {}
@@ -147,4 +198,5 @@ def engine_view(hists: Mapping[str, HistogramWindow], summary: Summary, cols: Re
         "engine_requests_metric": finished.metric if finished is not None else None,
         "metrics": metrics,
         "phases": {key: _phase(hists[key]) for key in PHASES if key in hists},
+        "speculative": None if spec is None else speculative_view(spec, cols, _streamed(summary)),
     }

@@ -21,7 +21,7 @@ import numpy as np
 from servescope.client.split import split_spec
 from servescope.results import precision
 from servescope.results.colsummary import summarize_columns, tokens_read_together
-from servescope.results.engineview import HistogramWindow, engine_view
+from servescope.results.engineview import HistogramWindow, SpecWindow, engine_view
 from servescope.results.metrics import assess_client
 from servescope.results.schema import (
     ApiKind,
@@ -67,10 +67,12 @@ def assemble_summary(
     cols: RecordColumns,
     server: ServerMetrics | None,
     histograms: Mapping[str, HistogramWindow] | None = None,
+    speculation: SpecWindow | None = None,
 ) -> Summary:
     """The finished summary of one run: what was made before the clock (`plan`, `start`, `spec`),
     what the measured window left (`window`, the records as `cols`) and the server's metrics over it
-    (`histograms`: its request-level latency histograms over the window, by role, for `engine_view`).
+    (`histograms`: its request-level latency histograms over the window, by role, for `engine_view`;
+    `speculation`: its speculative-decoding counters over the window).
     Its one side effect: the telemetry's samples go to gpu-telemetry.json (`Telemetry.finish`)."""
     result = window.result
     summary = summarize_columns(
@@ -83,7 +85,7 @@ def assemble_summary(
     )
     _client_verdict(summary, cfg, plan, spec, result, cols)
     summary["server"] = server
-    summary["engine_view"] = engine_view(histograms or {}, summary, cols)
+    summary["engine_view"] = engine_view(histograms or {}, summary, cols, speculation)
     if cfg.slo_text:
         slo_spec = parse_slo_spec(cfg.slo_text)
         if slo_spec.has_run_limits:

@@ -251,7 +251,8 @@ async def run_against(cfg: RunConfig, url: str, console: Console, *, emulated: b
     cols = load_columns(start.out_dir)
     server = servermetrics.server_summary(start.metrics_before, metrics_after)
     histograms = servermetrics.histogram_window(start.metrics_before, metrics_after)
-    summary = assemble_summary(cfg, plan, start, spec, window, cols, server, histograms)
+    speculation = servermetrics.spec_window(start.metrics_before, metrics_after)
+    summary = assemble_summary(cfg, plan, start, spec, window, cols, server, histograms, speculation)
     write_results(cfg, start, spec, window.result, summary)
     tell(cfg, console, start.out_dir, summary, window)
     return RunOutcome(

@@ -32,6 +32,7 @@ __all__ = [
     "METRICS_PATHS",
     "METRIC_PREFIXES",
     "ROLES",
+    "SPEC_DECODE",
     "VERSION_PATHS",
     "EngineProfile",
 ]
@@ -253,3 +254,17 @@ METRIC_PREFIXES: tuple[tuple[str, str], ...] = tuple((e.metric_prefix, e.name) f
 METRICS = _by_role(ROLES, "metrics")
 HISTOGRAMS = _by_role(HISTOGRAM_ROLES, "histograms")
 ENGINE_HISTOGRAMS = _by_role(ENGINE_VIEW_ROLES, "histograms")
+
+# Speculative decoding's counters (summary `engine_view.speculative`, results.engineview): role -> names
+# (without `_total`), tried in order. vLLM V1 (vllm/v1/spec_decode/metrics.py, `SpecDecodingProm`):
+# drafts, draft tokens, accepted tokens, and accepted tokens per draft position (label `position`,
+# 0 .. num_speculative_tokens - 1). SGLang exposes its acceptance as gauges of the last interval
+# (`sglang:spec_accept_length`), which give no window: not read.
+SPEC_DECODE: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "drafts": ("vllm:spec_decode_num_drafts",),
+        "draft_tokens": ("vllm:spec_decode_num_draft_tokens",),
+        "accepted_tokens": ("vllm:spec_decode_num_accepted_tokens",),
+        "accepted_per_position": ("vllm:spec_decode_num_accepted_tokens_per_pos",),
+    }
+)

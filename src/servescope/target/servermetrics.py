@@ -17,10 +17,10 @@ from typing import Any, cast
 
 import aiohttp
 
-from servescope.results.engineview import HistogramWindow, histogram_mean_ms
+from servescope.results.engineview import HistogramWindow, SpecWindow, histogram_mean_ms
 from servescope.results.schema import ServerMetrics
-from servescope.target.engines import COUNTER_ROLES, ENGINE_HISTOGRAMS, HISTOGRAMS, METRICS, METRICS_PATHS
-from servescope.target.prometheus import buckets_of, histogram_buckets, parse_prometheus
+from servescope.target.engines import COUNTER_ROLES, ENGINE_HISTOGRAMS, HISTOGRAMS, METRICS, METRICS_PATHS, SPEC_DECODE
+from servescope.target.prometheus import buckets_of, histogram_buckets, labelled_samples, parse_prometheus
 from servescope.urls import server_root
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "read_page",
     "scrape",
     "server_summary",
+    "spec_window",
 ]
 
 COMMON = METRICS  # common key -> metric names (without `_total`), in the order they are tried
@@ -55,7 +56,58 @@ def read_page(text: str) -> dict[str, float]:
     page = parse_prometheus(text)
     if page:
         page.update(histogram_buckets(text, _BUCKETED))
+        page.update(_per_position(text))
     return page
+
+
+def _per_position(text: str) -> dict[str, float]:
+    """Speculative decoding's accepted tokens per draft position, one flat sample per position
+    (`<family>{position="<p>"}`, summed over the other labels: engines, models)."""
+    wanted = {n + "_total" for n in SPEC_DECODE["accepted_per_position"]} | set(SPEC_DECODE["accepted_per_position"])
+    out: dict[str, float] = {}
+    for name, labels, value in labelled_samples(text):
+        pos = labels.get("position")
+        if name in wanted and pos is not None:
+            key = f'{name.removesuffix("_total")}{{position="{pos}"}}'
+            try:
+                out[key] = out.get(key, 0.0) + float(value)
+            except ValueError:
+                continue
+    return out
+
+
+def spec_window(before: dict[str, float] | None, after: dict[str, float] | None) -> SpecWindow | None:
+    """Speculative decoding's counters over the window (pages read by `read_page`): None when the page
+    after has no drafts counter (no speculative decoding), or when a counter went down (a restart)."""
+    if not after:
+        return None
+    was = before or {}
+    used: dict[str, str] = {}
+    delta: dict[str, float] = {}
+    for role in ("drafts", "draft_tokens", "accepted_tokens"):
+        name = next((n for n in SPEC_DECODE[role] if n in after), None)
+        if name is None:
+            return None
+        used[role] = name
+        delta[role] = after[name] - was.get(name, 0.0)
+    per: dict[int, float] = {}
+    for family in SPEC_DECODE["accepted_per_position"]:
+        head = family + '{position="'
+        for key, value in after.items():
+            if key.startswith(head) and key.endswith('"}') and key[len(head) : -2].isdigit():
+                per[int(key[len(head) : -2])] = value - was.get(key, 0.0)
+        if per:
+            used["accepted_per_position"] = family
+            break
+    if any(v < 0 for v in (*delta.values(), *per.values())):
+        return None
+    return SpecWindow(
+        metrics_used=used,
+        drafts=delta["drafts"],
+        draft_tokens=delta["draft_tokens"],
+        accepted_tokens=delta["accepted_tokens"],
+        accepted_per_position=per,
+    )
 
 
 async def scrape(
