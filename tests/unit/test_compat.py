@@ -523,3 +523,14 @@ def test_servescope_help_does_not_import_the_compat_module() -> None:
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
+
+
+def test_vllm_bench_serves_openai_responses_backend_is_the_responses_api() -> None:
+    """vllm bench serve 0.32's `--backend openai-responses` posts to /v1/responses (its
+    benchmarks/lib/endpoint_request_func.py); it has no Messages backend."""
+    cfg, out = resolved("--backend openai-responses")
+    assert out is not None and cfg.api == "responses" and out.backend == "openai-responses"
+    cfg, _ = resolved("--backend openai-responses --endpoint /v1/responses")
+    assert cfg.api == "responses"
+    with pytest.raises(Exception, match="does not match"):
+        resolved("--backend openai-responses --endpoint /v1/completions")

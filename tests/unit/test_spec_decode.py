@@ -79,3 +79,19 @@ def test_no_speculation_no_block_and_a_restart_gives_none() -> None:
     zero = speculative_view(empty, cols, streamed=False)
     assert zero["acceptance_rate"] is None and zero["mean_acceptance_length"] is None
     assert zero["client_tokens_per_chunk"] is None  # not streamed: one chunk per body says nothing
+
+
+def test_the_report_shows_the_figures() -> None:
+    from servescope.report.engineview import engine_view_section
+
+    before = read_page((PAGES / "vllm_eagle3_before.prom").read_text())
+    after = read_page((PAGES / "vllm_eagle3_after.prom").read_text())
+    recs = synth_records(20, seed=1)
+    s = oracle.summarize(recs, run=synth_run_info("v", recs))
+    s["engine_view"] = engine_view({}, s, RecordColumns.from_records(recs), spec_window(before, after))
+    html = engine_view_section(s)
+    assert "Speculative decoding" in html
+    for text in ("5,000", "15,000", "9,350", "62.3%", "2.870", "0: 82.0%, 1: 61.0%, 2: 44.0%"):
+        assert text in html, text
+    s["engine_view"]["speculative"] = None
+    assert "Speculative decoding" not in engine_view_section(s)

@@ -100,7 +100,14 @@ def test_in_band_errors_are_kept() -> None:
 def test_bodies() -> None:
     msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}]
     r = build_body(api="responses", model="m", prompt=msgs, max_tokens=7, stream=True)
-    assert r == {"model": "m", "stream": True, "input": msgs, "max_output_tokens": 7, "ignore_eos": True}
+    assert r == {
+        "model": "m",
+        "stream": True,
+        "input": msgs,
+        "store": False,
+        "max_output_tokens": 7,
+        "ignore_eos": True,
+    }
     m = build_body(api="messages", model="m", prompt=msgs, max_tokens=7, stream=False, extra_body={"top_k": 1})
     assert m == {"model": "m", "stream": False, "system": "sys", "messages": msgs[1:], "max_tokens": 7, "top_k": 1}
 

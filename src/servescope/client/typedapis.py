@@ -62,6 +62,7 @@ def build_typed_body(
     body: dict[str, Any] = {"model": model, "stream": stream}
     if api == "responses":
         body["input"] = prompt
+        body["store"] = False  # a benchmark's responses are not kept (as vllm bench serve's openai-responses)
         if max_tokens is not None:
             body["max_output_tokens"] = max_tokens
             if ignore_eos:

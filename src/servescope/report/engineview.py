@@ -5,6 +5,7 @@ the engine. Pure string building, deterministic (the summary's figures in its ow
 from __future__ import annotations
 
 from servescope.report.layout import esc, fmt, table
+from servescope.results.engineschema import SpecDecodeView
 from servescope.results.schema import Summary
 
 __all__ = ["engine_view_section"]
@@ -74,4 +75,33 @@ def engine_view_section(summary: Summary) -> str:
     ]
     if phases:
         out.append(table(["phase", "mean", "median", "P90", "count", "engine metric"], phases, txt_cols=1))
+    out.append(_speculative(view.get("speculative")))
     return "".join(out)
+
+
+def _rate(v: float | None) -> str:
+    return "–" if v is None else f"{100 * v:.1f}%"
+
+
+def _speculative(spec: SpecDecodeView | None) -> str:
+    """Speculative decoding over the window (the engine's counters' deltas) beside the client's tokens
+    per chunk, or "" when the engine ran none."""
+    if not spec:
+        return ""
+    length = spec["mean_acceptance_length"]
+    per = ", ".join(f"{p['position']}: {_rate(p['acceptance_rate'])}" for p in spec["per_position"]) or "–"
+    rows = [
+        ["drafts", fmt(spec["drafts"], digits=0)],
+        ["draft tokens", fmt(spec["draft_tokens"], digits=0)],
+        ["accepted tokens", fmt(spec["accepted_tokens"], digits=0)],
+        ["acceptance rate (accepted / draft tokens)", _rate(spec["acceptance_rate"])],
+        ["mean acceptance length (1 + accepted / drafts)", "–" if length is None else f"{length:.3f}"],
+        ["acceptance by draft position (accepted / drafts)", esc(per)],
+        ["client: output tokens per chunk", fmt(spec["client_tokens_per_chunk"], digits=3)],
+    ]
+    return (
+        "<h3>Speculative decoding</h3>"
+        '<p class="muted">The engine\'s speculative-decoding counters over the same window (after minus '
+        "before), as vLLM defines its figures, beside the tokens per chunk the client saw.</p>"
+        + table(["", "value"], rows, txt_cols=1)
+    )

@@ -186,13 +186,14 @@ def _target(options: dict[str, Any], x: dict[str, Any], out: ForeignOutput) -> N
             raise Refusal(
                 "--endpoint",
                 f"{endpoint!r} is not an endpoint servescope measures",
-                "--endpoint /v1/completions or /v1/chat/completions",
+                "--endpoint /v1/completions, /v1/chat/completions or /v1/responses",
             )
         if x.get("backend") and ENDPOINTS[endpoint] != api:
             raise Refusal(
                 "--endpoint",
                 f"{endpoint} does not match --backend {out.backend}",
-                "--backend openai-chat with /v1/chat/completions, openai or vllm with /v1/completions",
+                "--backend openai-chat with /v1/chat/completions, openai-responses with /v1/responses, "
+                "openai or vllm with /v1/completions",
             )
         api = ENDPOINTS[endpoint]
     _set(options, "api", api, "--api")

@@ -252,7 +252,7 @@ FLAGS: tuple[Flag, ...] = (
 BY_NAME = {f.name: f for f in FLAGS}
 MANY_VALUED = frozenset(f.name for f in FLAGS if f.many) | {"--header"}
 
-VLLM_BACKENDS = {"openai": "completions", "vllm": "completions", "openai-chat": "chat"}
+VLLM_BACKENDS = {"openai": "completions", "vllm": "completions", "openai-chat": "chat", "openai-responses": "responses"}
 SGLANG_BACKENDS = {
     "sglang": "completions",
     "sglang-native": "completions",
@@ -264,5 +264,5 @@ SGLANG_BACKENDS = {
     "lmdeploy-chat": "chat",
 }
 SGLANG_PORTS = {"lmdeploy": 23333, "lmdeploy-chat": 23333, "vllm": 8000, "vllm-chat": 8000}
-ENDPOINTS = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
+ENDPOINTS = {"/v1/completions": "completions", "/v1/chat/completions": "chat", "/v1/responses": "responses"}
 PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
