@@ -128,7 +128,7 @@ def test_ngram_acceptance_equals_the_counters_deltas(vllm_ngram: RealServer, tmp
     drafts, draft_tokens = d["vllm:spec_decode_num_drafts_total"], d["vllm:spec_decode_num_draft_tokens_total"]
     accepted = d["vllm:spec_decode_num_accepted_tokens_total"]
     print("spec:", json.dumps(spec))
-    assert drafts > 0 and draft_tokens == 3 * drafts
+    assert drafts > 0 and drafts <= draft_tokens <= 3 * drafts  # n-gram proposes up to 3 (fewer near the end)
     assert (spec["drafts"], spec["draft_tokens"], spec["accepted_tokens"]) == (drafts, draft_tokens, accepted)
     assert spec["acceptance_rate"] == pytest.approx(accepted / draft_tokens, rel=1e-12)
     assert spec["mean_acceptance_length"] == pytest.approx(1 + accepted / drafts, rel=1e-12)
