@@ -127,3 +127,35 @@ def test_sweep_and_compare_reports_render(offline_page: OfflinePage, tmp_path: P
     _clean(offline_page)
     offline_page.page.screenshot(path=str(artifacts / "report-compare.png"), full_page=True)
     offline_page.page.locator("#fig-pareto").screenshot(path=str(artifacts / "report-compare-pareto.png"))
+
+
+def test_sessions_sweep_report_renders(offline_page: OfflinePage, tmp_path: Path, artifacts: Path) -> None:
+    """A capacity search over concurrent agent sessions against the emulator: the sweep's report gives
+    the answer in sessions, and a point's report draws its sessions timeline and TTFT by turn and context."""
+    from tests.e2e.test_sweep import sweep
+
+    out = tmp_path / "sessions"
+    dataset = "agent:turns=3,fanout=2,fanout_at=0,sub_turns=1,system=64,tools=32,task=16,tool_result=16,answer=8"
+    code, text = sweep(
+        "--profile", "tiny", "--dataset", f"{dataset},tool_wait=0.05", "--num-requests", "12",
+        "--slo", "ttft_p90_ms=60000", "--find-max", "concurrency", "--max-load", "4", "--out", str(out),
+    )  # fmt: skip
+    assert code == 0, text
+    assert "max concurrent sessions meeting TTFT P90 ≤ 60000 ms: ≥ 4" in text
+    _open(offline_page, write_report(out))
+    page = offline_page.page
+    assert _charts_ok(offline_page) >= 9
+    assert page.get_by_text("max concurrent sessions meeting TTFT P90").first.is_visible()
+    _clean(offline_page)
+    page.screenshot(path=str(artifacts / "report-sessions-sweep.png"), full_page=True)
+    point = sorted(p for p in out.iterdir() if (p / "report.html").is_file())[-1]
+    _open(offline_page, point / "report.html")
+    assert page.locator("h2", has_text="Agent sessions").is_visible()
+    for fig in ("sessions_gantt", "ttft_by_turn", "ttft_by_context"):
+        svg = page.locator(f"#fig-{fig} svg")
+        assert svg.count() == 1, fig
+        drawn = svg.evaluate("s => Array.from(s.querySelectorAll('path')).filter(e => e.getBBox().width > 0).length")
+        assert drawn > 0, fig
+    _charts_ok(offline_page)
+    _clean(offline_page)
+    page.locator("#fig-sessions_gantt").screenshot(path=str(artifacts / "report-sessions-gantt.png"))

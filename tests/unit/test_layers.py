@@ -51,6 +51,8 @@ PURE = (
     "servescope.client.fastpath",
     "servescope.client.typedapis",
     "servescope.workload.schedule",
+    "servescope.workload.agentplan",
+    "servescope.results.sessions",
     "servescope.sweep.points",
     "servescope.sweep.table",
     "servescope.plan.recipes",

@@ -203,19 +203,44 @@ class Shard:
 
     async def _run_unit(self, unit: list[Prepared], first_sched_ns: int) -> None:
         """Send a unit's requests in order: a multi-turn session waits for each answer, then its
-        think time, before the next turn."""
+        think time, before the next turn. An agent session's run of sub-agent turns (`branch` > 0)
+        is a fan-out: each sub-agent's turns go in order, all sub-agents at once, and the next main
+        turn waits for all of them (the join)."""
+        k = 0
+        first: int | None = first_sched_ns
+        while k < len(unit):
+            if not unit[k].branch:
+                if not await self._run_seq([unit[k]], first):
+                    return
+                k += 1
+            else:
+                j = k
+                while j < len(unit) and unit[j].branch:
+                    j += 1
+                agents: dict[int, list[Prepared]] = {}
+                for item in unit[k:j]:
+                    agents.setdefault(item.branch, []).append(item)
+                await asyncio.gather(*(self._run_seq(seq, None) for seq in agents.values()))
+                k = j
+            first = None
+
+    async def _run_seq(self, seq: list[Prepared], first_sched_ns: int | None) -> bool:
+        """Turns one after another, each after the previous answer and its think time (the first at
+        `first_sched_ns` when given); False when the run stopped sending."""
         t0 = self.t0_ns
-        sched = first_sched_ns
-        for k, item in enumerate(unit):
-            if k:
+        for k, item in enumerate(seq):
+            if k or first_sched_ns is None:
                 sched = _perf_ns() - t0
                 if item.think_ns:
                     sched += item.think_ns
                     await _sleep_until(t0 + sched)
+            else:
+                sched = first_sched_ns
             if not self._may_send() or self._past_deadline(sched):
-                return
+                return False
             self._started += 1
             await self._request(item, self._started - 1, sched)
+        return True
 
     async def _open_loop(self) -> None:
         spec = self.spec

@@ -26,6 +26,7 @@ class Prepared:
     session: int | None = None
     turn: int | None = None
     think_ns: int = 0  # multi-turn: pause after the previous turn's answer, before this one
+    branch: int = 0  # agent sessions: 0 the main agent; b >= 1 sub-agent b (a fan-out's agents run at once)
 
 
 @dataclass(slots=True)

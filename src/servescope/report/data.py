@@ -24,6 +24,7 @@ from servescope.results.perrequest import request_latencies_ms
 from servescope.results.records import RequestRecord
 from servescope.results.schema import Summary
 from servescope.results.store import RunResult, load_run, read_json
+from servescope.workload.spec import session_workload
 
 __all__ = [
     "REPEATS",
@@ -64,7 +65,14 @@ class SweepResult:
     points: list[SweepPoint] = field(default_factory=list)
 
     @property
+    def sessions(self) -> bool:
+        """A sweep of agent sessions over concurrency: its loads are counts of concurrent sessions."""
+        return self.x_key == "concurrency" and session_workload((self.meta.get("settings") or {}).get("dataset"))
+
+    @property
     def x_label(self) -> str:
+        if self.sessions:
+            return "concurrent sessions"
         return {
             "concurrency": "concurrency",
             "rate_rps": "request rate (req/s)",

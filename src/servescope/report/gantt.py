@@ -23,7 +23,7 @@ from servescope.report.svgplot import (
 )
 from servescope.report.ticks import nice_ticks
 
-__all__ = ["gantt_chart", "gantt_columns"]
+__all__ = ["gantt_chart", "gantt_columns", "session_gantt"]
 
 
 def gantt_chart(
@@ -101,6 +101,56 @@ def gantt_columns(
         x2 = left + xa.frac(e) * (right - left)
         if bad or math.isnan(f):
             paths[2 if bad else 0].append(f"M{coord(x0)},{coord(y)}H{coord(max(x2, x0 + 3.0))}")
+            continue
+        x1 = left + xa.frac(f) * (right - left)
+        paths[0].append(f"M{coord(x0)},{coord(y)}H{coord(max(x1, x0 + 0.5))}")
+        paths[1].append(f"M{coord(x1)},{coord(y)}H{coord(max(x2, x1 + 0.5))}")
+    for d, color in zip(paths, colors):
+        if d:
+            svg.add(f'<path d="{"".join(d)}" fill="none" stroke="{color}" stroke-width="{stroke:.2f}"/>')
+    draw_legend(svg, legend_rows, [Series(nm, [], [], c) for nm, c in zip(names, colors)], top)
+    return svg.done()
+
+
+def session_gantt(
+    lanes: Sequence[str],
+    bars: Sequence[tuple[int, float, float | None, float, bool]],
+    *,
+    title: str,
+    subtitle: str = "",
+    width: int = 640,
+    height: int = 360,
+    max_lanes: int = 200,
+) -> str:
+    """Agent sessions over time: one lane per agent of each session (`lanes`, top to bottom: a
+    session's main agent, then its sub-agents), each turn a bar (lane, send, first token or None, end,
+    failed) drawn as in `gantt_columns`; the gaps between a lane's bars are its tool waits. With more
+    than `max_lanes` lanes the first ones are drawn and the subtitle says so."""
+    n = min(len(lanes), max_lanes)
+    if len(lanes) > max_lanes:
+        subtitle = "; ".join(p for p in (subtitle, f"the first {max_lanes} of {len(lanes)} lanes shown") if p)
+    names = ["waiting for first token", "generating", "failed"]
+    colors = ["#fdba74", PALETTE[0], "#dc2626"]
+    svg, left, top, right, bottom, legend_rows = chart_frame(title, subtitle, names, width, height, "session")
+    box = (left, top, right, bottom)
+    shown = [b for b in bars if b[0] < n and math.isfinite(b[1]) and math.isfinite(b[3])]
+    if not shown:
+        return no_data(svg, box)
+    xa = axis_for(np.array([v for b in shown for v in (b[1], b[3])], dtype=float), log=False, zero=True)
+    ticks = [t for t in nice_ticks(0, n) if t <= n]
+    ya = Axis(float(n), 0.0, ticks, False)
+    draw_axes(
+        svg, xa, ya, box, "run time (s)", "lane (session, then its sub-agents)", step_of(xa.ticks), step_of(ticks)
+    )
+    row_h = (bottom - top) / n
+    stroke = max(0.8, min(8.0, row_h * 0.7))
+    paths: list[list[str]] = [[], [], []]
+    for lane, s, f, e, bad in shown:
+        y = top + (lane + 0.5) * row_h
+        x0 = left + xa.frac(s) * (right - left)
+        x2 = left + xa.frac(e) * (right - left)
+        if bad or f is None or math.isnan(f):
+            paths[2 if bad else 0].append(f"M{coord(x0)},{coord(y)}H{coord(max(x2, x0 + 2.0))}")
             continue
         x1 = left + xa.frac(f) * (right - left)
         paths[0].append(f"M{coord(x0)},{coord(y)}H{coord(max(x1, x0 + 0.5))}")

@@ -308,6 +308,11 @@ def render_run(run: RunResult) -> tuple[str, dict[str, str]]:
     gpu_html, gpu_figs = gpu_section(run.path, s)
     body.append(gpu_html)
     figs.update(gpu_figs)
+    from servescope.report.sessions import sessions_section  # agent sessions: timeline by session, TTFT by turn
+
+    sess_html, sess_figs = sessions_section(run.path)
+    body.append(sess_html)
+    figs.update(sess_figs)
     body.append("<h2>Client self-check</h2>")
     lag_fig = figures_grid({"schedule_lag": figs["schedule_lag"]}).removeprefix('<div class="grid">\n')
     body.append(f'<div class="grid"><div>{kv_table(s.get("client") or {})}</div>\n{lag_fig}')

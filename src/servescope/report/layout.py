@@ -24,6 +24,13 @@ CAPTIONS = {
     "itl_hist": "Gaps between tokens; a chunk carrying k tokens counts as k gaps of gap/k.",
     "e2e_hist": "Send to last token, per completed request.",
     "latency_cdf": "Percentile (y) reached at each latency (x); read P50 and P99 off the dashed lines.",
+    "sessions_gantt": "One lane per agent of each session (the main agent, then its sub-agents): orange while a "
+    "turn waits for its first token, blue while it generates; the gaps between a lane's turns are tool waits, "
+    "and sub-agent lanes run together between their spawning turn and the join.",
+    "ttft_by_turn": "TTFT of the answered turns by their place in their agent's thread (0 = the first turn): "
+    "median and P90. Later turns carry longer contexts, most of it served from the prefix cache.",
+    "ttft_by_context": "TTFT of the answered turns by prompt tokens, in power-of-two bins (a bin is its lower "
+    "bound): median and P90.",
     "requests_gantt": "Each line is a request, in send order: orange while waiting for its first token, blue while "
     "generating, red if it failed.",
     "inflight": "Requests sent and not yet finished, over the run.",

@@ -58,12 +58,13 @@ def _sweep_verdicts(sw: SweepResult) -> list[str]:
     for cap in sw.meta.get("slo_capacity") or []:
         if not isinstance(cap, dict):
             continue
+        lens = "" if sw.sessions else _lens(cap)  # an agent workload's lengths are its own
         usd = get(cap, "cost", "usd_per_1m_output_tokens")
         if cap.get("load") is None:
-            out.append(f'<p class="verdict bad">SLO capacity{_lens(cap)}: no load level meets {esc(slo_text)}.</p>')
+            out.append(f'<p class="verdict bad">SLO capacity{lens}: no load level meets {esc(slo_text)}.</p>')
         else:
             out.append(
-                f'<p class="verdict good">SLO capacity{_lens(cap)}: highest {esc(sw.x_label)} meeting '
+                f'<p class="verdict good">SLO capacity{lens}: highest {esc(sw.x_label)} meeting '
                 f"{esc(slo_text)} is {fmt(cap['load'])}"
                 + (f", ${usd:,.3f} per 1M output tokens" if isinstance(usd, (int, float)) else "")
                 + ".</p>"

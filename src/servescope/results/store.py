@@ -36,6 +36,7 @@ __all__ = [
     "MANIFEST",
     "RECORDS",
     "RECORDS_JSONL",
+    "SESSIONS_FILE",
     "SUMMARY",
     "RecordWriter",
     "RunResult",
@@ -49,11 +50,14 @@ __all__ = [
     "read_records",
     "read_summary",
     "run_info_from_manifest",
+    "read_session_plan",
     "write_json",
+    "write_jsonl",
 ]
 
 SUMMARY = "summary.json"
 MANIFEST = "manifest.json"
+SESSIONS_FILE = "sessions.jsonl"  # agent sessions: the plan, one row per request (docs/workloads.md)
 
 
 #: Where results go when no --out is given: the run, compare and overlay directories all sit under it.
@@ -78,7 +82,7 @@ def prepare_out_dir(path: str | Path, *, overwrite: bool = True) -> Path:
         raise ConfigError(f"--out {p} exists and is not a directory; pick another path")
     p.mkdir(parents=True, exist_ok=True)
     if overwrite:
-        for name in (SUMMARY, RECORDS, RECORDS_JSONL, MANIFEST):
+        for name in (SUMMARY, RECORDS, RECORDS_JSONL, MANIFEST, SESSIONS_FILE):
             (p / name).unlink(missing_ok=True)
         shutil.rmtree(p / PARTS, ignore_errors=True)
     return p
@@ -94,6 +98,22 @@ def write_json(path: str | Path, doc: Any) -> None:
 
 def read_json(path: str | Path) -> Any:
     return orjson.loads(Path(path).read_bytes())
+
+
+def write_jsonl(path: str | Path, rows: list[dict[str, Any]]) -> None:
+    """One JSON object a line, written atomically."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    os.replace(tmp, path)
+
+
+def read_session_plan(run_dir: str | Path) -> list[dict[str, Any]] | None:
+    """A run's agent-session plan (`sessions.jsonl`), or None when the run had none."""
+    p = Path(run_dir) / SESSIONS_FILE
+    if not p.is_file():
+        return None
+    return [orjson.loads(line) for line in p.read_bytes().splitlines() if line.strip()]
 
 
 def read_records(path: str | Path) -> list[RequestRecord]:

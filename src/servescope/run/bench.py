@@ -36,11 +36,13 @@ from servescope.results.repeats import spread
 from servescope.results.schema import Summary
 from servescope.results.store import (
     MANIFEST,
+    SESSIONS_FILE,
     SUMMARY,
     default_out_dir,
     prepare_out_dir,
     start_warm_up,
     write_json,
+    write_jsonl,
 )
 from servescope.run.assemble import assemble_summary
 from servescope.run.config import RunConfig
@@ -185,6 +187,7 @@ def plan_requests(cfg: RunConfig, items: list[WorkItem], model: str, ignore_reje
                 session=item.session,
                 turn=item.turn,
                 think_ns=int(item.meta.get("think_s", 0.0) * 1e9),
+                branch=int(item.meta.get("branch", 0)),
             )
         )
     return prepared
@@ -317,6 +320,8 @@ async def open_run(cfg: RunConfig, plan: RunPlan) -> RunStart:
     manifest["workload"] = plan.workload.info
     manifest["target"].update({"gpus": plan.gpus, "gpus_source": plan.gpus_source})
     write_json(out_dir / MANIFEST, manifest)
+    if plan.workload.session_plan:  # agent sessions: the plan, replayable with --dataset sessions:PATH
+        write_jsonl(out_dir / SESSIONS_FILE, plan.workload.session_plan)
     metrics_path = getattr(caps, "metrics_path", None)  # where the probe found the page (TRT-LLM: elsewhere)
     metrics_before = await servermetrics.scrape(info.base_url, plan.headers, path=metrics_path)
     return RunStart(
@@ -344,7 +349,7 @@ def shard_spec(cfg: RunConfig, plan: RunPlan) -> ShardSpec:
         # a trace is replayed once: never cycled past its end
         num_requests=(
             len(prepared)
-            if trace
+            if trace or plan.workload.session_plan  # agent sessions: every turn of every planned session
             else (cfg.effective_num_requests + cfg.warmup)
             if cfg.effective_num_requests
             else None

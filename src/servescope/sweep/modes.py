@@ -15,6 +15,7 @@ from servescope.results.metrics import dig
 from servescope.sweep.points import Point, SearchResult, auto_rates, find_max
 from servescope.sweep.runner import Sweep
 from servescope.sweep.table import fmt_load
+from servescope.workload.spec import session_workload
 
 __all__ = ["run_grid", "run_auto", "run_find_max"]
 
@@ -79,14 +80,15 @@ def _find_max_doc(
     max_load: float,
 ) -> dict[str, Any]:
     """The search's sweep.json record: the answer, its bracket, every probe, the cost at the answer."""
-    what = "concurrency" if axis == "concurrency" else "request rate"
+    sessions = axis == "concurrency" and session_workload(sweep.base.get("dataset"))
+    what = "concurrent sessions" if sessions else "concurrency" if axis == "concurrency" else "request rate"
     unit = "" if axis == "concurrency" else " req/s"
     slo_text = sweep.spec.describe()
     best_summary = sweep.summaries.get(point_at(res.best).dir_name) if res.best is not None else None
     fail_summary = sweep.summaries.get(point_at(res.fail).dir_name) if res.fail is not None else None
     fail_check = fail_summary.get("slo_check") if fail_summary else None
     why = slomod.failing(fail_check) if fail_check else ""
-    lens = f" (in {i}, out {o})"
+    lens = "" if sessions else f" (in {i}, out {o})"  # an agent workload's lengths are its own
     if res.best is None:
         line = f"no {what} meets {slo_text}{lens}: {fmt_load(res.fail)}{unit} fails ({why})"
     elif res.fail is None:
@@ -101,6 +103,7 @@ def _find_max_doc(
         line += f"; ${cost_at['usd_per_1m_output_tokens']:.3f} per 1M output tokens there"
     return {
         "axis": axis,
+        "unit": "sessions" if sessions else None,  # agent sessions: each concurrency slot runs one session
         "input_len": i,
         "output_len": o,
         "slo": slo_text,

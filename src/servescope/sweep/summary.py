@@ -12,6 +12,7 @@ from rich.console import Console
 
 from servescope.sweep.runner import CACHE_NOTE_PREFIXES, Sweep
 from servescope.sweep.table import diagnose, fmt_load, render_table, slo_capacity, sort_load, x_of
+from servescope.workload.spec import session_workload
 
 __all__ = ["SUMMARY_TEXT", "cache_notes", "finish", "table_text"]
 
@@ -26,7 +27,8 @@ def finish(sweep: Sweep, gain: float) -> str:
         groups.setdefault((e.get("input_len"), e.get("output_len")), []).append(e)
     saturation, capacity = [], []
     x_key = sweep.doc["x_key"]
-    label = "concurrency" if x_key == "concurrency" else "request rate"
+    sessions = x_key == "concurrency" and session_workload(sweep.base.get("dataset"))
+    label = "concurrent sessions" if sessions else "concurrency" if x_key == "concurrency" else "request rate"
     for (i, o), entries in sorted(groups.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1] or 0)):
         pts = [e for e in entries if x_of(e, x_key) is not None]
         summaries = [sweep.summary(e) for e in pts]
@@ -49,14 +51,13 @@ def finish(sweep: Sweep, gain: float) -> str:
     for s in saturation:
         lines.append(f"saturation (in {s['input_len']}, out {s['output_len']}): {s['text']}")
     for c in capacity:
+        lens = "" if sessions else f" (in {c['input_len']}, out {c['output_len']})"
         if c["load"] is None:
-            lines.append(
-                f"SLO capacity (in {c['input_len']}, out {c['output_len']}): no point meets {sweep.spec.describe()}"
-            )
+            lines.append(f"SLO capacity{lens}: no point meets {sweep.spec.describe()}")
         else:
             usd = (c.get("cost") or {}).get("usd_per_1m_output_tokens")
             lines.append(
-                f"SLO capacity (in {c['input_len']}, out {c['output_len']}): highest {label} meeting "
+                f"SLO capacity{lens}: highest {label} meeting "
                 f"{sweep.spec.describe()}: {fmt_load(c['load'])}"
                 + (f", ${usd:.3f} per 1M output tokens" if usd is not None else "")
                 + (f" ({c['note']})" if c.get("note") else "")

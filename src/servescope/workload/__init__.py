@@ -34,6 +34,9 @@ class Workload:
 
     items: list[WorkItem]
     info: dict[str, Any] = field(default_factory=dict)  # e.g. tokenizer used, intended prefix hit rate
+    # agent sessions: one row per request (agentplan.PlanRow + counted input_len, designed_cached), the
+    # run's sessions.jsonl
+    session_plan: list[dict[str, Any]] | None = None
 
 
 async def prepare_workload(

@@ -48,8 +48,18 @@ async def prepare(
     api = prompt_api(cfg.api)
     target = Target(base_url=base_url, model=model, headers=headers, api=api, caps=caps, allow_probe=cfg.probe)
     builder = await PromptBuilder.create(target, cfg.tokenizer)
+    session_plan = None
     try:
-        if spec.kind == "random":
+        if spec.kind in ("agent", "sessions"):
+            from servescope.workload.agent import agent_items, session_trace_items
+
+            if spec.kind == "agent":
+                items, session_plan, extra = await agent_items(spec.options, cfg, n_total, builder)
+            else:
+                items, session_plan, extra = await session_trace_items(
+                    spec.path or "", spec.options, cfg, n_total, builder
+                )
+        elif spec.kind == "random":
             from servescope.workload.synthetic import random_items
 
             items, extra = await random_items(spec, cfg, n_total, builder)
@@ -67,6 +77,8 @@ async def prepare(
                 builder,
                 spec.opt_float("speedup", 1.0) or 1.0,
                 block_tokens=spec.opt_int("block", 512) or 512,
+                start_s=spec.opt_float("start"),
+                end_s=spec.opt_float("end"),
             )
         else:
             from servescope.workload import files
@@ -96,7 +108,7 @@ async def prepare(
     finally:
         await builder.close()
     lengths = builder.lengths_label
-    if spec.kind in ("jsonl", "sharegpt", "hf"):
+    if spec.kind in ("jsonl", "sharegpt", "hf", "agent", "sessions"):
         how = lengths.removeprefix("exact (").rstrip(")")
         if builder.chat_counts_exact:
             lengths = f"dataset text; counted with {how} (chat template included)"
@@ -119,4 +131,4 @@ async def prepare(
         info["probe_output_tokens"] = builder.probe_output_tokens
     if builder.notes:
         info["notes"] = list(dict.fromkeys(builder.notes))
-    return Workload(items=items, info=info)
+    return Workload(items=items, info=info, session_plan=session_plan)

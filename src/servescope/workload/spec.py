@@ -12,7 +12,10 @@ Forms (docs/workloads.md):
     sharegpt:PATH[:OPTIONS]                  ShareGPT conversations, every turn (multi-turn sessions)
     hf:PATH[:OPTIONS]                        a local Parquet / JSON(L) / Arrow dataset, a folder of them, or a
                                              Hugging Face hub-cache name (hf:AI-MO/aimo-validation-aime)
-    trace:PATH[:OPTIONS]                     JSONL timestamps (+ lengths) replayed at those times
+    trace:PATH[:OPTIONS]                     JSONL timestamps (+ lengths) replayed at those times; BurstGPT
+                                             and Azure LLM inference CSV files in their published columns
+    agent[:OPTIONS]                          generated agent sessions: growing context, tool waits, sub-agents
+    sessions:PATH[:OPTIONS]                  a session trace (JSONL, as a run's sessions.jsonl) replayed
 
 OPTIONS are `key=value` pairs separated by commas after the last colon, e.g.
 `hf:aime.parquet:prompt=problem,output=answer`, `sharegpt:chats.json:think=2,max_turns=4`,
@@ -25,9 +28,9 @@ from dataclasses import dataclass, field
 
 from servescope.errors import ConfigError
 
-__all__ = ["DatasetSpec", "LengthMix", "parse_dataset", "SHARED_PREFIX_PRESET"]
+__all__ = ["DatasetSpec", "LengthMix", "parse_dataset", "session_workload", "SHARED_PREFIX_PRESET"]
 
-KINDS = ("random", "shared-prefix", "jsonl", "sharegpt", "hf", "trace")
+KINDS = ("random", "shared-prefix", "jsonl", "sharegpt", "hf", "trace", "agent", "sessions")
 SHARED_PREFIX_PRESET = {"groups": 10, "prompts": 50, "system": 2000, "question": 1200}
 
 
@@ -131,6 +134,8 @@ def parse_dataset(text: str) -> DatasetSpec:
             if v is not None and v < 1:
                 raise ConfigError(f"--dataset shared-prefix: {k} must be >= 1")
         return spec
+    if kind == "agent":
+        return DatasetSpec("agent", options=_options(rest, kind) if rest else {})
     if not sep or not rest:
         raise ConfigError(f"--dataset {kind}:PATH needs a path, e.g. {kind}:data.jsonl")
     path, options = rest, {}
@@ -138,3 +143,10 @@ def parse_dataset(text: str) -> DatasetSpec:
     if colon and "=" in tail and "/" not in tail:
         path, options = head, _options(tail, kind)
     return DatasetSpec(kind, path=path, options=options)
+
+
+def session_workload(dataset: object) -> bool:
+    """Whether `--dataset` is agent sessions (`agent`, `sessions:PATH`): a closed loop's concurrency is
+    then a count of concurrent sessions, each slot running one session's turns."""
+    kind = str(dataset or "").partition(":")[0].strip().lower()
+    return kind in ("agent", "sessions")

@@ -1,11 +1,15 @@
-"""Trace replay: requests sent at the times a JSONL trace says, optionally sped up.
+"""Trace replay: requests sent at the times a trace says, optionally sped up and cut to a window.
+
+CSV traces in their published columns are read by `tracecsv` (BurstGPT, the Azure LLM inference
+traces); the rest of this docstring is the JSONL form.
 
 One JSON object per line. Time (one of): `t_s` (seconds), `timestamp_ms`, or `timestamp`
 (milliseconds, as in Mooncake's traces). Lengths: `input_length` / `input_len` and
 `output_length` / `output_len`; or the request itself as `prompt` / `messages`. Lines are sorted by
 time; send offsets are measured from the first request and divided by `speedup`
-(`trace:PATH:speedup=2` replays twice as fast). Each item carries `meta["t_s"]`, its send offset;
-the runner sends at those absolute offsets.
+(`trace:PATH:speedup=2` replays twice as fast). `start=S,end=E` keep the requests from S to E
+seconds of trace time after the trace's first request; offsets then count from the window's first.
+Each item carries `meta["t_s"]`, its send offset; the runner sends at those absolute offsets.
 """
 
 from __future__ import annotations
@@ -53,6 +57,10 @@ def _first_int(obj: dict[str, Any], keys: tuple[str, ...]) -> int | None:
 def read_trace(path: str) -> list[dict[str, Any]]:
     """Rows sorted by time: {"t_s", "input_len", "output_len", "messages"} (messages may be None)."""
     p = _file(path)
+    if p.suffix.lower() == ".csv" or p.name.lower().endswith(".csv.gz"):
+        from servescope.workload.tracecsv import read_csv_trace
+
+        return read_csv_trace(p)
     rows = []
     for i, obj in enumerate(_read_json_any(p)):
         where = f"{p} line {i + 1}"
@@ -126,12 +134,38 @@ def _hashed_prompts(
     return hits / total if total else 0.0
 
 
+def window(rows: list[dict[str, Any]], start_s: float | None, end_s: float | None) -> list[dict[str, Any]]:
+    """The rows whose time, in trace seconds from the trace's first request, is in [start_s, end_s)."""
+    if not rows or (start_s is None and end_s is None):
+        return rows
+    first = rows[0]["t_s"]
+    lo = -math.inf if start_s is None else start_s
+    hi = math.inf if end_s is None else end_s
+    if hi <= lo:
+        raise ConfigError(f"--dataset trace: end={end_s} must be after start={start_s}")
+    kept = [r for r in rows if lo <= r["t_s"] - first < hi]
+    if not kept:
+        raise ConfigError(
+            f"--dataset trace: no request in the window [{start_s}, {end_s}) s; the trace spans "
+            f"{rows[-1]['t_s'] - first:.3f} s from its first request"
+        )
+    return kept
+
+
 async def trace_items(
-    path: str, cfg: RunConfig, n: int, builder: PromptBuilder, speedup: float, block_tokens: int = 512
+    path: str,
+    cfg: RunConfig,
+    n: int,
+    builder: PromptBuilder,
+    speedup: float,
+    block_tokens: int = 512,
+    start_s: float | None = None,
+    end_s: float | None = None,
 ) -> tuple[list[WorkItem], dict[str, Any]]:
     if not speedup > 0:
         raise ConfigError("--dataset trace: speedup must be > 0")
-    rows = read_trace(path)[:n]
+    all_rows = read_trace(path)
+    rows = window(all_rows, start_s, end_s)[:n]
     t0 = rows[0]["t_s"]
     chat = builder.target.api == "chat"
     # requests without text: exact-length random prompts, like --dataset random
@@ -188,6 +222,14 @@ async def trace_items(
     if intended is not None:
         info["trace"]["block_tokens"] = block_tokens
         info["intended_prefix_hit_rate"] = round(intended, 4)
+    if start_s is not None or end_s is not None:
+        info["trace"]["window_s"] = [start_s, end_s]
+        info["trace"]["window_offset_s"] = round(rows[0]["t_s"] - all_rows[0]["t_s"], 6)
+    fmt = all_rows[0].get("format")
+    if fmt:
+        info["trace"]["format"] = fmt
+    if all_rows[0].get("skipped_failed"):
+        info["trace"]["skipped_failed"] = all_rows[0]["skipped_failed"]  # BurstGPT rows with 0 response tokens
     if n > len(rows):
         info["trace"]["note"] = f"the trace holds {len(rows)} requests; {n} were asked for"
     return items, info

@@ -161,6 +161,17 @@ class ServerCounter:
             return await self.count_request_text(doc["prompt"])
         return None
 
+    async def message_tokens(self, messages: list[dict[str, Any]]) -> list[int] | None:
+        """The token ids of a chat request as the server renders it (template included), where its
+        /tokenize returns them (vLLM, SGLang, the emulator); None elsewhere."""
+        if self.shape != "prompt":
+            return None
+        doc = await self._post(self.path, {"model": self.model, "messages": messages, "add_generation_prompt": True})
+        ids = doc.get("tokens") if isinstance(doc, dict) else None
+        if isinstance(ids, list) and all(isinstance(t, int) for t in ids):
+            return ids
+        return None
+
     async def count_request_text(self, text: str) -> int | None:
         """Tokens of a completions prompt as the server will count them (BOS included), or None."""
         if self.shape == "prompt":  # vLLM's /tokenize adds special tokens by default, as completions does
