@@ -43,3 +43,17 @@ def test_gantt_from_columns_draws_the_same_subset_as_from_tuples() -> None:
     svg = gantt_columns(send, first, end, failed, title="g")
     assert svg == gantt_chart(bars, title="g", presorted=True)
     assert "2000 of 5000 requests shown" in svg
+
+
+def test_session_gantt_draws_each_turn_on_its_lane() -> None:
+    from servescope.report.gantt import session_gantt
+
+    lanes = ["s0", "s0.1", "s0.2", "s1"]
+    bars = [(0, 0.0, 0.1, 1.0, False), (1, 1.0, 1.2, 2.0, False), (2, 1.0, None, 3.0, True), (3, 0.0, 0.2, 0.5, False)]
+    svg = session_gantt(lanes, bars, title="Sessions")
+    assert svg == session_gantt(lanes, bars, title="Sessions")  # deterministic
+    red = [p for p in _parse(svg).iter(f"{SVG_NS}path") if p.get("stroke") == "#dc2626" and p.get("fill") == "none"]
+    assert len(red) == 1 and red[0].get("d", "").count("M") == 1  # the one failed turn
+    few = session_gantt(lanes, bars, title="Sessions", max_lanes=2)
+    assert "the first 2 of 4 lanes shown" in few
+    assert "no data" in session_gantt(lanes, [], title="Sessions").lower()
