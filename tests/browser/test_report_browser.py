@@ -132,15 +132,16 @@ def test_sweep_and_compare_reports_render(offline_page: OfflinePage, tmp_path: P
 def test_sessions_sweep_report_renders(offline_page: OfflinePage, tmp_path: Path, artifacts: Path) -> None:
     """A capacity search over concurrent agent sessions against the emulator: the sweep's report gives
     the answer in sessions, and a point's report draws its sessions timeline and TTFT by turn and context."""
-    from tests.e2e.test_sweep import sweep
+    from tests.support.procs import servescope  # its own process: the page's event loop runs in this one
 
     out = tmp_path / "sessions"
     dataset = "agent:turns=3,fanout=2,fanout_at=0,sub_turns=1,system=64,tools=32,task=16,tool_result=16,answer=8"
-    code, text = sweep(
-        "--profile", "tiny", "--dataset", f"{dataset},tool_wait=0.05", "--num-requests", "12",
+    proc = servescope(
+        "sweep", "--no-report", "--profile", "tiny", "--dataset", f"{dataset},tool_wait=0.05", "--num-requests", "12",
         "--slo", "ttft_p90_ms=60000", "--find-max", "concurrency", "--max-load", "4", "--out", str(out),
     )  # fmt: skip
-    assert code == 0, text
+    text = proc.stdout
+    assert proc.returncode == 0, f"{text[-2000:]}\n{proc.stderr[-2000:]}"
     assert "max concurrent sessions meeting TTFT P90 ≤ 60000 ms: ≥ 4" in text
     _open(offline_page, write_report(out))
     page = offline_page.page

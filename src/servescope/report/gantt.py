@@ -137,7 +137,7 @@ def session_gantt(
     if not shown:
         return no_data(svg, box)
     xa = axis_for(np.array([v for b in shown for v in (b[1], b[3])], dtype=float), log=False, zero=True)
-    ticks = [t for t in nice_ticks(0, n) if t <= n]
+    ticks = [t for t in nice_ticks(0, n) if t <= n and float(t).is_integer()]  # lanes are whole
     ya = Axis(float(n), 0.0, ticks, False)
     draw_axes(
         svg, xa, ya, box, "run time (s)", "lane (session, then its sub-agents)", step_of(xa.ticks), step_of(ticks)
