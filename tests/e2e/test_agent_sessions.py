@@ -55,6 +55,11 @@ def test_agent_run_fans_out_waits_and_hits_the_cache_as_designed(tmp_path: Path)
         abs(s["server"]["prefix_cache_hit_rate"] - w["intended_prefix_hit_rate"])
         <= 0.05 * w["intended_prefix_hit_rate"]
     ), (s["server"], w)
+    m = json.loads((tmp_path / "a" / "sessions.json").read_text())  # the session metrics
+    assert (m["sessions"], m["sessions_completed"], m["turns_ok"]) == (3, 3, len(plan))
+    assert m["wait_measured_s"] >= m["wait_planned_s"] - 1e-3 * len(plan)
+    assert m["designed_prefix_hit_rate"] == pytest.approx(w["intended_prefix_hit_rate"], abs=1e-4)
+    assert [g["key"] for g in m["ttft_by_turn"]] == [0, 1, 2]  # main turns 0-2; each sub-agent's 0-1
     html = (tmp_path / "a" / "report.html").read_text()
     assert "<h2>Agent sessions</h2>" in html and 'id="fig-sessions_gantt"' in html
 

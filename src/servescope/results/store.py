@@ -36,6 +36,7 @@ __all__ = [
     "MANIFEST",
     "RECORDS",
     "RECORDS_JSONL",
+    "SESSION_METRICS",
     "SESSIONS_FILE",
     "SUMMARY",
     "RecordWriter",
@@ -58,6 +59,7 @@ __all__ = [
 SUMMARY = "summary.json"
 MANIFEST = "manifest.json"
 SESSIONS_FILE = "sessions.jsonl"  # agent sessions: the plan, one row per request (docs/workloads.md)
+SESSION_METRICS = "sessions.json"  # agent sessions: results.sessions.session_metrics of the run
 
 
 #: Where results go when no --out is given: the run, compare and overlay directories all sit under it.
@@ -82,7 +84,7 @@ def prepare_out_dir(path: str | Path, *, overwrite: bool = True) -> Path:
         raise ConfigError(f"--out {p} exists and is not a directory; pick another path")
     p.mkdir(parents=True, exist_ok=True)
     if overwrite:
-        for name in (SUMMARY, RECORDS, RECORDS_JSONL, MANIFEST, SESSIONS_FILE):
+        for name in (SUMMARY, RECORDS, RECORDS_JSONL, MANIFEST, SESSIONS_FILE, SESSION_METRICS):
             (p / name).unlink(missing_ok=True)
         shutil.rmtree(p / PARTS, ignore_errors=True)
     return p

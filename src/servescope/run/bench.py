@@ -36,6 +36,7 @@ from servescope.results.repeats import spread
 from servescope.results.schema import Summary
 from servescope.results.store import (
     MANIFEST,
+    SESSION_METRICS,
     SESSIONS_FILE,
     SUMMARY,
     default_out_dir,
@@ -378,6 +379,12 @@ def write_results(cfg: RunConfig, start: RunStart, spec: ShardSpec, result: Shar
         "read_coalescing": result.rx_timestamps == "kernel" and cfg.read_coalescing,
     }
     write_json(out_dir / MANIFEST, manifest)
+    if (out_dir / SESSIONS_FILE).is_file():  # agent sessions: their metrics (docs/metrics.md, "Agent sessions")
+        from servescope.report.sessions import load_session_metrics
+
+        loaded = load_session_metrics(out_dir)
+        if loaded is not None:
+            write_json(out_dir / SESSION_METRICS, loaded[0])
     if cfg.report:  # last: the report renders from the files as they will stay
         from servescope.report.html import write_report  # after the clock: not on the way to the first request
 
