@@ -130,3 +130,23 @@ def test_session_metrics_from_records() -> None:
     assert m["designed_prefix_hit_rate"] == pytest.approx((64 + 64 + 96 + 64 + 96) / 860)
     per = {r["session"]: r for r in m["per_session"]}
     assert per[0]["sub_agents"] == 2 and per[0]["designed_hit_rate"] == pytest.approx(224 / 560)
+
+
+def test_histories_grow_by_answer_and_tool_result_and_join_the_sub_agents() -> None:
+    from servescope.workload.agent import _histories
+
+    rows = plan_sessions(AgentShape(turns=3, fanout=2, fanout_at=0, sub_turns=1), 1, seed=0)
+    news = [f"new{i}" for i in range(len(rows))]
+    answers = [f"ans{i}" for i in range(len(rows))]
+    hists = _histories(rows, "SYS", news, answers)
+    assert [r.agent for r in rows] == [0, 1, 2, 0, 0]
+    assert hists[0] == [{"role": "system", "content": "SYS"}, {"role": "user", "content": "new0"}]
+    assert hists[1] == [{"role": "system", "content": "SYS"}, {"role": "user", "content": "new1"}]  # its own context
+    # the join: the spawning turn's messages, its answer, then both sub-agents' answers as one tool result
+    assert hists[3] == [
+        *hists[0],
+        {"role": "assistant", "content": "ans0"},
+        {"role": "user", "content": "ans1\n\nans2"},
+    ]
+    # the next main turn: the previous prompt whole, its answer, the tool result
+    assert hists[4] == [*hists[3], {"role": "assistant", "content": "ans3"}, {"role": "user", "content": "new4"}]
