@@ -19,13 +19,14 @@ import click
 from rich.console import Console
 
 from servescope.deploy.deployment import Deployment, EngineLimits
-from servescope.errors import handle_errors
+from servescope.errors import ConfigError, handle_errors
 from servescope.plan.band import Band, band_for, loo_line, loo_spread
 from servescope.plan.calibrate import MeasuredPoint, calibrate, leave_one_out, load_measurements
 from servescope.plan.memfit import GIB, PlanArgs, engine_base, fit_table, to_deployment
 from servescope.plan.recipes import RecipeSpec, render_all
 from servescope.plan.whatif import SEED, WhatIfPoint, knobs_yaml, point_dict, simulate_point, whatif, whatif_table
-from servescope.sim.catalog.gpus import GPUS
+from servescope.sim.catalog.cpus import CPUS
+from servescope.sim.catalog.gpus import GPUS, get_gpu
 from servescope.sim.catalog.models import MODELS
 from servescope.sim.knobs import StepKnobs
 from servescope.sim.memory.accounting import ENGINES
@@ -358,9 +359,23 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     return _number_list(value, int, "integers, e.g. 1,5,15,100", lambda x: x >= 1, "values must be >= 1")
 
 
+def _gpu_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    try:
+        get_gpu(value)
+    except ConfigError as e:
+        raise click.BadParameter(str(e)) from None
+    return value
+
+
 @click.command("plan")
 @click.option("--model", required=True, help=f"Catalogue name ({', '.join(MODELS)}) or a path to a HF config.json.")
-@click.option("--gpu", default="h100", show_default=True, type=click.Choice(sorted(GPUS), case_sensitive=False))
+@click.option(
+    "--gpu",
+    default="h100",
+    show_default=True,
+    callback=_gpu_name,
+    help=f"GPU ({', '.join(sorted(GPUS))}) or CPU socket for vLLM's CPU backend ({', '.join(CPUS)}; NAME:N: N cores).",
+)
 @click.option("--gpus", default=8, show_default=True, type=click.IntRange(1), help="GPUs per node.")
 @click.option("--nodes", default=1, show_default=True, type=click.IntRange(1))
 @click.option("--quant", type=click.Choice(QUANTS), help="Weight precision. [default: the checkpoint's]")

@@ -18,6 +18,7 @@ ENGINES = ("vllm", "sglang", "trtllm")
 _IMAGES = {
     ("vllm", "nvidia"): "vllm/vllm-openai:latest",
     ("vllm", "amd"): "rocm/vllm:latest",
+    ("vllm", "cpu"): "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:latest",  # vLLM's x86 CPU image
     ("sglang", "nvidia"): "lmsysorg/sglang:latest",
     ("sglang", "amd"): "lmsysorg/sglang:latest-rocm",
     ("trtllm", "nvidia"): "nvcr.io/nvidia/tensorrt-llm/release:latest",

@@ -134,8 +134,16 @@ def _norm(name: str) -> str:
 
 
 def get_gpu(name: str) -> GPUSpec:
+    """The GPU `name` names, or a catalogued CPU (`sim.catalog.cpus`: `NAME` or `NAME:N` cores) as the
+    `GPUSpec` the planner prices it by."""
+    from servescope.sim.catalog import cpus  # it builds GPUSpecs: imported here, not at the top
+
     key = _norm(name)
     key = _GPU_ALIASES.get(key, key)
-    if key not in GPUS:
-        raise ConfigError(f"unknown GPU {name!r}; known: {', '.join(GPUS)}")
-    return GPUS[key]
+    if key in GPUS:
+        return GPUS[key]
+    if cpus.is_cpu_name(name):
+        return cpus.cpu_as_gpu(name)
+    raise ConfigError(
+        f"unknown GPU or CPU {name!r}; GPUs: {', '.join(GPUS)}; CPUs: {', '.join(cpus.CPUS)} (NAME:N cores)"
+    )

@@ -1,0 +1,310 @@
+"""A recorded run of a real engine replayed through `sim.engine`: the engine's step costs measured from
+its own calibration runs, the same requests sent the same way, the two compared point by point. Pure.
+
+A recording (`benchmarks/vllm_scheduler.py record`, a JSON document) holds the engine's scheduler
+settings (`vllm_settings`: max_num_seqs, max_num_batched_tokens, block_size, kv_tokens) and runs by
+name, each with its load (`kind` closed / open / calib, `concurrency`, `input`, `output`, `ratio`,
+`rate`), its requests as ``[send_s, first_token_s, last_token_s, prompt_tokens, output_tokens]`` (from
+the run's first send), the gaps between consecutive tokens (`itl_gaps_s`, or their median `itl_p50_s`)
+and the means of the engine's own histograms over the run (`engine`).
+
+Step costs (`measure_costs`), from the calibration runs only, a least-squares solve of::
+
+    step_s(shape) = step + seq * sequences + token * tokens + pair * prefill_ctx_pairs + ctx * decode_ctx_tokens
+
+over (a) each c=1 prompt length's mean prefill time by the engine's own histogram
+(`vllm:request_prefill_time_seconds`: one prompt step of P tokens, P^2/2 pairs, no decode), and (b) each
+decode wave's median gap between tokens (c sequences sent at once, short prompts: decode steps of c
+sequences over their mean context). The first-token path (the HTTP, tokenizer, IPC and SSE time around
+the engine, what no step holds) is the c=1 runs' median client TTFT less the engine's prefill and queue
+time, linear in the prompt length. `StepCost` carries them as overheads and attention terms (no roofline:
+bytes and linear FLOPs are 0), and `EngineConfig` the engine's scheduler settings as recorded.
+
+Compared per run (`compare_run`): TTFT median and P90 (send to first token), the median ITL, output
+tokens/s over the run (first send to last token), and the wave profile of a closed loop
+(`wave_profile`): the median TTFT by position within each wave of c consecutive sends, the first wave
+dropped; its `ramp` (largest over smallest position median) says whether the cohorts of a fixed-length
+closed loop persist (a staircase, ramp well above 1) or dissolve (flat, near 1).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from servescope.sim.config import EngineConfig
+from servescope.sim.request import SimRequest
+from servescope.sim.simulate import simulate, step_gaps, weighted_median
+from servescope.sim.steptime import StepCost
+
+__all__ = [
+    "MeasuredCosts",
+    "RunFigures",
+    "measure_costs",
+    "engine_config",
+    "replay_run",
+    "observed",
+    "compare_run",
+    "compare_all",
+    "wave_profile",
+    "ramp",
+    "median",
+    "table",
+    "wave_table",
+    "COHORT_RAMP",
+]
+
+#: a wave profile whose ramp (largest / smallest position median) exceeds this holds cohorts
+COHORT_RAMP = 1.5
+
+
+def median(xs: Sequence[float]) -> float:
+    return float(statistics.median(xs)) if xs else 0.0
+
+
+def _p90(xs: Sequence[float]) -> float:
+    return float(np.percentile(np.asarray(xs, dtype=np.float64), 90)) if xs else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredCosts:
+    """One engine's step costs (s) and its first-token path, as `measure_costs` measured them."""
+
+    step_s: float
+    seq_s: float
+    token_s: float
+    pair_s: float
+    ctx_s: float
+    prompt_extra_s: float  # what a step with prompt tokens pays on top of a decode step's fixed part
+    # the API server's work on a request outside the engine (HTTP, tokenizing its prompt, the first
+    # token's way out), (prompt tokens, s), measured at c=1: linear between them, extended linearly
+    front_points: tuple[tuple[float, float], ...]
+    first_token_s: float  # from the engine's first-token step to its output (engine TTFT less queue + prefill)
+
+    def frontend_s(self, prompt_tokens: float) -> float:
+        pts = self.front_points
+        i = min(max(int(np.searchsorted([p for p, _ in pts], prompt_tokens)), 1), len(pts) - 1)
+        (p0, v0), (p1, v1) = pts[i - 1], pts[i]
+        return max(0.0, v0 + (v1 - v0) * (prompt_tokens - p0) / (p1 - p0))
+
+    def step_cost(self) -> StepCost:
+        return StepCost(
+            dense_weight_bytes=0.0,
+            kv_bytes_per_token=0.0,
+            flops_per_token=0.0,
+            hbm_bytes_per_s=1.0,
+            flops_per_s=1.0,
+            attn_flops_per_s=1.0,
+            attn_flops_per_token_ctx=self.ctx_s,
+            prefill_attn_flops_per_pair=self.pair_s or 1e-30,  # 0 would fall back to ctx_s
+            mem_efficiency=1.0,
+            compute_efficiency=1.0,
+            step_overhead_s=self.step_s,
+            seq_overhead_s=self.seq_s,
+            token_overhead_s=self.token_s,
+            prefill_layer_overhead_s=self.prompt_extra_s,
+        )
+
+
+def _calib(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in doc["runs"].values() if r["kind"] == "calib"]
+
+
+def _itl_p50(run: dict[str, Any]) -> float:
+    gaps = run.get("itl_gaps_s")
+    return median(gaps) if gaps else float(run.get("itl_p50_s", 0.0))
+
+
+def measure_costs(doc: dict[str, Any]) -> MeasuredCosts:
+    """Step costs from the recording's calibration runs (see the module docstring). Raises ValueError
+    when the recording lacks the runs that determine them."""
+    pre_rows: list[list[float]] = []  # 1, P, P^2/2
+    pre_y: list[float] = []
+    dec_rows: list[list[float]] = []  # 1, c, context
+    dec_y: list[float] = []
+    front: list[tuple[float, float]] = []  # (prompt tokens, front-end s)
+    tail: list[float] = []
+    for run in _calib(doc):
+        reqs = run["requests"]
+        prompt = float(np.mean([r[3] for r in reqs]))
+        if run["concurrency"] == 1 and run["input"] >= 128:
+            eng = run["engine"]
+            prefill, engine_ttft = eng.get("prefill_time_mean_s"), eng.get("ttft_mean_s")
+            if prefill is None or engine_ttft is None:
+                raise ValueError(f"run {run['name']}: no prefill-time or TTFT histogram from the engine")
+            pre_rows.append([1.0, prompt, prompt * prompt / 2.0])
+            pre_y.append(prefill)
+            front.append((prompt, float(np.mean([r[1] - r[0] for r in reqs])) - engine_ttft))
+            tail.append(engine_ttft - prefill - eng.get("queue_time_mean_s", 0.0))
+        elif run["concurrency"] == run["n"]:  # one wave: decode steps of c sequences
+            c = float(run["concurrency"])
+            dec_rows.append([1.0, c, c * (prompt + run["output"] / 2.0)])
+            dec_y.append(_itl_p50(run))
+    if len(pre_y) < 3 or len(dec_y) < 3:
+        raise ValueError("the recording needs c=1 prefill runs at three prompt lengths or more, and three decode waves")
+    # relative least squares: each measurement counts by its relative error
+    py, dy = np.asarray(pre_y), np.asarray(dec_y)
+    a_p, per_token, pair = _nonneg_lstsq(np.asarray(pre_rows) / py[:, None], np.ones_like(py))
+    a_d, per_seq, ctx = _nonneg_lstsq(np.asarray(dec_rows) / dy[:, None], np.ones_like(dy))
+    # a step = step + seq x sequences + token x tokens (+ prompt_extra on a step with prompt tokens): a
+    # prompt token costs `token`; a decode sequence seq + token (its one token); a decode step's fixed part
+    # is step, a prompt step's step + seq + prompt_extra
+    token = min(per_token, per_seq)
+    seq = per_seq - token
+    front.sort()
+    return MeasuredCosts(
+        step_s=float(a_d),
+        seq_s=float(seq),
+        token_s=float(token),
+        prompt_extra_s=float(max(a_p - a_d - seq, 0.0)),
+        pair_s=float(pair),
+        ctx_s=float(ctx),
+        front_points=tuple((float(p), float(v)) for p, v in front),
+        first_token_s=median(tail),
+    )
+
+
+def _nonneg_lstsq(a: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares with every coefficient >= 0: drop the most negative one and solve again."""
+    free = list(range(a.shape[1]))
+    while True:
+        sol, *_ = np.linalg.lstsq(a[:, free], y, rcond=None)
+        if (sol >= 0).all():
+            out = np.zeros(a.shape[1])
+            out[free] = sol
+            return out
+        free.pop(int(np.argmin(sol)))
+
+
+def engine_config(
+    doc: dict[str, Any], costs: MeasuredCosts, prompt_tokens: float, max_model_len: int = 2048
+) -> EngineConfig:
+    """The recorded engine's scheduler settings (chunked prefill and prefix caching on, as vLLM V1's
+    defaults) with the measured step costs, its front end priced for prompts of `prompt_tokens`."""
+    s = doc["vllm_settings"]
+    bs = int(s["block_size"])
+    return EngineConfig(
+        cost=costs.step_cost(),
+        kv_blocks=int(s["kv_tokens"]) // bs,
+        block_size=bs,
+        max_num_seqs=int(s["max_num_seqs"]),
+        max_num_batched_tokens=int(s["max_num_batched_tokens"]),
+        max_model_len=max_model_len,
+        enable_prefix_caching=True,
+        chunked_prefill=True,
+        frontend_s=costs.frontend_s(prompt_tokens),
+        first_token_s=costs.first_token_s,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RunFigures:
+    """One run's figures, real or simulated; TTFTs in send order."""
+
+    ttft_s: list[float]
+    itl_p50_s: float
+    out_tok_s: float
+
+    @property
+    def ttft_p50_s(self) -> float:
+        return median(self.ttft_s)
+
+    @property
+    def ttft_p90_s(self) -> float:
+        return _p90(self.ttft_s)
+
+
+def observed(run: dict[str, Any]) -> RunFigures:
+    """The real engine's figures of one recorded run."""
+    reqs = sorted(run["requests"], key=lambda r: r[0])
+    span = max(r[2] for r in reqs) - min(r[0] for r in reqs)
+    return RunFigures([r[1] - r[0] for r in reqs], _itl_p50(run), sum(r[4] for r in reqs) / span)
+
+
+def replay_run(cfg: EngineConfig, run: dict[str, Any]) -> RunFigures:
+    """The same requests (lengths as the server counted them) through the simulated engine: a closed
+    loop of the run's concurrency in the run's order, or, open, each sent when the real one was."""
+    rec = run["requests"]
+    reqs = [SimRequest(id=i, prompt_len=int(r[3]), max_tokens=int(r[4]), arrival_s=r[0]) for i, r in enumerate(rec)]
+    if run["kind"] == "open":
+        sim = simulate(cfg, reqs)
+    else:
+        sim = simulate(cfg, reqs, concurrency=int(run["concurrency"]))
+    order = sorted(reqs, key=lambda r: (r.arrival_s, r.id))
+    ttft = [sim.first_token_s(r) - r.arrival_s + cfg.first_token_s for r in order]
+    ends = np.asarray(sim.step_end_s, dtype=np.float64)
+    itl = weighted_median(*step_gaps(ends, reqs)) if len(ends) > 1 else 0.0
+    span = max(sim.end_s(r) for r in reqs) - min(r.arrival_s for r in reqs)
+    return RunFigures(ttft, itl, sum(r.max_tokens for r in reqs) / span)
+
+
+def wave_profile(ttft_s: Sequence[float], concurrency: int) -> list[float]:
+    """Median TTFT by position within each wave of `concurrency` consecutive sends (send order), the
+    first wave dropped; [] when fewer than two waves were sent."""
+    c = concurrency
+    waves = len(ttft_s) // c
+    if c < 2 or waves < 2:
+        return []
+    return [median([ttft_s[w * c + k] for w in range(1, waves)]) for k in range(c)]
+
+
+def ramp(profile: Sequence[float]) -> float:
+    """Largest over smallest position median of a wave profile (1: flat; 0 with no profile)."""
+    if not profile or min(profile) <= 0:
+        return 0.0
+    return max(profile) / min(profile)
+
+
+def compare_run(doc: dict[str, Any], costs: MeasuredCosts, run: dict[str, Any]) -> dict[str, Any]:
+    """One run's real and simulated figures side by side, errors as (sim - real) / real."""
+    cfg = engine_config(doc, costs, float(np.mean([r[3] for r in run["requests"]])))
+    real, sim = observed(run), replay_run(cfg, run)
+    row: dict[str, Any] = {"name": run["name"], "kind": run["kind"], "concurrency": run["concurrency"]}
+    for key in ("ttft_p50_s", "ttft_p90_s", "itl_p50_s", "out_tok_s"):
+        r, s = getattr(real, key), getattr(sim, key)
+        row[key] = (r, s, (s - r) / r if r else 0.0)
+    if run["kind"] == "closed":
+        row["wave_real"] = wave_profile(real.ttft_s, run["concurrency"])
+        row["wave_sim"] = wave_profile(sim.ttft_s, run["concurrency"])
+    return row
+
+
+def compare_all(doc: dict[str, Any], costs: MeasuredCosts) -> list[dict[str, Any]]:
+    return [compare_run(doc, costs, run) for run in doc["runs"].values() if run["kind"] != "calib"]
+
+
+def table(rows: Sequence[dict[str, Any]]) -> str:
+    """The point-by-point table: real, sim and error for each figure."""
+    head = f"{'run':20s} {'c':>3s}"
+    for label in ("TTFT p50 ms", "TTFT p90 ms", "ITL p50 ms", "out tok/s"):
+        head += f" | {label:^24s}"
+    lines = [head, f"{'':24s}" + " | {:>7s} {:>7s} {:>7s}".format("vLLM", "sim", "err") * 4]
+    for row in rows:
+        line = f"{row['name']:20s} {row['concurrency']:>3d}"
+        for key, scale in (("ttft_p50_s", 1e3), ("ttft_p90_s", 1e3), ("itl_p50_s", 1e3), ("out_tok_s", 1.0)):
+            r, s, e = row[key]
+            line += f" | {r * scale:7.1f} {s * scale:7.1f} {100 * e:+6.1f}%"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def wave_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Each closed loop's wave profile (ms by position), real over simulated, and the ramps."""
+    lines = []
+    for row in rows:
+        if not row.get("wave_real"):
+            continue
+        real, sim = row["wave_real"], row["wave_sim"]
+        rr, rs = ramp(real), ramp(sim)
+        agree = (rr > COHORT_RAMP) == (rs > COHORT_RAMP)
+        lines.append(
+            f"{row['name']}: ramp vLLM {rr:.2f}x, sim {rs:.2f}x, cohorts "
+            f"{'agree' if agree else 'DISAGREE'} ({'present' if rr > COHORT_RAMP else 'absent'} in vLLM)"
+        )
+        lines.append("  vLLM ms: " + " ".join(f"{1e3 * x:.0f}" for x in real))
+        lines.append("  sim  ms: " + " ".join(f"{1e3 * x:.0f}" for x in sim))
+    return "\n".join(lines)
