@@ -77,14 +77,14 @@ RUNS: dict[str, list[dict[str, Any]]] = {
         _run("fixed-p128-c16", "closed", 128, 32, 16, 160),
         _run("fixed-p128-c64", "closed", 128, 32, 64, 192),
         _run("fixed-p512-c16", "closed", 512, 32, 16, 160),
-        _run("fixed-p1024-c8", "closed", 1024, 32, 8, 64),
+        _run("fixed-p1024-c8", "closed", 1024, 32, 8, 40),
     ],
     "spread": [
-        _run("spread-p512-c16", "closed", 512, 32, 16, 160, ratio=0.5),
+        _run("spread-p512-c16", "closed", 512, 32, 16, 112, ratio=0.5),
         _run("spread-p128-c64", "closed", 128, 32, 64, 192, ratio=0.5),
     ],
     "open": [
-        _run("poisson-p512-r4", "open", 512, 32, 64, 60, rate=4.0),
+        _run("poisson-p512-r1", "open", 512, 32, 64, 40, rate=1.0),
     ],
 }
 
@@ -176,6 +176,8 @@ def record(path: Path, groups: list[str], layout: str, budget_s: float) -> None:
     if vllm_py is None:
         raise SystemExit("vLLM's CPU build is not installed: run scripts/setup-vllm.sh")
     doc: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"runs": {}, "layout": layout}
+    cmd = " ".join(["benchmarks/vllm_scheduler.py", *sys.argv[1:]])
+    doc["recorded_by"] = "; ".join(x for x in (doc.get("recorded_by", ""), cmd) if x)
     if doc.get("layout", "shared") != layout:
         raise SystemExit(f"{path} was recorded with --layout {doc.get('layout', 'shared')}; record into a new file")
     specs = [s for g in groups for s in RUNS[g]]
@@ -221,7 +223,13 @@ def fixture(doc: dict[str, Any], path: Path, names: list[str], command: str) -> 
             if run["kind"] != "calib":
                 runs[name]["itl_gaps_s"] = []
                 runs[name]["itl_p50_s"] = replay.median(run["itl_gaps_s"])
-    out = {"made_by": command, "vllm_settings": doc["vllm_settings"], "runs": runs}
+    out = {
+        "made_by": command,
+        "recorded_by": doc.get("recorded_by", ""),
+        "layout": doc.get("layout", "shared"),
+        "vllm_settings": doc["vllm_settings"],
+        "runs": runs,
+    }
     path.write_text(json.dumps(out, separators=(",", ":")) + "\n")
 
 

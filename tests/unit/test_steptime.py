@@ -392,3 +392,20 @@ def test_sglang_default_chunked_prefill_size_follows_release_and_gpu_memory() ->
     assert sglang_chunked_prefill_size("0.4.1", 20.0) == 2048 and sglang_chunked_prefill_size("0.5.0", 24.0) == 2048
     d = engine_defaults("sglang", max_model_len=8192, version="0.5.6", gpu="b200", gpu_memory_gib=gib("b200"))
     assert d.max_num_batched_tokens == 16384
+
+
+def test_prefill_seq_overhead_is_paid_per_prompt_chunk() -> None:
+    """`prefill_seq_overhead_s`: each prompt chunk in a step pays it; a decode-only step does not."""
+    cost = StepCost(
+        dense_weight_bytes=0.0,
+        kv_bytes_per_token=0.0,
+        flops_per_token=0.0,
+        hbm_bytes_per_s=1.0,
+        flops_per_s=1.0,
+        step_overhead_s=0.001,
+        prefill_seq_overhead_s=0.01,
+    )
+    two = StepShape(decode_seqs=3, prefill_seqs=2, prefill_tokens=64)
+    assert step_time_s(cost, two) == pytest.approx(0.001 + 2 * 0.01)
+    assert step_time_s(cost, StepShape(decode_seqs=3)) == pytest.approx(0.001)
+    assert decode_terms(cost, 3).time_s(0) == step_time_s(cost, StepShape(decode_seqs=3))

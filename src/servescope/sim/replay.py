@@ -80,6 +80,7 @@ class MeasuredCosts:
     pair_s: float
     ctx_s: float
     prompt_extra_s: float  # what a step with prompt tokens pays on top of a decode step's fixed part
+    prompt_seq_s: float  # what each prompt in a step pays on top of a decode sequence's fixed part
     # the API server's work on a request outside the engine (HTTP, tokenizing its prompt, the first
     # token's way out), (prompt tokens, s), measured at c=1: linear between them, extended linearly
     front_points: tuple[tuple[float, float], ...]
@@ -107,6 +108,7 @@ class MeasuredCosts:
             seq_overhead_s=self.seq_s,
             token_overhead_s=self.token_s,
             prefill_layer_overhead_s=self.prompt_extra_s,
+            prefill_seq_overhead_s=self.prompt_seq_s,
         )
 
 
@@ -122,37 +124,52 @@ def _itl_p50(run: dict[str, Any]) -> float:
 def measure_costs(doc: dict[str, Any]) -> MeasuredCosts:
     """Step costs from the recording's calibration runs (see the module docstring). Raises ValueError
     when the recording lacks the runs that determine them."""
-    pre_rows: list[list[float]] = []  # 1, P, P^2/2
-    pre_y: list[float] = []
     dec_rows: list[list[float]] = []  # 1, c, context
     dec_y: list[float] = []
-    front: list[tuple[float, float]] = []  # (prompt tokens, front-end s)
+    waves: list[tuple[float, float, float]] = []  # (c, prompt tokens, mean prefill time s)
+    budget = float(doc["vllm_settings"]["max_num_batched_tokens"])
+    single: list[tuple[float, float]] = []  # (prompt tokens, prefill time s) at c=1
+    front: list[tuple[float, float]] = []  # (prompt tokens, s outside the engine)
     tail: list[float] = []
     for run in _calib(doc):
-        reqs = run["requests"]
+        reqs, eng = run["requests"], run["engine"]
         prompt = float(np.mean([r[3] for r in reqs]))
-        if run["concurrency"] == 1 and run["input"] >= 128:
-            eng = run["engine"]
-            prefill, engine_ttft = eng.get("prefill_time_mean_s"), eng.get("ttft_mean_s")
-            if prefill is None or engine_ttft is None:
-                raise ValueError(f"run {run['name']}: no prefill-time or TTFT histogram from the engine")
-            pre_rows.append([1.0, prompt, prompt * prompt / 2.0])
-            pre_y.append(prefill)
+        prefill, engine_ttft = eng.get("prefill_time_mean_s"), eng.get("ttft_mean_s")
+        if prefill is None or engine_ttft is None:
+            raise ValueError(f"run {run['name']}: no prefill-time or TTFT histogram from the engine")
+        c = float(run["concurrency"])
+        if c == 1:
+            single.append((prompt, prefill))
             front.append((prompt, float(np.mean([r[1] - r[0] for r in reqs])) - engine_ttft))
             tail.append(engine_ttft - prefill - eng.get("queue_time_mean_s", 0.0))
-        elif run["concurrency"] == run["n"]:  # one wave: decode steps of c sequences
-            c = float(run["concurrency"])
+        if c == run["n"] and run["output"] >= 32:  # one wave: decode steps of c sequences
             dec_rows.append([1.0, c, c * (prompt + run["output"] / 2.0)])
             dec_y.append(_itl_p50(run))
-    if len(pre_y) < 3 or len(dec_y) < 3:
+            if c > 1 and (c - 1) * prompt < budget:  # the c - 1 prompts fit one step
+                waves.append((c, prompt, prefill))
+    if len(single) < 3 or len(dec_y) < 3:
         raise ValueError("the recording needs c=1 prefill runs at three prompt lengths or more, and three decode waves")
+    dy = np.asarray(dec_y)
     # relative least squares: each measurement counts by its relative error
-    py, dy = np.asarray(pre_y), np.asarray(dec_y)
-    a_p, per_token, pair = _nonneg_lstsq(np.asarray(pre_rows) / py[:, None], np.ones_like(py))
     a_d, per_seq, ctx = _nonneg_lstsq(np.asarray(dec_rows) / dy[:, None], np.ones_like(dy))
-    # a step = step + seq x sequences + token x tokens (+ prompt_extra on a step with prompt tokens): a
-    # prompt token costs `token`; a decode sequence seq + token (its one token); a decode step's fixed part
-    # is step, a prompt step's step + seq + prompt_extra
+    # prompt steps: t = fixed + per_prompt x prompts + per_token x tokens + pair x pairs. A c=1 run's prefill
+    # time is one prompt step. A wave of c sends at once (an idle engine): the first starts a step alone,
+    # the other c - 1 share the next (with the first's decode), so the wave's mean prefill time is
+    # (t1 + (c - 1) t2) / c: t2 = (c x mean - t1) / (c - 1), t1 the c=1 figure at that prompt length
+    rows = [[1.0, 1.0, p, p * p / 2.0] for p, _ in single]
+    ys = [t for _, t in single]
+    sp = sorted(single)
+    for c, p, mean in waves:
+        t1 = float(np.interp(p, [x for x, _ in sp], [t for _, t in sp]))
+        t2 = (c * mean - t1) / (c - 1) - (a_d + per_seq)  # less the first's decode in that step
+        if t2 > 0:
+            rows.append([1.0, c - 1, (c - 1) * p, (c - 1) * p * p / 2.0])
+            ys.append(t2)
+    py = np.asarray(ys)
+    a_p, per_prompt, per_token, pair = _nonneg_lstsq(np.asarray(rows) / py[:, None], np.ones_like(py))
+    # a step = step + seq x sequences + token x tokens (+ prompt_extra on a step with prompt tokens, +
+    # prompt_seq a prompt): a prompt token costs `token`; a decode sequence seq + token (its one token); a
+    # decode step's fixed part is step
     token = min(per_token, per_seq)
     seq = per_seq - token
     front.sort()
@@ -160,7 +177,8 @@ def measure_costs(doc: dict[str, Any]) -> MeasuredCosts:
         step_s=float(a_d),
         seq_s=float(seq),
         token_s=float(token),
-        prompt_extra_s=float(max(a_p - a_d - seq, 0.0)),
+        prompt_extra_s=float(max(a_p - a_d, 0.0)),
+        prompt_seq_s=float(max(per_prompt - seq, 0.0)),
         pair_s=float(pair),
         ctx_s=float(ctx),
         front_points=tuple((float(p), float(v)) for p, v in front),
@@ -196,8 +214,7 @@ def engine_config(
         max_model_len=max_model_len,
         enable_prefix_caching=True,
         chunked_prefill=True,
-        frontend_s=costs.frontend_s(prompt_tokens),
-        first_token_s=costs.first_token_s,
+        first_token_s=costs.first_token_s + costs.frontend_s(prompt_tokens),
     )
 
 

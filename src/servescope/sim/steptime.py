@@ -12,7 +12,7 @@ deployment (all ranks run in lock step)::
     t      = max(bytes / (hbm_bytes_per_s * mem_efficiency),
                  (linear_flops / flops_per_s + attn_flops / attn_flops_per_s) / compute_efficiency)
            + step_overhead_s + layers * layer_overhead_s + seq_overhead_s * sequences
-           + token_overhead_s * tokens
+           + token_overhead_s * tokens + prefill_seq_overhead_s * prefill_seqs
            + layers * prefill_layer_overhead_s        # only a step that computes prompt tokens
 
 `prefill_layer_overhead_s` is what a step with prompt tokens pays per layer on top of a decode step's
@@ -99,6 +99,7 @@ class StepCost:
     seq_overhead_s: float = 0.0
     token_overhead_s: float = 0.0
     prefill_layer_overhead_s: float = 0.0  # per layer, on a step that computes prompt tokens
+    prefill_seq_overhead_s: float = 0.0  # per prompt chunk a step computes, on top of seq_overhead_s
     comm_bytes_per_token: float = 0.0  # bytes this GPU sends per token per step (all collectives)
     comm_bytes_per_s: float = 0.0  # achieved collective bandwidth per GPU (0: no communication)
     comm_prefill_bytes_per_s: float = 0.0  # the same for prompt tokens' large messages (0: comm_bytes_per_s)
@@ -170,6 +171,7 @@ def step_time_s(cost: StepCost, shape: StepShape) -> float:
         + cost.layers * cost.layer_overhead_s
         + cost.seq_overhead_s * seqs
         + cost.token_overhead_s * tokens
+        + cost.prefill_seq_overhead_s * shape.prefill_seqs
         + (
             cost.layers * cost.prefill_layer_overhead_s
             if (shape.prefill_tokens and pw) or 0 < cost.graph_max_seqs < shape.decode_seqs
