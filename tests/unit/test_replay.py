@@ -2,9 +2,10 @@
 real output of `benchmarks/vllm_scheduler.py record` against vLLM 0.32's CPU build; its `made_by` says how).
 
 The sim gets vLLM's step costs measured from the recording's calibration runs alone and vLLM's scheduler
-settings, nothing fitted to the runs compared: a closed loop of fixed output lengths keeps its cohorts in
-both (TTFT rising by position within a wave), spread lengths dissolve them in both, and TTFT median and
-P90 agree within 15%."""
+settings, nothing fitted to the runs compared: the cohorts (requests one step starts together) are as
+large in both, large with fixed output lengths and small with spread ones, TTFT rises by position within a
+wave of a fixed-length loop in both, and the median ITL agrees within 15%. TTFT median and P90 within 15%
+does not hold (a strict expected failure: docs/plan.md says why)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,26 @@ def test_measured_costs_reproduce_the_calibration(recording: dict[str, Any]) -> 
 
 
 FIXED = ["fixed-p128-c16", "fixed-p128-c64", "fixed-p512-c16"]
+SPREAD = ["spread-p512-c16", "spread-p128-c64"]
+
+
+@pytest.mark.parametrize("name", FIXED + SPREAD)
+def test_cohort_size_agrees_within_15_percent(rows: dict[str, dict[str, Any]], name: str) -> None:
+    """How many requests one step starts together, the sim against vLLM, fixed and spread lengths alike."""
+    real, sim = rows[name]["cohort_real"], rows[name]["cohort_sim"]
+    assert real >= 1 and abs(sim - real) <= 0.15 * real, f"{name}: vLLM {real:.2f}, sim {sim:.2f}"
+
+
+@pytest.mark.parametrize(
+    ("fixed", "spread"), [("fixed-p512-c16", "spread-p512-c16"), ("fixed-p128-c64", "spread-p128-c64")]
+)
+def test_fixed_lengths_hold_cohorts_that_spread_lengths_dissolve(
+    rows: dict[str, dict[str, Any]], fixed: str, spread: str
+) -> None:
+    """The same load with fixed and with spread (--range-ratio 0.5) lengths: cohorts at least twice as large
+    with fixed lengths, in vLLM and in the sim."""
+    for side in ("cohort_real", "cohort_sim"):
+        assert rows[fixed][side] >= 2 * rows[spread][side], side
 
 
 @pytest.mark.parametrize("name", FIXED)
@@ -64,7 +85,7 @@ def test_cohorts_with_fixed_lengths_in_both(rows: dict[str, dict[str, Any]], nam
     assert replay.ramp(row["wave_sim"]) > replay.COHORT_RAMP
 
 
-@pytest.mark.parametrize("name", FIXED)
+@pytest.mark.parametrize("name", FIXED + SPREAD)
 def test_median_itl_within_15_percent(rows: dict[str, dict[str, Any]], name: str) -> None:
     real, sim, err = rows[name]["itl_p50_s"]
     assert abs(err) <= 0.15, f"{name}: vLLM {real * 1e3:.1f} ms, sim {sim * 1e3:.1f} ms ({err:+.1%})"
@@ -75,7 +96,7 @@ def test_median_itl_within_15_percent(rows: dict[str, dict[str, Any]], name: str
     reason="known miss (docs/plan.md, the real scheduler): a step of many prompts costs vLLM's CPU build "
     "more than its c=1 prefills and decode waves say; the sim's TTFT under load is 18-45% short",
 )
-@pytest.mark.parametrize("name", FIXED)
+@pytest.mark.parametrize("name", FIXED + SPREAD)
 def test_ttft_median_and_p90_within_15_percent(rows: dict[str, dict[str, Any]], name: str) -> None:
     row = rows[name]
     for key in ("ttft_p50_s", "ttft_p90_s"):

@@ -24,11 +24,13 @@ Compared per run (`compare_run`): TTFT median and P90 (send to first token), the
 tokens/s over the run (first send to last token), and the wave profile of a closed loop
 (`wave_profile`): the median TTFT by position within each wave of c consecutive sends, the first wave
 dropped; its `ramp` (largest over smallest position median) says whether the cohorts of a fixed-length
-closed loop persist (a staircase, ramp well above 1) or dissolve (flat, near 1).
+closed loop persist (a staircase, ramp well above 1) or dissolve (flat, near 1); and `cohort_size`, the
+mean number of requests whose first tokens one step emits together (1: each alone; c: whole waves).
 """
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,6 +54,7 @@ __all__ = [
     "compare_all",
     "wave_profile",
     "ramp",
+    "cohort_size",
     "median",
     "table",
     "wave_table",
@@ -225,6 +228,7 @@ class RunFigures:
     ttft_s: list[float]
     itl_p50_s: float
     out_tok_s: float
+    first_token_s: list[float]
 
     @property
     def ttft_p50_s(self) -> float:
@@ -239,7 +243,7 @@ def observed(run: dict[str, Any]) -> RunFigures:
     """The real engine's figures of one recorded run."""
     reqs = sorted(run["requests"], key=lambda r: r[0])
     span = max(r[2] for r in reqs) - min(r[0] for r in reqs)
-    return RunFigures([r[1] - r[0] for r in reqs], _itl_p50(run), sum(r[4] for r in reqs) / span)
+    return RunFigures([r[1] - r[0] for r in reqs], _itl_p50(run), sum(r[4] for r in reqs) / span, [r[1] for r in reqs])
 
 
 def replay_run(cfg: EngineConfig, run: dict[str, Any]) -> RunFigures:
@@ -256,7 +260,7 @@ def replay_run(cfg: EngineConfig, run: dict[str, Any]) -> RunFigures:
     ends = np.asarray(sim.step_end_s, dtype=np.float64)
     itl = weighted_median(*step_gaps(ends, reqs)) if len(ends) > 1 else 0.0
     span = max(sim.end_s(r) for r in reqs) - min(r.arrival_s for r in reqs)
-    return RunFigures(ttft, itl, sum(r.max_tokens for r in reqs) / span)
+    return RunFigures(ttft, itl, sum(r.max_tokens for r in reqs) / span, [sim.first_token_s(r) for r in order])
 
 
 def wave_profile(ttft_s: Sequence[float], concurrency: int) -> list[float]:
@@ -267,6 +271,24 @@ def wave_profile(ttft_s: Sequence[float], concurrency: int) -> list[float]:
     if c < 2 or waves < 2:
         return []
     return [median([ttft_s[w * c + k] for w in range(1, waves)]) for k in range(c)]
+
+
+def cohort_size(first_token_s: Sequence[float], concurrency: int, tol_s: float = 0.005) -> float:
+    """Request-weighted mean size of the cohorts of a closed loop, the first wave dropped: a cohort is the
+    requests whose first tokens came within `tol_s` of the one before (one engine step emits them together).
+    1: every request starts alone; c: whole waves move together."""
+    f = sorted(first_token_s)[concurrency:]
+    if not f:
+        return 0.0
+    sizes, cur = [], 1
+    for a, b in itertools.pairwise(f):
+        if b - a <= tol_s:
+            cur += 1
+        else:
+            sizes.append(cur)
+            cur = 1
+    sizes.append(cur)
+    return sum(x * x for x in sizes) / sum(sizes)
 
 
 def ramp(profile: Sequence[float]) -> float:
@@ -287,6 +309,8 @@ def compare_run(doc: dict[str, Any], costs: MeasuredCosts, run: dict[str, Any]) 
     if run["kind"] == "closed":
         row["wave_real"] = wave_profile(real.ttft_s, run["concurrency"])
         row["wave_sim"] = wave_profile(sim.ttft_s, run["concurrency"])
+        row["cohort_real"] = cohort_size(real.first_token_s, run["concurrency"])
+        row["cohort_sim"] = cohort_size(sim.first_token_s, run["concurrency"])
     return row
 
 
@@ -319,8 +343,9 @@ def wave_table(rows: Sequence[dict[str, Any]]) -> str:
         rr, rs = ramp(real), ramp(sim)
         agree = (rr > COHORT_RAMP) == (rs > COHORT_RAMP)
         lines.append(
-            f"{row['name']}: ramp vLLM {rr:.2f}x, sim {rs:.2f}x, cohorts "
-            f"{'agree' if agree else 'DISAGREE'} ({'present' if rr > COHORT_RAMP else 'absent'} in vLLM)"
+            f"{row['name']}: mean cohort size vLLM {row['cohort_real']:.1f}, sim {row['cohort_sim']:.1f} of c="
+            f"{row['concurrency']}; ramp vLLM {rr:.2f}x, sim {rs:.2f}x ({'same' if agree else 'OPPOSITE'} side of "
+            f"{COHORT_RAMP}x)"
         )
         lines.append("  vLLM ms: " + " ".join(f"{1e3 * x:.0f}" for x in real))
         lines.append("  sim  ms: " + " ".join(f"{1e3 * x:.0f}" for x in sim))
