@@ -17,9 +17,12 @@ Figures per socket:
   base, two 256-bit FMA pipes, VDPBF16PS 2 x 16 BF16 pairs a cycle = 64 FLOPs per cycle per core:
   96 x 64 x 2.4e9 = 14.7 TFLOPS; 12 channels of DDR5-4800, 460.8 GB/s.
 - `epyc-milan-kvm`, this project's 2-vCPU KVM guest (AMD EPYC, family 25 model 1: Milan, Zen 3, AVX2, no
-  AVX-512 or AMX, so BF16 GEMMs run in FP32 FMAs): two 256-bit FMA pipes, 32 FP32 FLOPs per cycle per core,
-  at the 2.445 GHz its TSC reports (BogoMIPS 4,890.8 / 2): 78.2 GFLOPS a core; memory measured here, a
-  512 MB numpy copy on one core: 15.9 GB/s (read + write).
+  AVX-512 or AMX): measured here, one core, torch 2.13's CPU build and numpy, under the shared lock. An
+  FP32 GEMM of 1,024-square runs at 53.1 GFLOP/s (the FMA peak is 2 x 8 x 2 x 2.445 GHz = 78.2); a BF16
+  one at 0.9 GFLOP/s (no AVX512_BF16: a reference path), while vLLM's BF16 steps on this host imply
+  ~10 GFLOP/s for the tiny Llama's small GEMMs (oneDNN refuses them, "fallback to torch linear"). The
+  entry carries the FP32 figure, what a GEMM without native BF16 can reach. A 512 MB copy: 15.9 GB/s
+  (numpy; torch 11.0), read + write.
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ _CPU_LIST = (
     CPUSpec(
         name="epyc-milan-kvm",
         cores=2,
-        bf16_flops=2 * 32 * 2.445e9,
+        bf16_flops=2 * 53.1e9,
         mem_bytes_per_s=2 * 15.9e9,
         core_mem_bytes_per_s=15.9e9,
         memory_bytes=24 * _GIB,
