@@ -71,6 +71,8 @@ RUNS: dict[str, list[dict[str, Any]]] = {
         *[_run(f"decode-c{c}", "calib", 32, 64, c, c) for c in (1, 4, 16, 64)],
         _run("decode-c16-p1024", "calib", 1024, 64, 16, 16),
     ],
+    # one wave each whose c - 1 followers share one prompt step of longer prompts (calibration too)
+    "waves": [_run("wave-c16-p128", "calib", 128, 64, 16, 16), _run("wave-c8-p256", "calib", 256, 64, 8, 8)],
     "closed": [
         _run("fixed-p128-c1", "closed", 128, 32, 1, 16),
         _run("fixed-p128-c4", "closed", 128, 32, 4, 40),
