@@ -26,8 +26,17 @@ from importlib import resources
 from pathlib import Path
 
 from servescope.deploy.calibration import Calibration, corpus_digest, dump_calibration, load_calibration
+from servescope.plan import intervals
 from servescope.plan.corpus import corpus_files, load_corpus
-from servescope.plan.knobfit import by_source, fit_table, knob_sources, loso, published_bands, summarize
+from servescope.plan.knobfit import (
+    by_source,
+    fit_table,
+    knob_sources,
+    loso,
+    median_abs_error,
+    published_bands,
+    summarize,
+)
 from servescope.plan.validate import METRICS, Predictor, evaluate
 
 BOUNDS = {"tok_s": 0.20, "itl": 0.25, "ttft": 0.25}
@@ -75,6 +84,11 @@ def main(argv: list[str] | None = None) -> int:
         "--publish",
         action="store_true",
         help="write the held-out figures into the calibration (plan's uncertainty band; --refit does)",
+    )
+    ap.add_argument(
+        "--coverage",
+        action="store_true",
+        help="with --quiet: still print the intervals' coverage by kind of load and class",
     )
     args = ap.parse_args(argv)
     if (args.only or args.warm) and not args.refit:
@@ -196,6 +210,10 @@ def main(argv: list[str] | None = None) -> int:
                 if st["median_abs_error"] is not None
             )
         )
+    ok &= _early_deepseek(held, pred)
+    residuals = intervals.residuals_from(held, pred.settings)
+    covered = intervals.honest_coverage(residuals)
+    ok &= _print_coverage(covered, by_class=not args.quiet or args.coverage)
     print(f"({time.perf_counter() - t0:.1f} s) {'within the bounds' if ok else 'OUTSIDE the bounds'}")
     if args.refit or args.publish:
         band, by_mode = published_bands(summary)
@@ -203,6 +221,10 @@ def main(argv: list[str] | None = None) -> int:
             cal,
             heldout_median_abs_error=band,
             heldout_by_mode=by_mode,
+            intervals={
+                **intervals.published(residuals, covered),
+                "engine_releases": intervals.engine_releases(pred.settings.values()),
+            },
             heldout_source=(
                 f"held-out median |error| by source against {summary['expressible']} published measurements "
                 f"(leave-one-source-out, benchmarks/plan_validate.py): {band['output_tokens_per_s']:.0%} output tok/s, "
@@ -224,6 +246,45 @@ def main(argv: list[str] | None = None) -> int:
         ]
         Path(args.json).write_text(json.dumps({"summary": summary, "points": rows}, indent=1), encoding="utf-8")
     return 0 if ok else 1
+
+
+def _early_deepseek(held: list, pred: Predictor) -> bool:
+    """Held-out median |error| on the DeepSeek-V3/R1 points of sources dated before 2025-07 (the early-2025
+    deployments), against the same bounds."""
+    pts = [
+        r
+        for r in held
+        if r.predicted and (s := pred.settings.get(r.point.key)) and s.arch.startswith("mla-moe") and s.date < "2025-07"
+    ]
+    ok, parts = True, []
+    for m in METRICS:
+        med, n = median_abs_error(pts, m)
+        if med is None:
+            continue
+        ok &= med <= BOUNDS[m]
+        parts.append(f"{_NAMES[m]} {med:.1%} (n={n}; bound {BOUNDS[m]:.0%})")
+    srcs = len({r.point.source.fold for r in pts})
+    print(f"early-2025 DeepSeek points ({srcs} sources), held out: " + ", ".join(parts))
+    return ok
+
+
+def _print_coverage(covered: list, *, by_class: bool) -> bool:
+    """The 80% and 95% intervals' coverage on held-out sources (plan/intervals.py `honest_coverage`), per
+    metric over all points (bounds: 75-85% and >= 90%), then by kind of load, reach and class."""
+    ok = True
+    rows = intervals.coverage_rows(covered)
+    print("\nintervals on held-out sources (each source's points against intervals its residuals did not set):")
+    print(f"{'metric':13} {'by':12} {'class':26} {'n':>5} {'src':>4} {'80% in':>10} {'95% in':>10} {'80% hi/lo':>9}")
+    for r in rows:
+        if r["group"] != "all" and not by_class:
+            continue
+        if r["group"] == "all":
+            ok &= 0.75 <= r["p80"] <= 0.85 and r["p95"] >= 0.90
+        print(
+            f"{_NAMES[r['metric']]:13} {r['group']:12} {r['class'][:26]:26} {r['n']:5} {r['sources']:4} "
+            f"{r['p80']:10.0%} {r['p95']:10.0%} {r['width80']:8.2f}x"
+        )
+    return ok
 
 
 if __name__ == "__main__":

@@ -56,6 +56,7 @@ PURE = (
     "servescope.sweep.points",
     "servescope.sweep.table",
     "servescope.plan.recipes",
+    "servescope.plan.intervals",
     "servescope.urls",
 )
 # Modules a pure core may not import (standard library and third-party I/O, and servescope's I/O parts).

@@ -35,6 +35,10 @@ class Calibration:
     # the same by workload mode (closed, rate, offline: how the corpus point loaded the server), where a
     # mode has enough points (plan/knobfit.py `published_bands`): the band of a what-if point of that mode
     heldout_by_mode: dict[str, dict[str, float]] = field(default_factory=dict)
+    # plan's 80% and 95% intervals (plan/intervals.py): the stratified quantile table of held-out log
+    # residuals, the stretch per metric and level, the sources per class (a deployment's reach), the
+    # engine releases the corpus ran and the coverage measured on held-out sources
+    intervals: dict[str, Any] = field(default_factory=dict)
 
 
 def _table(raw: Any, where: str) -> dict[str, float]:
@@ -81,7 +85,16 @@ def load_calibration(path: str | Path | None = None) -> Calibration:
         heldout_median_abs_error=_table(band, "heldout_median_abs_error") if band else {},
         heldout_source=str(data.get("heldout_source", "")),
         heldout_by_mode={str(k): _table(v, f"heldout_median_abs_error_by_mode.{k}") for k, v in by_mode.items()},
+        intervals=_intervals(data.get("intervals")),
     )
+
+
+def _intervals(raw: Any) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("quantiles", {}), Mapping):
+        raise ConfigError("calibration: intervals must be a mapping with a quantiles table")
+    return dict(raw)
 
 
 def dump_calibration(cal: Calibration) -> str:
@@ -103,9 +116,22 @@ def dump_calibration(cal: Calibration) -> str:
         body["heldout_source"] = cal.heldout_source
     if cal.heldout_by_mode:
         body["heldout_median_abs_error_by_mode"] = {k: r(v) for k, v in sorted(cal.heldout_by_mode.items())}
+    if cal.intervals:
+        body["intervals"] = _rounded(cal.intervals)
     body["knobs"] = r(cal.knobs)
     body["held_out"] = {k: r(v) for k, v in sorted(cal.held_out.items())}
     return head + yaml.safe_dump(body, sort_keys=False, width=100)
+
+
+def _rounded(x: Any) -> Any:
+    """Floats to 4 significant digits, tuples to lists, all the way down (YAML-safe)."""
+    if isinstance(x, float):
+        return float(f"{x:.4g}")
+    if isinstance(x, Mapping):
+        return {str(k): _rounded(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_rounded(v) for v in x]
+    return x
 
 
 def corpus_digest(texts: Iterable[tuple[str, str]]) -> str:

@@ -47,8 +47,8 @@ from servescope.sim.defaults import (
     prefix_caching_by_default,
     sglang_max_running,
 )
-from servescope.sim.knobs import ENGINE_VERSIONS, StepKnobs, arch_class, engine_family, gpu_generation, resolve_knobs
-from servescope.sim.memory.accounting import ENGINES, sim_block_tokens
+from servescope.sim.knobs import EngineSpec, StepKnobs, arch_class, gpu_generation, parse_engine, resolve_knobs
+from servescope.sim.memory.accounting import sim_block_tokens
 from servescope.sim.memory.fit import FitResult, fit
 from servescope.sim.memory.kvsize import kv_seq_overhead_tokens
 from servescope.sim.placement import Layout
@@ -129,7 +129,7 @@ class Deployment:
     gpu: GPUSpec
     gpus_per_node: int = 1
     nodes: int = 1
-    engine: str = "vllm"  # sim.memory.accounting ENGINES key: vllm (V1), vllm-0.7 (V0), sglang, trtllm
+    engine: str = "vllm"  # a family, optionally with a release: vllm, vllm-0.7, vllm-0.8, sglang-0.4, trtllm-1.0
     tp: int = 1
     pp: int = 1
     dp: int = 1
@@ -166,8 +166,7 @@ class Deployment:
 
         spec = model if isinstance(model, ModelSpec) else resolve_model(model)
         g = gpu if isinstance(gpu, GPUSpec) else get_gpu(gpu)
-        if engine not in ENGINES:
-            raise ConfigError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+        parse_engine(engine)  # ConfigError for an engine name it does not take
         tp_, pp_, dp_, ep_ = resolve_parallel(gpus=gpus, nodes=nodes, tp=tp, pp=pp, dp=dp, ep=ep, model=spec)
         dep = cls(
             model=spec,
@@ -190,8 +189,19 @@ class Deployment:
         return self.gpus_per_node * self.nodes
 
     @property
-    def family(self) -> str:
-        return engine_family(self.engine)
+    def engine_spec(self) -> EngineSpec:
+        """The engine family and release the name stands for (`sim.knobs.parse_engine`): its `version`
+        (defaults, kernels, knobs), `family` and `memory_engine` (sim.memory's accounting)."""
+        return parse_engine(self.engine)
+
+    family = property(lambda self: self.engine_spec.family)
+    version = property(lambda self: self.engine_spec.version)
+    memory_engine = property(lambda self: self.engine_spec.memory_engine)
+
+    @property
+    def arch(self) -> str:
+        """The architecture class the knobs are read for (`sim.knobs.arch_class`), by release."""
+        return arch_class(self.model.is_moe, self.model.attention, self.family, self.version)
 
     @property
     def layout(self) -> Layout:
@@ -213,7 +223,7 @@ class Deployment:
         (`sim.defaults.prefix_caching_by_default`, the validation's too). vLLM 0.7 (V0) has it off for MLA
         models whatever is given ("MLA is enabled; forcing chunked prefill and prefix caching to be
         disabled", vllm/config.py 0.7.x)."""
-        if self.engine == "vllm-0.7" and self.model.attention == "mla":
+        if self.family == "vllm-v0" and self.model.attention == "mla":
             return False
         if self.enable_prefix_caching is None:
             return prefix_caching_by_default(self.family)
@@ -233,15 +243,15 @@ class Deployment:
         d = engine_defaults(
             self.family,
             max_model_len=self.max_model_len,
-            version=ENGINE_VERSIONS.get(self.engine, ""),
+            version=self.version,
             gpu=self.gpu.name,
             gpu_memory_gib=self.gpu.memory_bytes / 2**30,
         )
         chunked = d.chunked_prefill if self.chunked_prefill is None else self.chunked_prefill
-        if self.engine == "vllm-0.7" and self.model.attention == "mla":
+        if self.family == "vllm-v0" and self.model.attention == "mla":
             chunked = False
         seqs = self.max_num_seqs or d.max_num_seqs
-        if self.max_num_seqs is None and self.engine == "sglang":
+        if self.max_num_seqs is None and self.family == "sglang":
             # SGLang sizes its request pool from the KV pool (sim.defaults.sglang_max_running); its KV
             # pool does not depend on the batch budget (activations live outside mem_fraction_static)
             kv = self.kv_tokens
@@ -251,7 +261,7 @@ class Deployment:
                     self.layout,
                     max_model_len=self.max_model_len,
                     gpu_memory_utilization=self.gpu_memory_utilization or d.gpu_memory_utilization,
-                    engine=self.engine,
+                    engine=self.memory_engine,
                     max_num_batched_tokens=d.max_num_batched_tokens,
                     suggest=False,
                 )
@@ -266,14 +276,10 @@ class Deployment:
                     "to start (a whole prompt must fit one step); raise it or drop it"
                 )
         else:
-            batched = batch_budget(
-                d, self.family, ENGINE_VERSIONS.get(self.engine, ""), chunked=chunked, max_model_len=self.max_model_len
-            )
+            batched = batch_budget(d, self.family, self.version, chunked=chunked, max_model_len=self.max_model_len)
         util = self.gpu_memory_utilization or d.gpu_memory_utilization
         # SGLang's DP attention divides the chunked prefill size among the ranks; a replica is one rank
-        prefill = prefill_cap(
-            self.family, batched, self.dp, moe=self.model.is_moe, version=ENGINE_VERSIONS.get(self.engine, "")
-        )
+        prefill = prefill_cap(self.family, batched, self.dp, moe=self.model.is_moe, version=self.version)
         return EngineLimits(
             max_num_seqs=seqs,
             max_num_batched_tokens=max(batched, seqs),
@@ -291,7 +297,7 @@ class Deployment:
             self.layout,
             max_model_len=self.max_model_len,
             gpu_memory_utilization=lim.gpu_memory_utilization,
-            engine=self.engine,
+            engine=self.memory_engine,
             max_num_batched_tokens=lim.max_num_batched_tokens,
             suggest=suggest,
         )
@@ -305,7 +311,7 @@ class Deployment:
             load_knob_table(),
             self.family,
             gpu_generation(self.gpu.name),
-            arch_class(self.model.is_moe, self.model.attention, self.family, ENGINE_VERSIONS.get(self.engine, "")),
+            self.arch,
         )
 
     def with_knobs(self, knobs: StepKnobs | None) -> Deployment:
@@ -322,24 +328,26 @@ class Deployment:
     def engine_config(self, knobs: StepKnobs | None = None) -> EngineConfig:
         """The engine of one model replica (DP replicas are identical engines sharing the load)."""
         lim = self.limits
-        block = sim_block_tokens(self.engine)
+        block = sim_block_tokens(self.memory_engine)
         k = knobs or self.knobs()
         graphs = graph_max_seqs(
             self.family,
-            version=ENGINE_VERSIONS.get(self.engine, ""),
+            version=self.version,
             gpu_memory_gib=self.gpu.memory_bytes / 2**30,
             tp=self.layout.tp,
         )
         absorbed = mla_absorbed_prefix(
             self.family,
-            version=ENGINE_VERSIONS.get(self.engine, ""),
+            version=self.version,
             generation=gpu_generation(self.gpu.name),
             attention=self.model.attention,
         )
         cost = dataclasses.replace(
-            step_cost(self.model, self.layout, k, engine=self.engine), graph_max_seqs=graphs, absorbed_prefix=absorbed
+            step_cost(self.model, self.layout, k, engine=self.memory_engine),
+            graph_max_seqs=graphs,
+            absorbed_prefix=absorbed,
         )
-        overhead = kv_seq_overhead_tokens(self.model, engine=self.engine)
+        overhead = kv_seq_overhead_tokens(self.model, engine=self.memory_engine)
         try:
             return EngineConfig(
                 cost=cost,

@@ -11,14 +11,27 @@ installed knob table's metadata.
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from servescope.plan import intervals as iv
 from servescope.plan.calibrate import MeasuredPoint
 from servescope.plan.whatif import WhatIfPoint
 
-__all__ = ["Band", "FALLBACK_BAND", "FALLBACK_BAND_SOURCE", "band_for", "loo_line", "loo_spread"]
+__all__ = [
+    "Band",
+    "FALLBACK_BAND",
+    "FALLBACK_BAND_SOURCE",
+    "Reach",
+    "band_for",
+    "loo_line",
+    "loo_spread",
+    "point_intervals",
+    "reach_for",
+    "interval_lines",
+]
 
 # Until plan/validate.py publishes held-out errors (deploy/calibration.yaml, `heldout_median_abs_error`),
 # the band is the uncalibrated what-if's held-out median |error| against the published measurements
@@ -146,3 +159,110 @@ def loo_line(p: WhatIfPoint, spread: dict[str, dict[str, Any]], band: dict[str, 
             f"{pm}{label} {fmt.format(s['low'])}-{fmt.format(s['high'])}{unit} (lowest without {s['lowest_without']})"
         )
     return f"  {p.load}: " + ", ".join(parts)
+
+
+# --- 80% and 95% intervals (plan/intervals.py) ----------------------------------------------------
+_METRIC = {"output_tokens_per_s": "tok_s", "itl_ms": "itl", "ttft_ms": "ttft"}
+_Z = {0.80: 1.2816, 0.95: 1.9600}  # central normal quantiles
+_MEDIAN_ABS_Z = 0.6745  # the median |z| of a normal
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Reach:
+    """Where a deployment stands against the corpus: its classes, whether the corpus reaches them
+    (in / thin / outside, and why), what the corpus holds of its engine release, and the published
+    interval table (empty when none is installed)."""
+
+    status: str
+    why: list[str]
+    classes: dict[str, str]
+    release: str
+    published: Mapping[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        cov = self.published.get("coverage") or {}
+        return {
+            "status": self.status,
+            "why": self.why,
+            "classes": self.classes,
+            "engine_release": self.release,
+            "coverage_on_held_out_sources": cov,
+        }
+
+
+def reach_for(dep: Any) -> Reach:
+    """The deployment's reach (`plan.intervals.deployment_reach`) from the installed calibration."""
+    from servescope.deploy.deployment import load_knob_table_meta
+    from servescope.sim.knobs import gpu_generation
+
+    pub = load_knob_table_meta().get("intervals") or {}
+    spec = dep.engine_spec
+    classes = iv.classes_of(dep.arch, dep.family, dep.version, dep.quant, gpu_generation(dep.gpu.name))
+    status, why = iv.deployment_reach(classes, pub) if pub else ("unknown", ["no interval table is installed"])
+    release = iv.release_note(spec.base, spec.version, spec.stated, pub.get("engine_releases") or {})
+    return Reach(status, why, classes, release, pub)
+
+
+def point_intervals(
+    p: WhatIfPoint, reach: Reach, band: Mapping[str, float], *, calibrated: bool
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Per metric, the 80% and 95% intervals of a what-if point's figure ({"p80": {low, high}, "p95": ...}).
+    Uncalibrated: the published split-conformal table for the deployment's reach, kind of load and
+    architecture. After --calibrate (or with no table installed): log-normal errors whose median is
+    the point's band -- an assumption, not a measured coverage."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for name, attr, _ in METRIC_ATTRS:
+        x = float(getattr(p, attr))
+        per: dict[str, dict[str, float]] = {}
+        for lv in iv.LEVELS:
+            f = None
+            if not calibrated and reach.published:
+                f = iv.figure_interval(reach.published, _METRIC[name], reach.status, p.mode, reach.classes["arch"], lv)
+            if f is None and name in band:
+                sigma = math.log1p(band[name]) / _MEDIAN_ABS_Z
+                f = (math.exp(-_Z[lv] * sigma), math.exp(_Z[lv] * sigma))
+            if f is not None:
+                per[f"p{round(lv * 100)}"] = {"low": x * f[0], "high": x * f[1]}
+        if per:
+            out[name] = per
+    return out
+
+
+def interval_lines(
+    points: Sequence[WhatIfPoint],
+    ivs: Sequence[Mapping[str, Mapping[str, Mapping[str, float]]]],
+    reach: Reach,
+    *,
+    calibrated: bool,
+) -> list[str]:
+    """The terminal's account of the intervals: their source and the deployment's reach, then per point
+    each metric's 80% (95%) interval."""
+    cov = reach.published.get("coverage") or {}
+    if calibrated or not reach.published:
+        head = "intervals (80%, 95%): log-normal errors with the band's median, not a measured coverage:"
+    else:
+        shares = ", ".join(
+            f"{label} {cov[m]['p80']:.0%}/{cov[m]['p95']:.0%}"
+            for name, _, label in METRIC_ATTRS
+            if (m := _METRIC[name]) in cov
+        )
+        head = f"intervals (80%, 95%; on held-out sources they covered {shares} of the points):"
+    out = [f"engine release: {reach.release}"]
+    if reach.status in ("thin", "outside"):
+        words = "OUTSIDE the corpus's reach" if reach.status == "outside" else "where the corpus is thin"
+        out.append(f"this deployment is {words} ({'; '.join(reach.why)}): its intervals are the thin classes' (wider)")
+    out.append(head)
+    fmts = {"output_tokens_per_s": ("{:,.0f}", ""), "itl_ms": ("{:,.1f}", " ms"), "ttft_ms": ("{:,.0f}", " ms")}
+    for p, per in zip(points, ivs):
+        parts = []
+        for name, _, label in METRIC_ATTRS:
+            if name not in per or "p80" not in per[name]:
+                continue
+            fmt, unit = fmts[name]
+            a, b = per[name]["p80"], per[name].get("p95", per[name]["p80"])
+            parts.append(
+                f"{label} {fmt.format(a['low'])}-{fmt.format(a['high'])}{unit} "
+                f"({fmt.format(b['low'])}-{fmt.format(b['high'])})"
+            )
+        out.append(f"  {p.load}: " + ", ".join(parts))
+    return out

@@ -20,16 +20,15 @@ from rich.console import Console
 
 from servescope.deploy.deployment import Deployment, EngineLimits
 from servescope.errors import ConfigError, handle_errors
-from servescope.plan.band import Band, band_for, loo_line, loo_spread
+from servescope.plan.band import Band, Reach, band_for, interval_lines, loo_line, loo_spread, point_intervals, reach_for
 from servescope.plan.calibrate import MeasuredPoint, calibrate, leave_one_out, load_measurements
-from servescope.plan.memfit import GIB, PlanArgs, engine_base, fit_table, to_deployment
+from servescope.plan.memfit import GIB, PlanArgs, fit_table, to_deployment
 from servescope.plan.recipes import RecipeSpec, render_all
 from servescope.plan.whatif import SEED, WhatIfPoint, knobs_yaml, point_dict, simulate_point, whatif, whatif_table
 from servescope.sim.catalog.cpus import CPUS
 from servescope.sim.catalog.gpus import GPUS, get_gpu
 from servescope.sim.catalog.models import MODELS
-from servescope.sim.knobs import StepKnobs
-from servescope.sim.memory.accounting import ENGINES
+from servescope.sim.knobs import StepKnobs, parse_engine
 from servescope.sim.memory.fit import FitResult
 from servescope.sim.memory.weights import weight_bytes_per_gpu
 from servescope.sim.placement import QUANTS
@@ -53,12 +52,15 @@ class Calibrated:
 @dataclasses.dataclass(frozen=True, slots=True)
 class WhatIf:
     """The what-if points with their bands (`bands`, one per point: `band`'s, widened to the
-    leave-one-out move where there is one) and their leave-one-out spread (None without)."""
+    leave-one-out move where there is one), their leave-one-out spread (None without), and their 80%
+    and 95% intervals (`intervals`, one per point) for the deployment's `reach`."""
 
     points: list[WhatIfPoint]
     band: Band
     bands: list[dict[str, float]]
     spread: list[dict[str, dict[str, Any]]] | None
+    reach: Reach
+    intervals: list[dict[str, dict[str, dict[str, float]]]]
 
 
 def _fit_json(res: FitResult, seq_lens: list[int]) -> dict[str, Any]:
@@ -88,9 +90,15 @@ def plan_main(args: PlanArgs, console: Console | None = None) -> int:
     dep = to_deployment(args)
     res = dep.fit()
     seq_lens = sorted({args.max_model_len, args.prefix_len + args.input_len + args.output_len})
+    reach = reach_for(dep)
     doc: dict[str, Any] = {
         "schema": PLAN_SCHEMA,
-        "deployment": {**dep.to_mapping(), "describe": dep.describe()},
+        "deployment": {
+            **dep.to_mapping(),
+            "describe": dep.describe(),
+            "engine_version": dep.version,
+            "engine_release": reach.release,
+        },
         "fit": _fit_json(res, seq_lens),
     }
     if not quiet:
@@ -100,7 +108,7 @@ def plan_main(args: PlanArgs, console: Console | None = None) -> int:
             _print_no_fit(con, res)
         _emit(args, doc)
         return 1
-    notes = _notes(args, dep, res)
+    notes = [f"engine release: {reach.release}", *_notes(args, dep, res)]
     spec = _recipe_spec(args, dep)
     files = render_all(spec)
     doc["notes"] = notes
@@ -116,7 +124,7 @@ def plan_main(args: PlanArgs, console: Console | None = None) -> int:
     }
     concs = args.concurrency or (args.predict_concurrency if args.calibrate and not args.request_rate else ())
     if concs or args.request_rate:
-        wi = _whatif(args, dep, cal, concs)
+        wi = _whatif(args, dep, cal, concs, reach)
         doc["whatif"] = _whatif_json(args, wi, closed_loop=bool(concs))
         if not quiet:
             _print_whatif(con, args, wi, len(cal.measured))
@@ -137,14 +145,14 @@ def _notes(args: PlanArgs, dep: Deployment, res: FitResult) -> list[str]:
     weights, DP attention's expert split and prompt share, prefix caching switched off."""
     model, layout, lim = dep.model, dep.layout, dep.limits
     notes: list[str] = []
-    if model.attention == "mla" and args.engine == "vllm":
+    if model.attention == "mla" and dep.family == "vllm-v1" and not dep.engine_spec.stated:
         extra = weight_bytes_per_gpu(model, layout, engine="vllm-0.7") - res.weights_per_gpu_bytes
         notes.append(
             f"vLLM 0.7.x kept absorbed MLA weights, {extra / GIB:.1f} GiB more per GPU here; "
             "--engine vllm-0.7 models that version"
         )
     if layout.dp > 1 and args.ep is None and model.is_moe:
-        flag = "SGLang --enable-dp-attention" if args.engine == "sglang" else "vLLM --enable-expert-parallel"
+        flag = "SGLang --enable-dp-attention" if dep.family == "sglang" else "vLLM --enable-expert-parallel"
         notes.append(
             f"data-parallel attention on an MoE model: experts split over all {layout.tp * layout.dp} "
             f"ranks as EP{layout.ep} ({flag}); pass --ep to choose"
@@ -159,7 +167,7 @@ def _notes(args: PlanArgs, dep: Deployment, res: FitResult) -> list[str]:
             "it does not cache MLA prompts" if model.attention == "mla" else "its default, --enable-prefix-caching off"
         )
         notes.append(
-            f"prefix caching is off for {args.engine} here ({why}): the what-if recomputes the "
+            f"prefix caching is off for {dep.engine} here ({why}): the what-if recomputes the "
             f"{args.prefix_len:,}-token shared prefix of every prompt"
         )
     return notes
@@ -170,7 +178,7 @@ def _recipe_spec(args: PlanArgs, dep: Deployment) -> RecipeSpec:
     return RecipeSpec(
         model=dep.model,
         layout=dep.layout,
-        engine=engine_base(args.engine),
+        engine=dep.engine_spec.base,
         max_model_len=args.max_model_len,
         gpu_memory_utilization=lim.gpu_memory_utilization,
         max_num_seqs=lim.max_num_seqs,
@@ -249,7 +257,7 @@ def _calibrate(args: PlanArgs, dep: Deployment, doc: dict[str, Any], con: Consol
     return Calibrated(knobs, start, measured, fitted)
 
 
-def _whatif(args: PlanArgs, dep: Deployment, cal: Calibrated, concs: Sequence[int]) -> WhatIf:
+def _whatif(args: PlanArgs, dep: Deployment, cal: Calibrated, concs: Sequence[int], reach: Reach) -> WhatIf:
     """The what-if points under the calibrated knobs, their band, and (after --calibrate on three or
     more points) how far each moves when one calibration point is left out of the fit."""
 
@@ -272,11 +280,15 @@ def _whatif(args: PlanArgs, dep: Deployment, cal: Calibrated, concs: Sequence[in
     spread = loo_spread(pts, runs) if runs else None
     if spread:  # the band is the larger of the fit's error and the move leaving one point out
         bands = [{m: max(b[m], s[m]["max_rel"]) for m in b} for b, s in zip(bands, spread)]
-    return WhatIf(pts, band, bands, spread)
+    ivs = [point_intervals(p, reach, b, calibrated=bool(cal.fitted)) for p, b in zip(pts, bands)]
+    return WhatIf(pts, band, bands, spread, reach, ivs)
 
 
 def _whatif_json(args: PlanArgs, wi: WhatIf, *, closed_loop: bool) -> dict[str, Any]:
     rows = [point_dict(p, b) for p, b in zip(wi.points, wi.bands)]
+    for row, per in zip(rows, wi.intervals):
+        for m, levels in per.items():
+            row.setdefault("uncertainty", {}).setdefault(m, {}).update(levels)
     for row, moved in zip(rows, wi.spread or ()):
         row["leave_one_out"] = moved
     return {
@@ -291,6 +303,13 @@ def _whatif_json(args: PlanArgs, wi: WhatIf, *, closed_loop: bool) -> dict[str, 
             else ""
         ),
         "bands": {"all": wi.band.overall, **wi.band.by_mode},
+        "intervals_source": (
+            "log-normal errors with each point's band as their median (not a measured coverage)"
+            if wi.spread is not None or not wi.reach.published or args.calibrate
+            else "split-conformal quantiles of held-out log residuals by reach, kind of load and architecture "
+            "(plan/intervals.py, benchmarks/plan_validate.py)"
+        ),
+        "reach": wi.reach.as_dict(),
         "points": rows,
     }
 
@@ -313,6 +332,7 @@ def _print_whatif(con: Console, args: PlanArgs, wi: WhatIf, n_measured: int) -> 
             f"prediction moves when one of the {n_measured} points is left out of the fit:",
             *(loo_line(p, s, b) for p, s, b in zip(wi.points, wi.spread, wi.bands)),
         ]
+    lines += interval_lines(wi.points, wi.intervals, wi.reach, calibrated=bool(args.calibrate))
     for line in lines:
         con.print(line, markup=False, highlight=False)
 
@@ -355,6 +375,14 @@ def _rate_list(ctx: click.Context, param: click.Parameter, value: str | None) ->
     )
 
 
+def _engine_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    try:
+        parse_engine(value)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return value.strip().lower()
+
+
 def _int_list(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...]:
     return _number_list(value, int, "integers, e.g. 1,5,15,100", lambda x: x >= 1, "values must be >= 1")
 
@@ -384,7 +412,14 @@ def _gpu_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.option("--pp", type=click.IntRange(1), help="Pipeline parallel size. [default: nodes]")
 @click.option("--dp", type=click.IntRange(1), help="Data parallel replicas (attention). [default: 1]")
 @click.option("--ep", type=click.IntRange(1), help="Expert parallel size (usually tp*dp). [default: off]")
-@click.option("--engine", default="vllm", show_default=True, type=click.Choice(list(ENGINES)))
+@click.option(
+    "--engine",
+    default="vllm",
+    show_default=True,
+    callback=_engine_name,
+    help="Engine family, optionally with its release: vllm, vllm-0.7, vllm-0.8, sglang-0.4.3, sglang-0.5, "
+    "trtllm-0.17, trtllm-1.0 (defaults, kernels and fitted terms of that release; a bare family: its current one).",
+)
 @click.option("--max-model-len", default=8192, show_default=True, type=click.IntRange(1))
 @click.option("--gpu-memory-utilization", type=click.FloatRange(0.05, 1.0), help="[default: the engine's, 0.9]")
 @click.option("--max-num-seqs", type=click.IntRange(1), help="[default: the engine's, 256 for vLLM]")

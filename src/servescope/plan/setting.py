@@ -74,6 +74,9 @@ class Setting:
     stream_interval: int = 1  # tokens per streamed chunk (SGLang --stream-interval): ITL is per chunk
     itl_per_token: bool = False  # the source's client split a multi-token chunk's gap over its tokens
     lockstep: int = 0  # attention-DP ranks of a MoE whose steps run together (sim.lockstep); 0: one rank simulated
+    version: str = ""  # the engine release as stated, else inferred (`_engine_version`)
+    quant: str = ""  # the corpus's weight quantization (awq, fp8, bf16, ...)
+    date: str = ""  # the source's date (an unstated version's release line: plan.intervals.version_class)
 
     @property
     def knob_names(self) -> tuple[str, ...]:
@@ -177,6 +180,9 @@ def setting_for(p: CorpusPoint) -> Setting:
         stream_interval=int(p.engine_args.get("stream_interval", 1)),
         itl_per_token=p.source.itl == "token",
         lockstep=par.dp if (par.dp > 1 and model.is_moe and not par.disagg) else 0,
+        version=version,
+        quant=p.quant,
+        date=p.source.date,
     )
 
 

@@ -75,12 +75,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from servescope.errors import ConfigError
 from servescope.sim.defaults import patch_version
 
 __all__ = [
     "StepKnobs",
     "DEFAULT_KNOBS",
     "ENGINE_VERSIONS",
+    "EngineSpec",
+    "parse_engine",
     "engine_family",
     "gpu_generation",
     "arch_class",
@@ -175,6 +178,54 @@ class StepKnobs:
 # not given as a current one; `arch_class` needs it stated). Validation passes each source's own version
 # to the same functions.
 ENGINE_VERSIONS: Mapping[str, str] = {"vllm": "0.10", "vllm-0.7": "0.7.3", "sglang": "0.5.12", "trtllm": "1.3"}
+
+#: engine families `--engine FAMILY-VERSION` takes, and their other spellings
+ENGINE_BASES: Mapping[str, str] = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "tensorrt-llm": "trtllm"}
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSpec:
+    """An engine as `--engine` names it, a family and optionally a release (`vllm`, `vllm-0.8`,
+    `sglang-0.4.3`, `trtllm-0.17`): the release whose defaults, kernel classes (`arch_class`) and
+    fitted knob group (`engine_family`) the deployment gets, and the memory accounting it uses."""
+
+    name: str
+    base: str  # vllm, sglang, trtllm: the recipes' engine
+    version: str  # the release the name stands for: ENGINE_VERSIONS' for the names it lists, else as given
+    # (X.Y: X.Y.0); a bare family, its current release
+    stated: bool  # the name gave a version
+
+    @property
+    def family(self) -> str:
+        return engine_family(self.base, self.version)
+
+    @property
+    def memory_engine(self) -> str:
+        """The `sim.memory.accounting.ENGINES` key: V0 vLLM's accounting is its own."""
+        return "vllm-0.7" if self.family == "vllm-v0" else self.base
+
+
+def parse_engine(name: str) -> EngineSpec:
+    """`vllm`, `vllm-0.8`, `sglang-0.4.3`, `trtllm-1.0` ... as an EngineSpec; ConfigError (with the
+    accepted forms) for anything else."""
+    n = name.strip().lower()
+    base, _, ver = n.partition("-")
+    if base == "tensorrt" and ver.startswith("llm"):
+        base, _, ver = "tensorrt-llm", "-", ver[3:].lstrip("-")
+    if base not in ENGINE_BASES:
+        raise ConfigError(
+            f"unknown engine {name!r}: give a family ({', '.join(sorted(set(ENGINE_BASES.values())))}), "
+            "optionally with a release, e.g. vllm-0.7, vllm-0.8, sglang-0.4, sglang-0.4.3, trtllm-0.17, trtllm-1.0"
+        )
+    b = ENGINE_BASES[base]
+    if f"{b}-{ver}" in ENGINE_VERSIONS:
+        return EngineSpec(name, b, ENGINE_VERSIONS[f"{b}-{ver}"], stated=True)
+    if not ver:
+        return EngineSpec(name, b, ENGINE_VERSIONS[b], stated=False)
+    ver = ver.lstrip("v")
+    if patch_version(ver) is None or ver.count(".") < 1:
+        raise ConfigError(f"engine {name!r}: the release after {base}- must be MAJOR.MINOR[.PATCH], e.g. {base}-0.8")
+    return EngineSpec(name, b, ver, stated=True)
 
 
 def engine_family(engine: str, version: str = "") -> str:
