@@ -59,3 +59,25 @@ def test_compute_efficiency_is_per_family_generation_and_class() -> None:
     assert resolve_knobs({**t, "comp.arch.moe": 10.0}, "vllm-v1", "hopper", "moe").compute_efficiency == 0.95
     assert "comp.arch.moe" in knob_names_for("vllm-v1", "hopper", "moe")
     assert not any(n.startswith("comp.arch.") for n in knob_names_for("vllm-v1", "hopper", "dense"))
+
+
+def test_engine_names_resolve_to_a_family_release_and_accounting() -> None:
+    from servescope.errors import ConfigError
+    from servescope.sim.knobs import ENGINE_VERSIONS, arch_class, parse_engine
+
+    v07 = parse_engine("vllm-0.7")
+    assert (v07.family, v07.version, v07.memory_engine, v07.stated) == ("vllm-v0", "0.7.3", "vllm-0.7", True)
+    v08 = parse_engine("vllm-0.8")
+    assert (v08.family, v08.version, v08.memory_engine) == ("vllm-v1", "0.8", "vllm")
+    cur = parse_engine("sglang")
+    assert cur.version == ENGINE_VERSIONS["sglang"] and not cur.stated
+    # the release picks the kernel class: SGLang before 0.4.3 ran MLA on its early kernels
+    assert arch_class(True, "mla", parse_engine("sglang-0.4").family, parse_engine("sglang-0.4").version) == (
+        "mla-moe-early"
+    )
+    assert arch_class(True, "mla", "sglang", parse_engine("sglang-0.4.3").version) == "mla-moe"
+    assert arch_class(True, "mla", "trtllm", parse_engine("trtllm-1.0").version) == "mla-moe-late"
+    assert parse_engine("tensorrt-llm-0.17").base == "trtllm"
+    for bad in ("tgi-2", "vllm-x", "vllm-1", "llama.cpp"):
+        with pytest.raises(ConfigError):
+            parse_engine(bad)

@@ -496,3 +496,33 @@ def test_plan_command_rates_burst_and_prefix(tmp_path) -> None:
     for bad in ("0", "1,x", "-2"):
         res = CliRunner().invoke(plan_command, ["--model", "Llama-3.1-8B", "--request-rate", bad])
         assert res.exit_code == 2 and "--request-rate" in res.output
+
+
+def test_whatif_points_carry_80_and_95_percent_intervals_and_the_reach() -> None:
+    """plan --json: every what-if figure has uncertainty.<metric>.p80 and .p95, each {low, high}, the 95%
+    holding the 80% and both the prediction; the deployment's reach and engine release are stated, and a
+    release no corpus point ran says which fitted line it falls back to."""
+    code, doc = _plan_json(
+        "--model", "DeepSeek-V3-AWQ", "--gpu", "h100", "--engine", "vllm-0.7", "--max-model-len", "8000",
+        "--concurrency", "1,16", "--num-requests", "16",
+    )  # fmt: skip
+    assert code == 0
+    for p in doc["whatif"]["points"]:
+        for m, attr in (
+            ("output_tokens_per_s", "output_tokens_per_s"),
+            ("itl_ms", "itl_ms_p50"),
+            ("ttft_ms", "ttft_ms_p50"),
+        ):
+            a, b = p["uncertainty"][m]["p80"], p["uncertainty"][m]["p95"]
+            assert b["low"] <= a["low"] <= p[attr] <= a["high"] <= b["high"]
+    reach = doc["whatif"]["reach"]
+    assert reach["status"] in ("thin", "outside") and reach["why"]  # no corpus source ran AWQ DeepSeek on vLLM 0.7
+    assert reach["classes"]["engine"] == "vllm<0.8"
+    assert doc["deployment"]["engine_version"] == "0.7.3" and "0.7" in doc["deployment"]["engine_release"]
+    code, llama = _plan_json("--model", "Llama-3.1-8B", "--gpus", "1", "--engine", "trtllm-0.12", "--concurrency", "4")
+    assert code == 0 and "no corpus point ran the 0.12 line" in llama["deployment"]["engine_release"]
+
+
+def test_an_engine_name_plan_does_not_take_is_refused_with_the_forms_it_does() -> None:
+    res = CliRunner().invoke(plan_command, ["--model", "Llama-3.1-8B", "--engine", "vllm-latest"])
+    assert res.exit_code == 2 and "MAJOR.MINOR" in res.output
