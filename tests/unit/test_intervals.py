@@ -83,7 +83,7 @@ def test_stretch_puts_the_share_back() -> None:
     rng = random.Random(5)
     rs = [_res(f"s{s}", rng.gauss(0, 0.3) + rng.gauss(0, 0.1), key=f"{s}-{j}") for s in range(12) for j in range(8)]
     st = iv.stretch(iv.nested_coverage(rs))
-    again = iv.nested_coverage(rs, {s: st for s in {r.source for r in rs}})
+    again = iv.nested_coverage(rs, dict.fromkeys({r.source for r in rs}, st))
     assert sum(c.inside[0.8] for c in again) / len(again) >= 0.8
 
 
