@@ -44,7 +44,7 @@ def test_a_residual_never_sets_its_own_interval() -> None:
     (far,) = [c for c in iv.nested_coverage(rs) if c.residual.source == "far"]
     assert far.inside[0.80] is False and far.inside[0.95] is False
     table = iv.quantile_table(rs, iv.residual_reach(rs))
-    lo, hi = iv.interval(table, "tok_s", "in", "closed", "dense", 0.95)  # type: ignore[misc]
+    _lo, hi = iv.interval(table, "tok_s", "in", "closed", "dense", 0.95)  # type: ignore[misc]
     assert hi == pytest.approx(2.0)  # the table over all sources holds it at its top rank
 
 
