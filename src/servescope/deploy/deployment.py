@@ -307,12 +307,7 @@ class Deployment:
         GPU generation and architecture class."""
         if self.knobs_override is not None:
             return self.knobs_override
-        return resolve_knobs(
-            load_knob_table(),
-            self.family,
-            gpu_generation(self.gpu.name),
-            self.arch,
-        )
+        return resolve_knobs(load_knob_table(), self.family, gpu_generation(self.gpu.name), self.arch, self.quant)
 
     def with_knobs(self, knobs: StepKnobs | None) -> Deployment:
         return dataclasses.replace(self, knobs_override=knobs)

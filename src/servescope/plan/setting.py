@@ -80,7 +80,7 @@ class Setting:
 
     @property
     def knob_names(self) -> tuple[str, ...]:
-        return knob_names_for(self.family, self.generation, self.arch)
+        return knob_names_for(self.family, self.generation, self.arch, self.quant)
 
 
 def _int_len(x: float | None) -> int | None:

@@ -322,7 +322,7 @@ class Predictor:
 
     def knobs(self, key: str, table: Mapping[str, float]) -> StepKnobs:
         s = self.settings[key]
-        return resolve_knobs(table, s.family, s.generation, s.arch)
+        return resolve_knobs(table, s.family, s.generation, s.arch, s.quant)
 
     def predicted(self, key: str, table: Mapping[str, float]) -> dict[str, float]:
         s = self.settings[key]

@@ -6,6 +6,10 @@ factors (`KnobTable`, one flat name -> value mapping, fitted by `plan/validate.p
 fit has not seen falls back to the base (factor 1)::
 
     mem_efficiency     = mem.base  * mem.gpu.<gen>  * mem.eng.<family>          (clipped to 0.05..0.95)
+                         [* mem.quant.int4 for 4-bit weight-only checkpoints: AWQ/GPTQ, whose
+                                              dequantizing GEMMs and MoE kernels (Marlin, the
+                                              fused AWQ MoE) reach another share of HBM than
+                                              FP8/BF16 GEMMs; prior 1]
     compute_efficiency = comp.base * comp.gpu.<gen> * comp.eng.<family>
                          [* comp.arch.<class> for a class other than dense]  (clipped to 0.02..0.95)
                                               (the share of peak a class's prompt steps reach: MoE
@@ -67,7 +71,8 @@ fit has not seen falls back to the base (factor 1)::
 Groups: engine family (`engine_family`: vllm-v0 = vLLM before V1, vllm-v1, sglang, trtllm, tgi),
 GPU generation (`gpu_generation`: ampere, hopper, blackwell, cdna3) and architecture class
 (`arch_class`: dense, moe = GQA MoE, mla-moe = DeepSeek-V3/R1, mla-moe-early = DeepSeek on SGLang
-before 0.4.3, mla-moe-late = DeepSeek on SGLang >= 0.5, vLLM >= 0.10, TensorRT-LLM >= 1.0).
+before 0.4.3, mla-moe-late = DeepSeek on SGLang >= 0.5, vLLM >= 0.10, TensorRT-LLM >= 1.0, mla-moe-v0 =
+DeepSeek on vLLM's V0 engine, < 0.8).
 """
 
 from __future__ import annotations
@@ -98,9 +103,9 @@ __all__ = [
 
 FAMILIES = ("vllm-v0", "vllm-v1", "sglang", "trtllm", "tgi")
 GENERATIONS = ("ampere", "hopper", "blackwell", "cdna3")
-ARCH_CLASSES = ("dense", "moe", "mla-moe", "mla-moe-early", "mla-moe-late")
+ARCH_CLASSES = ("dense", "moe", "mla-moe", "mla-moe-early", "mla-moe-late", "mla-moe-v0")
 # DeepSeek classes split by release: a table that does not hold their factors reads mla-moe's
-RELEASE_CLASSES = ("mla-moe-early", "mla-moe-late")
+RELEASE_CLASSES = ("mla-moe-early", "mla-moe-late", "mla-moe-v0")
 
 # Uncalibrated starting point (and the prior the fit shrinks towards): HBM ~75% of datasheet bandwidth
 # in decode GEMVs, tensor cores ~50% of dense peak in prefill GEMMs, ~3 ms of scheduling and sampling
@@ -125,9 +130,11 @@ DEFAULT_KNOBS: Mapping[str, float] = {
     "comp.arch.mla-moe": 1.0,
     "comp.arch.mla-moe-early": 1.0,
     "comp.arch.mla-moe-late": 1.0,
+    "comp.arch.mla-moe-v0": 1.0,
     "pfl.arch.mla-moe": 1.0,
     "pfl.arch.mla-moe-early": 1.0,
     "pfl.arch.mla-moe-late": 1.0,
+    "pfl.arch.mla-moe-v0": 1.0,
     "ttft.base": 0.02,
     **{f"ttft.eng.{f}": 1.0 for f in FAMILIES},
     "layer.arch.dense": 1.0,
@@ -135,6 +142,8 @@ DEFAULT_KNOBS: Mapping[str, float] = {
     "layer.arch.mla-moe": 1.0,
     "layer.arch.mla-moe-early": 1.0,
     "layer.arch.mla-moe-late": 1.0,
+    "layer.arch.mla-moe-v0": 1.0,
+    "mem.quant.int4": 1.0,
     "comm.eff": 0.7,
     "comm.prefill.gpu.blackwell": 0.45,  # Hopper's and Ampere's: PINNED
     "comm.prefill.gpu.cdna3": 0.45,
@@ -275,11 +284,17 @@ def arch_class(is_moe: bool, attention: str, family: str = "", version: str = ""
     2.8, with it 1.6 -- which one factor cannot give. The split is by release, for fitted knobs; no one
     stated kernel change is claimed for it. A version not stated is not taken for a late one (the
     corpus's unversioned DeepSeek sources are of 2025-H1); plan states its engines' current releases
-    (`ENGINE_VERSIONS`)."""
+    (`ENGINE_VERSIONS`).
+
+    DeepSeek on vLLM's V0 engine (< 0.8: the 0.7.x line, MLA from 0.7.1) is mla-moe-v0, by release as
+    well: the V0 scheduler and model runner of early 2025 with the MoE and MLA kernels of that line, whose
+    per-layer cost the V1 releases' points must not set; no point informing it, it reads mla-moe's."""
     if not is_moe:
         return "dense"
     if attention != "mla":
         return "moe"
+    if family == "vllm-v0":
+        return "mla-moe-v0"
     v = patch_version(version)
     if v is None:
         return "mla-moe"
@@ -289,10 +304,15 @@ def arch_class(is_moe: bool, attention: str, family: str = "", version: str = ""
     return "mla-moe-late" if late is not None and v >= late else "mla-moe"
 
 
-def knob_names_for(family: str, generation: str, arch: str) -> tuple[str, ...]:
+def _int4(quant: str) -> bool:
+    return quant.lower() in ("awq", "int4", "gptq")
+
+
+def knob_names_for(family: str, generation: str, arch: str, quant: str = "") -> tuple[str, ...]:
     """The table entries a deployment of this kind reads (a fit moves only these for its points)."""
     return (
         "mem.base",
+        *(("mem.quant.int4",) if _int4(quant) else ()),
         f"mem.gpu.{generation}",
         f"mem.eng.{family}",
         "comp.base",
@@ -322,8 +342,9 @@ def _clip(x: float, lo: float, hi: float) -> float:
     return lo if x < lo else hi if x > hi else x
 
 
-def resolve_knobs(table: Mapping[str, float], family: str, generation: str, arch: str) -> StepKnobs:
-    """Knobs of one deployment from a fitted table (missing entries: `DEFAULT_KNOBS`, factors 1)."""
+def resolve_knobs(table: Mapping[str, float], family: str, generation: str, arch: str, quant: str = "") -> StepKnobs:
+    """Knobs of one deployment from a fitted table (missing entries: `DEFAULT_KNOBS`, factors 1); 4-bit
+    weight-only checkpoints (AWQ, GPTQ) read `mem.quant.int4` too."""
 
     def get(name: str, default: float = 1.0) -> float:
         if name in PINNED:
@@ -336,7 +357,14 @@ def resolve_knobs(table: Mapping[str, float], family: str, generation: str, arch
         return get(prefix + arch)
 
     return StepKnobs(
-        mem_efficiency=_clip(get("mem.base") * get(f"mem.gpu.{generation}") * get(f"mem.eng.{family}"), 0.05, 0.95),
+        mem_efficiency=_clip(
+            get("mem.base")
+            * get(f"mem.gpu.{generation}")
+            * get(f"mem.eng.{family}")
+            * (get("mem.quant.int4") if _int4(quant) else 1.0),
+            0.05,
+            0.95,
+        ),
         compute_efficiency=_clip(
             get("comp.base")
             * get(f"comp.gpu.{generation}")
