@@ -86,6 +86,12 @@ def main(argv: list[str] | None = None) -> int:
         help="write the held-out figures into the calibration (plan's uncertainty band; --refit does)",
     )
     ap.add_argument(
+        "--coverage-table",
+        action="store_true",
+        help="print the intervals' held-out coverage by kind of load, reach and class as a markdown table "
+        "(docs/plan.md's)",
+    )
+    ap.add_argument(
         "--coverage",
         action="store_true",
         help="with --quiet: still print the intervals' coverage by kind of load and class",
@@ -119,7 +125,10 @@ def main(argv: list[str] | None = None) -> int:
             iterations=args.iterations,
             progress=log,
             jobs=args.jobs,
-            starts=base.held_out if base else None,
+            # a fold the committed calibration lacks (a new source) starts from the table on every source
+            starts={f: base.held_out.get(f, base.knobs) for f in {st.source for st in pred.settings.values()}}
+            if base
+            else None,
             only=args.only,
             tol=args.tol,
         )
@@ -214,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     residuals = intervals.residuals_from(held, pred.settings)
     covered = intervals.honest_coverage(residuals)
     ok &= _print_coverage(covered, by_class=not args.quiet or args.coverage)
+    if args.coverage_table:
+        _coverage_markdown(covered)
     print(f"({time.perf_counter() - t0:.1f} s) {'within the bounds' if ok else 'OUTSIDE the bounds'}")
     if args.refit or args.publish:
         band, by_mode = published_bands(summary)
@@ -285,6 +296,21 @@ def _print_coverage(covered: list, *, by_class: bool) -> bool:
             f"{r['p80']:10.0%} {r['p95']:10.0%} {r['width80']:8.2f}x"
         )
     return ok
+
+
+def _coverage_markdown(covered: list) -> None:
+    """One row per kind of load, reach and class: per metric n and the 80% / 95% intervals' coverage."""
+    rows = intervals.coverage_rows(covered)
+    cells: dict[tuple[str, str], dict[str, dict]] = {}
+    for r in rows:
+        cells.setdefault((r["group"], r["class"]), {})[r["metric"]] = r
+    print("\n| by | class | output tok/s: n, 80%, 95% | ITL | TTFT |\n|---|---|---:|---:|---:|")
+    for (g, cls), per in cells.items():
+        parts = [
+            f"{per[m]['n']}: {per[m]['p80']:.0%} / {per[m]['p95']:.0%}" if m in per else "-"
+            for m in ("tok_s", "itl", "ttft")
+        ]
+        print(f"| {g} | {cls or 'all'} | " + " | ".join(parts) + " |")
 
 
 if __name__ == "__main__":
