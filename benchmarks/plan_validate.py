@@ -136,7 +136,13 @@ def main(argv: list[str] | None = None) -> int:
             knobs=full,
             held_out=folds,
             corpus_digest=digest,
-            notes=f"{len(pred.settings)} expressible points of {len(points)}",
+            notes=f"{len(pred.settings)} expressible points of {len(points)}"
+            + (
+                "; no fit iteration (--iterations 0): the committed tables carried over, a new source's fold "
+                "the table on every other source, which never saw it"
+                if args.iterations == 0
+                else ""
+            ),
         )
         out = Path(args.write) if args.write else Path(str(resources.files("servescope.deploy") / "calibration.yaml"))
         out.write_text(dump_calibration(cal), encoding="utf-8")

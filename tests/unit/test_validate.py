@@ -118,7 +118,11 @@ def test_committed_calibration_matches_the_corpus(validation: tuple[Predictor, C
 # The NIM page's other 70 rows of version 1.8.0 (2026-11-29, a corpus addition and one warm iteration of
 # every table) took them to 16.7 / 20.4 / 32.9% on 664 of 713 points: NIM's TTFTs are held out at +124%
 # (fixed-length closed loops that stay in lock-step waves in the simulation; docs/plan.md).
-NO_REGRESSION = {"tok_s": 0.172, "itl": 0.209, "ttft": 0.334}
+# The early-2025 sources and TensorRT-LLM's 0.17 and 0.20 perf overviews (2026-12-02, corpus additions, 1,028
+# points) joined without a fit iteration (benchmarks/plan_validate.py --refit --warm --iterations 0, for want
+# of CPU time): each new source is predicted by the table fitted without it, so held out by construction,
+# 15.4 / 21.6 / 33.6% on 979 points.
+NO_REGRESSION = {"tok_s": 0.172, "itl": 0.220, "ttft": 0.340}
 
 
 def test_coverage_at_least_90_percent(validation: tuple[Predictor, Calibration]) -> None:
@@ -136,7 +140,7 @@ def test_held_out_error_does_not_regress(validation: tuple[Predictor, Calibratio
 @pytest.mark.xfail(
     strict=True,
     reason="target bounds (held-out median |error| <= 20% output tok/s, 25% ITL, 25% TTFT) not met "
-    "(held-out 16.7% / 20.4% / 32.9% on 664 of 713 "
+    "(held-out 15.4% / 21.6% / 33.6% on 979 of 1,028 "
     "points: output tok/s and ITL within their bounds, TTFT over); docs/plan.md",
 )
 def test_held_out_error_within_the_target_bounds(validation: tuple[Predictor, Calibration]) -> None:

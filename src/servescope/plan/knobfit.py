@@ -71,6 +71,17 @@ def _default(name: str) -> float:
     return float(DEFAULT_KNOBS.get(name, 1.0))
 
 
+def _start_value(start: Mapping[str, float], name: str) -> float:
+    """A knob's value to start a fit from: the start table's; a DeepSeek release class it lacks starts
+    where resolve_knobs reads it, at the start table's mla-moe factor; else the default."""
+    if name in start:
+        return start[name]
+    prefix, _, cls = name.rpartition(".")
+    if cls in RELEASE_CLASSES and f"{prefix}.mla-moe" in start:
+        return start[f"{prefix}.mla-moe"]
+    return _default(name)
+
+
 def _robust(x: float) -> float:
     """Signed residual whose square is the Cauchy loss c^2 ln(1 + (x/c)^2) of a log error x."""
     c = _LOSS_SCALE
@@ -132,7 +143,7 @@ def fit_table(
         names = [n for n in names if n.startswith(tuple(only))]
         fixed = {k: v for k, v in (start or {}).items() if k not in names}
     x0 = np.array([math.log(_default(n)) for n in names])
-    x = np.array([math.log((start or {}).get(n, _default(n))) for n in names])
+    x = np.array([math.log(_start_value(start or {}, n)) for n in names])
 
     def fitted(v: np.ndarray) -> dict[str, float]:
         return {n: float(math.exp(val)) for n, val in zip(names, v)}
@@ -140,6 +151,8 @@ def fit_table(
     def table_of(v: np.ndarray) -> dict[str, float]:
         return {**fixed, **fitted(v)}
 
+    if iterations <= 0:  # no fit: the start table as it stands
+        return {**fixed, **_with_unseen_families(fitted(x))}
     ridge = _ridge(names)
 
     def loss(v: np.ndarray) -> float:
