@@ -110,9 +110,9 @@ def test_version_classes_follow_the_release_lines() -> None:
 
 def test_release_note_names_the_fitted_or_nearest_line() -> None:
     rel = {"vllm": {"0.6": 50, "0.9": 20}, "trtllm": {"0.19": 4, "1.0": 30}}
-    assert "from 20 corpus points of the 0.9 line" in iv.release_note("vllm", "0.9.2", True, rel)
-    assert "nearest fitted release line 0.6" in iv.release_note("vllm", "0.7.3", True, rel)
-    assert "nearest fitted release line 0.19" in iv.release_note("trtllm", "0.17", True, rel)
+    assert "the corpus holds 20 points of the 0.9 line" in iv.release_note("vllm", "0.9.2", True, rel)
+    assert "nearest line in the corpus is 0.6" in iv.release_note("vllm", "0.7.3", True, rel)
+    assert "nearest line in the corpus is 0.19" in iv.release_note("trtllm", "0.17", True, rel)
     assert "no corpus point ran sglang" in iv.release_note("sglang", "0.4", True, rel)
 
 

@@ -409,12 +409,12 @@ def release_note(base: str, version: str, stated: bool, releases: Mapping[str, M
     own = dict(releases.get(base) or {})
     named = f"{base} {version}" if stated else f"{base} (current release, {version})"
     if own.get(line):
-        return f"{named}: fitted terms from {own[line]} corpus points of the {line} line"
+        return f"{named}: the corpus holds {own[line]} points of the {line} line (its fitted terms are the family's)"
     lines = {k: pv for k in own if (pv := patch_version(k)) is not None}
     if not lines:
         return f"{named}: no corpus point ran {base}; its knobs are the fitted engines' typical ones"
     near = min(lines, key=lambda k: abs(lines[k][0] * 100 + lines[k][1] - (v[0] * 100 + v[1])))
     return (
         f"{named}: no corpus point ran the {line} line; its defaults and kernel class are {line}'s, its fitted "
-        f"terms those of the family, nearest fitted release line {near} ({own[near]} points)"
+        f"terms the family's; the nearest line in the corpus is {near} ({own[near]} points)"
     )
