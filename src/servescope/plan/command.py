@@ -429,9 +429,7 @@ def _gpu_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
     help="Batch token budget. [default: the engine's; vLLM 0.7 without chunked prefill: max-model-len]",
 )
 @click.option(
-    "--out",
-    type=click.Path(file_okay=False),
-    help="Write launch, compose, Kubernetes and benchmark files (and plan.json) here.",
+    "--out", type=click.Path(file_okay=False), help="Write launch, compose, k8s, bench files, plan.json here."
 )
 @click.option("--input-len", default=1024, show_default=True, type=click.IntRange(1), help="What-if prompt tokens.")
 @click.option("--output-len", default=256, show_default=True, type=click.IntRange(1), help="What-if output tokens.")
