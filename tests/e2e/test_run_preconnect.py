@@ -1,11 +1,10 @@
 """Connections the client could not open before the clock are named, not hidden.
 
-The server here limits connections for real: its listen backlog is 1 (the kernel queues 2 connects
-it has not accepted, and drops the SYNs of the rest), and it stops accepting for a while once the
-run has scraped /metrics, just before the client opens its connections. So the client's connects
-beyond the queue time out before the clock (a dropped SYN is sent again only after 1 s); then the
-server accepts again, without a limit, and every request completes, some on connections opened
-inside the measured window.
+The server here limits connections for real: its listen backlog is small (the kernel queues a few
+connects it has not accepted, and drops the SYNs of the rest), and it stops accepting for a while once
+the run has scraped /metrics, just before the client opens its connections. A client that gives up
+opening them before the clock (its budget for it spent) opens the rest inside the measured window,
+and must count them, with their set-up time; a client that tries again opens them all before it.
 """
 
 from __future__ import annotations
@@ -45,10 +44,11 @@ def _stream(n_tokens: int) -> bytes:
 class _LimitedServer:
     """A minimal OpenAI-compatible server (GET /v1/models, streamed POST …/completions, 404 else)."""
 
-    def __init__(self) -> None:
+    def __init__(self, backlog: int = 1, pause_s: float = _PAUSE_S) -> None:
         self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.lsock.bind(("127.0.0.1", 0))
-        self.lsock.listen(1)
+        self.lsock.listen(backlog)
+        self.pause_s = pause_s
         self.url = f"http://127.0.0.1:{self.lsock.getsockname()[1]}"
         self.accepted = 0
         self.resume_at = 0.0  # monotonic time before which nothing is accepted
@@ -60,7 +60,7 @@ class _LimitedServer:
             wait = self.resume_at - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
-                self.lsock.listen(128)  # (Linux: a listening socket takes a new backlog) no limit from here
+                self.lsock.listen(4096)  # (Linux: a listening socket takes a new backlog) no limit from here
                 continue
             try:
                 conn, _ = self.lsock.accept()
@@ -102,7 +102,7 @@ class _LimitedServer:
                     conn.sendall(_stream(8))
                 else:
                     if path.endswith(b"metrics") and not self.resume_at:
-                        self.resume_at = time.monotonic() + _PAUSE_S  # the run is about to connect
+                        self.resume_at = time.monotonic() + self.pause_s  # the run is about to connect
                     conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
 
     def close(self) -> None:
@@ -123,6 +123,8 @@ def test_connections_not_opened_before_the_clock_are_recorded(
     limited_server: _LimitedServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(bench, "_CONNECT_TIMEOUT_S", _CONNECT_TIMEOUT_S)
+    # one round of connects before the clock, no second try: the queue holds a few, the rest time out
+    monkeypatch.setattr(bench, "_PRECONNECT_BUDGET_S", _CONNECT_TIMEOUT_S)
     n = 8
     cfg = RunConfig(
         url=limited_server.url,
@@ -148,6 +150,107 @@ def test_connections_not_opened_before_the_clock_are_recorded(
     assert any(f"{conns['preconnected']} of {n} connections opened before the clock" in note for note in s["notes"])
     # the missing ones were opened inside the window, and every request completed on them
     assert s["requests"]["total"] == s["requests"]["completed"] == 2 * n
+    # ...each by the request that first needed it, which keeps its set-up time (the rest reused them)
+    setup = s["client"]["setup"]
+    assert setup["requests"] == setup["ms"]["count"] == n - conns["preconnected"], setup
+    assert setup["ms"]["min"] > 0 and 0 < setup["share_of_time_to_first_token"] < 1, setup
+
+
+def test_connects_that_time_out_before_the_clock_are_tried_again(
+    limited_server: _LimitedServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The same server and client with the default budget (two connect timeouts): the connects the
+    paused server dropped are tried again once the first round timed out, and all open before the clock."""
+    monkeypatch.setattr(bench, "_CONNECT_TIMEOUT_S", _CONNECT_TIMEOUT_S)
+    n = 8
+    cfg = RunConfig(
+        url=limited_server.url,
+        model="m",
+        api="completions",
+        concurrency=n,
+        num_requests=2 * n,
+        input_len=16,
+        output_len=8,
+        probe=False,
+        quiet=True,
+        report=False,
+        out=str(tmp_path),
+    )
+    assert run_benchmark_sync(cfg).exit_code == 0
+    assert json.loads((tmp_path / "manifest.json").read_text())["connections"] == {"requested": n, "preconnected": n}
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["client"]["preconnect_shortfall"] == 0 and s["client"]["setup"]["requests"] == 0
+
+
+_STREAMS = 2048
+
+
+def _many_streams(url: str, out: Path) -> dict:
+    cfg = RunConfig(
+        url=url,
+        model="m",
+        api="completions",
+        concurrency=_STREAMS,
+        num_requests=_STREAMS,
+        input_len=16,
+        output_len=8,
+        workers=2,
+        probe=False,
+        quiet=True,
+        report=False,
+        out=str(out),
+    )
+    outcome = run_benchmark_sync(cfg)
+    assert outcome.exit_code == 0 and outcome.failure is None
+    s = json.loads((out / "summary.json").read_text())
+    assert s["requests"]["completed"] == _STREAMS, s["requests"]
+    return s
+
+
+def _open_before_or_counted(s: dict, out: Path) -> bool:
+    """Every connection open before the clock, or the late ones counted with their set-up time and a
+    verdict that is not "ok" and says why. True where some were late."""
+    conns = json.loads((out / "manifest.json").read_text())["connections"]
+    client = s["client"]
+    assert conns["requested"] == _STREAMS  # one per stream, over both workers (not capped)
+    assert sum(w["preconnected"] for w in client["workers"]["shards"]) == conns["preconnected"]
+    late = _STREAMS - conns["preconnected"]
+    assert client["preconnect_shortfall"] == late
+    assert client["setup"]["requests"] == client["setup"]["ms"]["count"] == late, client["setup"]
+    if not late:
+        return False
+    assert client["setup"]["ms"]["min"] > 0
+    assert client["saturated"], client  # not "ok"...
+    assert any(
+        "connection opened inside the window" in r or "connections opened inside" in r for r in client["reasons"]
+    )
+    return True
+
+
+def test_2048_streams_over_2_workers_against_a_small_backlog_open_before_the_clock(tmp_path: Path) -> None:
+    """A listener with a backlog of 8 that stops accepting for a moment as the client connects: the
+    client's connects in waves, tried again, open all 2,048 before the clock, or it says which did not."""
+    srv = _LimitedServer(backlog=8, pause_s=0.3)
+    try:
+        s = _many_streams(srv.url, tmp_path)
+    finally:
+        srv.close()
+    _open_before_or_counted(s, tmp_path)
+
+
+def test_2048_streams_over_2_workers_whose_connections_open_late_are_not_ok(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The same listener paused for 2 s and a client that may spend only 0.3 s opening connections: most
+    open inside the window, after their dropped SYNs are sent again (1 s, then 3 s). They are counted with
+    their set-up time, and the verdict says the run is not to be trusted, and why."""
+    monkeypatch.setattr(bench, "_PRECONNECT_BUDGET_S", 0.3)
+    srv = _LimitedServer(backlog=8, pause_s=2.0)
+    try:
+        s = _many_streams(srv.url, tmp_path)
+    finally:
+        srv.close()
+    assert _open_before_or_counted(s, tmp_path)  # some were late: this run provokes it
 
 
 def test_a_run_that_opened_every_connection_says_so(scripted_server, tmp_path: Path) -> None:

@@ -56,6 +56,8 @@ def realistic() -> list[RequestRecord]:
     recs[73].t_send_ns = None
     recs[73].t_first_ns = recs[73].t_last_ns = recs[73].t_end_ns = recs[73].t_first_answer_ns = None
     recs[73].chunk_ns, recs[73].chunk_tokens, recs[73].chunks, recs[73].status = [], [], 0, "error"
+    for k, r in enumerate(recs[100:130]):  # sent on connections opened inside the window (a few failed)
+        r.setup_ns = 200_000 + 37_000 * k
     return recs
 
 

@@ -42,6 +42,7 @@ PURE = (
     "servescope.results.colsummary",
     "servescope.results.streaming",
     "servescope.results.perrequest",
+    "servescope.results.trust",
     "servescope.results.costschema",
     "servescope.results.engineschema",
     "servescope.results.engineview",

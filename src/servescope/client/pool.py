@@ -9,15 +9,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl as _ssl
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from servescope.client.coalesce import ReadCoalescer
 from servescope.client.conn import BodySink, Connection, HttpError, Response
-from servescope.client.transport import KERNEL_RX_TIMESTAMPS, open_stamped
+from servescope.client.transport import KERNEL_RX_TIMESTAMPS, LATENESS_BUCKETS, open_stamped
 
-__all__ = ["ConnectionPool", "Endpoint", "request_head"]
+__all__ = ["PRECONNECT_WAVE", "ConnectionPool", "Endpoint", "request_head"]
+
+#: Connects in flight at once while opening connections before the clock (`ConnectionPool.preconnect`).
+PRECONNECT_WAVE = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +68,8 @@ class ConnectionPool:
         self.kernel_timestamps = kernel_timestamps and KERNEL_RX_TIMESTAMPS and not endpoint.ssl
         self.coalesce_reads = coalesce_reads and self.kernel_timestamps
         self.coalescer: ReadCoalescer | None = None  # made on the first stamped connect
+        # stamped reads by how late they ran after their bytes came (transport.LATENESS_SHIFT buckets)
+        self.lateness: list[int] = [0] * LATENESS_BUCKETS if self.kernel_timestamps else []
         self.reuse = reuse
         self._spare_tasks: set[asyncio.Task[None]] = set()
         self.connect_timeout_s = connect_timeout_s
@@ -79,7 +85,7 @@ class ConnectionPool:
                 if self.coalesce_reads and self.coalescer is None:
                     self.coalescer = ReadCoalescer()
                 conn = Connection(self)
-                await open_stamped(loop, ep.host, ep.port, conn, self.coalescer)
+                await open_stamped(loop, ep.host, ep.port, conn, self.coalescer, self.lateness)
             else:
                 _, conn = await loop.create_connection(lambda: Connection(self), ep.host, ep.port, ssl=self._ssl)
         self._all.add(conn)
@@ -97,12 +103,37 @@ class ConnectionPool:
         with contextlib.suppress(OSError, TimeoutError):  # the next request opens its own and reports what fails
             self._idle.append(await self._open())
 
-    async def preconnect(self, n: int) -> int:
-        """Open up to n idle connections now (before the clock); returns how many opened."""
-        results = await asyncio.gather(*(self._open() for _ in range(n)), return_exceptions=True)
-        conns = [c for c in results if isinstance(c, Connection)]
-        self._idle.extend(conns)
-        return len(conns)
+    async def preconnect(self, n: int, *, wave: int | None = None, budget_s: float | None = None) -> int:
+        """Open up to n idle connections now (before the clock); returns how many opened.
+
+        At most `wave` (`PRECONNECT_WAVE`) connects are in flight at once: a burst of thousands of SYNs
+        overflows a server's accept backlog, and a dropped SYN is sent again only after 1 s (then 3 s). A
+        connect that fails is tried again while `budget_s` (default: twice the connect timeout) lasts: the
+        connections a run needs open before the clock, not inside it; after a round in which none opened
+        (refused or reset at once) it waits 50 ms, doubling, before the next. What is left when the budget
+        ends opens inside the window, and is counted there."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + (budget_s if budget_s is not None else 2 * self.connect_timeout_s)
+        sem = asyncio.Semaphore(max(1, wave or PRECONNECT_WAVE))
+
+        async def one() -> bool:
+            async with sem:
+                try:
+                    async with asyncio.timeout_at(end):
+                        conn = await self._open()
+                except (OSError, TimeoutError):
+                    return False
+                self._idle.append(conn)
+                return True
+
+        opened, left, pause = 0, n, 0.05
+        while left > 0 and loop.time() < end:
+            ok = sum(await asyncio.gather(*(one() for _ in range(left))))
+            opened, left = opened + ok, left - ok
+            if not ok and left:  # refused or reset at once (a full queue, a limit): wait a little, then again
+                await asyncio.sleep(max(0.0, min(pause, end - loop.time())))
+                pause *= 2
+        return opened
 
     def forget(self, conn: Connection) -> None:
         """Drop a connection that closed (its own `connection_lost`) or that a request gave up."""
@@ -111,22 +142,27 @@ class ConnectionPool:
             self._idle.remove(conn)
 
     async def request(
-        self, head: bytes, body: bytes, sink: BodySink, on_send: Callable[[], None] | None = None
+        self, head: bytes, body: bytes, sink: BodySink, on_send: Callable[[int | None], None] | None = None
     ) -> Response:
         """Send one request and wait for its whole response; body bytes go to `sink`.
 
-        `on_send` is called just before the bytes are written (the shard takes `t_send` there).
+        `on_send(setup_ns)` is called just before the bytes are written (the shard takes `t_send` there),
+        with the time this request waited for a connection to be opened for it (connect, and the TLS
+        handshake over https), or None when it went on one already open.
         A pooled connection that the server had closed while idle fails before any response byte;
         such a request is sent once more, on a fresh connection, and `on_send` is called again: a
         stale pool is the client's business and never counts in the request's TTFT.
         """
+        setup_ns: int | None = None
         for attempt in (0, 1):
             conn = self._take_idle() if attempt == 0 else None
             reused = conn is not None
             if conn is None:
+                began = time.perf_counter_ns()
                 conn = await self._open()
+                setup_ns = (setup_ns or 0) + time.perf_counter_ns() - began
             if on_send is not None:
-                on_send()
+                on_send(setup_ns)
             try:
                 await conn.start(head, body, sink)
             except HttpError as e:

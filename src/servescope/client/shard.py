@@ -44,7 +44,7 @@ from servescope.client.split import units_of
 from servescope.results.columns import compact
 from servescope.results.records import RequestRecord
 
-__all__ = ["CLIENT_ERROR_STREAK", "Shard", "StopCheck"]
+__all__ = ["CLIENT_ERROR_STREAK", "FD_RESERVE", "Shard", "StopCheck", "fd_room"]
 
 _perf_ns = time.perf_counter_ns
 
@@ -123,7 +123,8 @@ class Shard:
         preconnected = 0
         try:
             if spec.preconnect:
-                preconnected = await pool.preconnect(spec.preconnect)
+                n = min(spec.preconnect, fd_room(spec.preconnect))
+                preconnected = await pool.preconnect(n, budget_s=spec.preconnect_budget_s)
             lag: list[float] = []
             cpu_peak = [0.0]
             if self.ready is not None:
@@ -170,6 +171,7 @@ class Shard:
             read_pauses=pool.coalescer.pauses if pool.coalescer else 0,
             read_pause_ms=pool.coalescer.pause_ns / 1e6 if pool.coalescer else 0.0,
             preconnected=preconnected,
+            read_lateness=list(pool.lateness) if any(pool.lateness) else [],
             failure=self.failure,
         )
 
@@ -341,8 +343,9 @@ class Shard:
         assert sink is not None and pool is not None
         resp = None
 
-        def on_send() -> None:
+        def on_send(setup_ns: int | None) -> None:
             rec.t_send_ns = _perf_ns() - t0
+            rec.setup_ns = setup_ns
 
         try:
             rec.t_send_ns = _perf_ns() - t0  # (set first: a record without it would not count as sent)
@@ -458,6 +461,24 @@ async def _sleep_until(due_ns: int) -> None:
     again for what is left; under 0.5 ms that is a turn of the loop at a time."""
     while (left := due_ns - _perf_ns()) > 0:
         await asyncio.sleep(left / 1e9)
+
+
+#: File descriptors kept free of connections (the records' files, pipes, the interpreter's own).
+FD_RESERVE = 64
+
+
+def fd_room(need: int) -> int:
+    """How many connections this process may open: the soft file-descriptor limit is raised toward the
+    hard one (as far as `need` asks), less `FD_RESERVE`. What it cannot hold opens inside the window,
+    and is counted there (the records' `setup_ns`, the summary's `client.setup`)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = need + FD_RESERVE
+    if soft != resource.RLIM_INFINITY and soft < want:
+        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+            soft = new
+    return need if soft == resource.RLIM_INFINITY else max(0, min(need, soft - FD_RESERVE))
 
 
 def _cpu_s() -> float:

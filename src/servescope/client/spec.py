@@ -43,6 +43,7 @@ class ShardSpec:
     timeout_s: float = 600.0
     connect_timeout_s: float = 10.0
     preconnect: int = 0  # connections to open (and keep alive) before the clock starts
+    preconnect_budget_s: float | None = None  # how long opening them may take (None: twice connect_timeout_s)
     reuse_connections: bool = True  # False: the server closes after each stream (probe finding)
     kernel_timestamps: bool = True  # stamp reads with the kernel's receive time where possible
     coalesce_reads: bool = True  # with kernel stamps: pause briefly when reads come very fast (coalesce.ReadCoalescer)
@@ -61,6 +62,9 @@ class ShardResult:
     read_pause_ms: float = 0.0  # and their total length
     interrupted: bool = False
     preconnected: int = 0  # connections opened before the clock (of `ShardSpec.preconnect` asked for)
+    # kernel-stamped reads by how late they ran after their newest bytes came (client.transport: buckets of
+    # 2**LATENESS_SHIFT ns, the last one open-ended); merged: summed. Empty: no stamps
+    read_lateness: list[int] = field(default_factory=list)
     failure: str | None = None  # why the shard stopped sending early on a client-side error (`shard.Shard`)
     # A shard among several (`host`, run.workers): the process that ran it and how late it woke for the
     # common start instant. A merged result of several: each shard's own result (records left empty,

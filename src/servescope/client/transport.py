@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from servescope.client.coalesce import ReadCoalescer
     from servescope.client.conn import Connection
 
-__all__ = ["KERNEL_RX_TIMESTAMPS", "StampedTransport", "open_stamped"]
+__all__ = ["KERNEL_RX_TIMESTAMPS", "LATENESS_BUCKETS", "LATENESS_SHIFT", "StampedTransport", "open_stamped"]
 
 _perf_ns = time.perf_counter_ns
 _real_ns = time.time_ns
@@ -33,6 +33,10 @@ _READ_SIZE = 64 * 1024  # below malloc's mmap threshold: a 256 KiB read buffer c
 _ANC_SIZE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
 _MAX_QUEUED_NS = 60_000_000_000  # a kernel stamp older than this means the wall clock stepped
 _unpack_timespec = struct.Struct("@qq").unpack_from
+#: How late reads ran after their newest bytes were queued: counts in buckets of 2**LATENESS_SHIFT ns
+#: (~0.13 ms), the last one holding every read later than LATENESS_BUCKETS - 1 buckets (~134 ms).
+LATENESS_SHIFT = 17
+LATENESS_BUCKETS = 1025
 
 
 class StampedTransport:
@@ -49,7 +53,7 @@ class StampedTransport:
     Implements what a `Connection` uses of a transport (`conn.Wire`): write, close, abort, is_closing.
     """
 
-    __slots__ = ("_loop", "_sock", "_fd", "_proto", "_wbuf", "_closing", "_coalescer", "_last_ns")
+    __slots__ = ("_loop", "_sock", "_fd", "_proto", "_wbuf", "_closing", "_coalescer", "_last_ns", "_late")
 
     def __init__(
         self,
@@ -57,8 +61,11 @@ class StampedTransport:
         sock: socket.socket,
         proto: Connection,
         coalescer: ReadCoalescer | None = None,
+        lateness: list[int] | None = None,
     ) -> None:
         self._loop = loop
+        # how late each stamped read ran (`LATENESS_SHIFT`): the share of arrivals a stall may have merged
+        self._late = lateness
         self._sock = sock
         self._fd = sock.fileno()
         self._proto = proto
@@ -85,6 +92,8 @@ class StampedTransport:
             now = _perf_ns()
             if 0 < queued < _MAX_QUEUED_NS:
                 now -= queued
+                if (late := self._late) is not None:
+                    late[min(queued >> LATENESS_SHIFT, LATENESS_BUCKETS - 1)] += 1
         else:
             now = _perf_ns()
         co = self._coalescer
@@ -151,7 +160,12 @@ class StampedTransport:
 
 
 async def open_stamped(
-    loop: asyncio.AbstractEventLoop, host: str, port: int, proto: Connection, coalescer: ReadCoalescer | None = None
+    loop: asyncio.AbstractEventLoop,
+    host: str,
+    port: int,
+    proto: Connection,
+    coalescer: ReadCoalescer | None = None,
+    lateness: list[int] | None = None,
 ) -> None:
     """Connects a non-blocking socket with receive timestamps on and attaches `proto` to it."""
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -171,6 +185,6 @@ async def open_stamped(
         except BaseException:
             sock.close()
             raise
-        StampedTransport(loop, sock, proto, coalescer)
+        StampedTransport(loop, sock, proto, coalescer, lateness)
         return
     raise err or OSError(f"cannot resolve {host}:{port}")

@@ -19,8 +19,17 @@ import numpy as np
 from servescope.results.columns import RecordColumns
 from servescope.results.interactivity import interactivity_block
 from servescope.results.metrics import PERCENTILES, SCHEMA, _closed_loop, distribution, error_adjusted, offered_rate
-from servescope.results.perrequest import input_counts, request_latencies_ms, window_columns
-from servescope.results.schema import Client, ClientMeasures, Distribution, Goodput, RunInfo, Summary, Throughput
+from servescope.results.perrequest import input_counts, request_latencies_ms, since_send_ms, window_columns
+from servescope.results.schema import (
+    Client,
+    ClientMeasures,
+    Distribution,
+    Goodput,
+    RunInfo,
+    Setup,
+    Summary,
+    Throughput,
+)
 from servescope.results.streaming import (
     COMPACT_ABOVE,
     GapParts,
@@ -34,6 +43,7 @@ from servescope.results.streaming import (
 __all__ = [
     "COMPACT_ABOVE",
     "gap_distribution",
+    "setup_block",
     "streamed_gap_distribution",
     "summarize_columns",
     "tokens_read_together",
@@ -52,6 +62,24 @@ def tokens_read_together(cols: RecordColumns) -> float | None:
     if gaps is None or not gaps.size:
         return None
     return float(np.count_nonzero(gaps == 0)) / gaps.size
+
+
+def setup_block(cols: RecordColumns) -> Setup:
+    """The connections opened inside the window (`client.setup`): the measured requests that waited for one
+    (records' `setup_ns`), its time in ms, and its share of those completed requests' set-up + TTFT."""
+    measured = cols.measured
+    done = measured & cols.ok
+    setup = cols.setup if cols.setup.size == len(cols) else np.full(len(cols), np.nan)
+    late = measured & ~np.isnan(setup)
+    both = late & done & ~np.isnan(cols.t_first)
+    setup_ms = setup[both] / 1e6
+    ttft_ms = since_send_ms(cols.t_send[both], cols.t_first[both])
+    whole = float(setup_ms.sum() + ttft_ms.sum())
+    return {
+        "requests": int(late.sum()),
+        "ms": distribution(setup[late] / 1e6),
+        "share_of_time_to_first_token": float(setup_ms.sum()) / whole if whole > 0 else None,
+    }
 
 
 def gap_distribution(

@@ -58,6 +58,7 @@ SCHEMA = pa.schema(
         ("t_first_answer_ns", _I64),
         ("t_last_ns", _I64),
         ("t_end_ns", _I64),
+        ("setup_ns", _I64),  # connection set-up inside the window before the send (null: an open connection)
         ("status", _STR),
         ("error_kind", _STR),
         ("error_detail", _STR),
@@ -193,6 +194,7 @@ class RecordColumns:
     reasoning_tokens: np.ndarray
     chunks: np.ndarray
     session: np.ndarray
+    setup: np.ndarray = field(default_factory=lambda: np.empty(0))  # ns, NaN: sent on an open connection
     held_itl: np.ndarray | None = None  # the gaps when read (see `itl`)
     itl_unit_ns: float = 1.0
     itl_chart_ms: np.ndarray = field(default_factory=lambda: np.empty(0))
@@ -273,6 +275,7 @@ def build_columns(scalars: pa.Table, token_parts: TokenParts) -> RecordColumns:
         reasoning_tokens=_num(scalars, "reasoning_tokens"),
         chunks=_num(scalars, "chunks"),
         session=_num(scalars, "session"),
+        setup=_num(scalars, "setup_ns"),
     )
     tokens = scalars.column("chunk_tokens")
     del scalars  # (the caller passes its only reference: freed before the token pass)

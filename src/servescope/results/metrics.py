@@ -158,7 +158,17 @@ def assess_client(summary: Summary, *, open_loop: bool, rx_timestamps: str = "ke
     if open_loop and lag > SCHEDULE_LAG_P99_MS:
         reasons.append(f"sends lag the schedule: schedule lag p99 {lag:.1f} ms > {SCHEDULE_LAG_P99_MS:g} ms")
     held = client.get("concurrency_held")
-    if not open_loop and held is not None and held < CONCURRENCY_HELD_MIN:
+    deficit = client.get("load_deficit")
+    if not open_loop and deficit is not None:
+        if deficit > LOAD_DEFICIT_MAX:
+            setup = client.get("setup")
+            late = setup["requests"] if setup is not None else 0
+            reasons.append(
+                f"sends lag: the client left {deficit:.1%} of the closed loop's slot time empty "
+                f"(> {LOAD_DEFICIT_MAX:.0%}), so the server carried less than --concurrency"
+                + (f"; {late} requests first waited for a connection opened inside the window" if late else "")
+            )
+    elif not open_loop and held is not None and held < CONCURRENCY_HELD_MIN:
         reasons.append(
             f"sends lag: the closed loop held {held:.0%} of --concurrency in flight "
             f"(< {CONCURRENCY_HELD_MIN:.0%}): slots waited on the client to refill them"
@@ -174,7 +184,11 @@ def assess_client(summary: Summary, *, open_loop: bool, rx_timestamps: str = "ke
     # median is 0 when a server writes tokens in bursts (seen: the scripted server pacing 512 streams)
     gap = ((summary.get("latency_ms") or {}).get("tpot") or {}).get("median")
     together = client.get("tokens_read_together")
-    if rx_timestamps != "kernel" and loop_lag > LOOP_LAG_P99_MS:
+    bias_reasons = [_bias_reason(b) for b in client.get("biases") or () if _over(b)]
+    reasons += bias_reasons
+    if "loop_stall_share" in client:
+        pass  # the loop's stalls are judged by their bound on each percentile (biases, above)
+    elif rx_timestamps != "kernel" and loop_lag > LOOP_LAG_P99_MS:
         reasons.append(
             f"arrivals stamped at read time and the event loop lags: loop lag p99 {loop_lag:.1f} ms "
             f"> {LOOP_LAG_P99_MS:g} ms"
@@ -202,4 +216,38 @@ def assess_client(summary: Summary, *, open_loop: bool, rx_timestamps: str = "ke
             + "). Lower --concurrency/--rate, close other work on this "
             "machine, or split the load over more client processes."
         )
+        causes = {b["cause"] for b in client.get("biases") or () if _over(b)}
+        advice += "".join(f" {_WHAT_TO_DO[c]}" for c in sorted(causes) if c in _WHAT_TO_DO)
     return bool(reasons), reasons, advice
+
+
+#: The most of a closed loop's slot time the client may leave empty (`client.load_deficit`).
+LOAD_DEFICIT_MAX = 0.01
+
+_WHY = {
+    "late_connections": "requests sent on connections opened inside the window, which a full accept queue "
+    "may hold after the send (a dropped handshake is sent again after 1 s, then 3 s)",
+    "loop_stalls": "event-loop stalls longer than the gap between tokens: tokens that arrive in one are read "
+    "together and share the newest one's receive stamp",
+    "read_pauses": "read coalescing's pauses",
+}
+_WHAT_TO_DO = {
+    "late_connections": "Connections opened late: raise the server's accept backlog or connection limit, "
+    "or this host's file-descriptor limit (ulimit -n), so that every connection opens before the clock.",
+    "loop_stalls": "Loop stalls: fewer streams per client process (--workers), or fewer other processes on this host.",
+    "read_pauses": "Read pauses: run with --no-read-coalescing.",
+}
+
+
+def _over(b: Mapping[str, Any]) -> bool:
+    bound = b.get("bound_ms")
+    return bound is None or bound > b["tolerance_ms"]
+
+
+def _bias_reason(b: Mapping[str, Any]) -> str:
+    """A bias over its tolerance, as the verdict names it: not trustworthy, which figure, how far, why."""
+    bound = "any amount" if b.get("bound_ms") is None else f"up to {b['bound_ms']:.1f} ms"
+    return (
+        f"not trustworthy: {b['figure']} could be off by {bound} (> {b['tolerance_ms']:.1f} ms tolerance) "
+        f"from {_WHY.get(b['cause'], b['cause'])} ({b['affected_share']:.1%} affected)"
+    )

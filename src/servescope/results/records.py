@@ -43,6 +43,10 @@ class RequestRecord:
     t_first_answer_ns: int | None = None  # first chunk carrying answer `content`/`text`
     t_last_ns: int | None = None  # last chunk carrying a token
     t_end_ns: int | None = None  # response fully read (or failure observed)
+    # connection set-up inside the measured window before this request could be sent: TCP connect and,
+    # over https, the TLS handshake (ns; the time between t_sched and t_send it took). None: sent on a
+    # connection opened before (before the clock, or by an earlier request)
+    setup_ns: int | None = None
     status: str = "pending"  # "ok" | "error"
     error_kind: str | None = None
     error_detail: str | None = None

@@ -37,6 +37,7 @@ __all__ = [
     "LEGACY_SCHEMA_PREFIX",
     "current_schema_id",
     "AggregateCheck",
+    "Bias",
     "Client",
     "ClientMeasures",
     "Cost",
@@ -62,6 +63,7 @@ __all__ = [
     "Requests",
     "RunInfo",
     "ServerMetrics",
+    "Setup",
     "ShardFigures",
     "SloCheck",
     "Summary",
@@ -265,6 +267,25 @@ class Workers(TypedDict, closed=True):
     not_sent: NotRequired[int | None]  # a shard died: the requests of its slice it never sent (null: --duration)
 
 
+class Setup(TypedDict, closed=True):
+    """Requests that waited for a connection opened inside the window (records' `setup_ns`), how long, and
+    its share of their set-up + TTFT (TTFT is from the send: docs/metrics.md, "Connection set-up")."""
+
+    requests: int
+    ms: Distribution
+    share_of_time_to_first_token: float | None
+
+
+class Bias(TypedDict, closed=True):
+    """A cause that can move a reported percentile (results.trust): share touched, worst figure, bound, tolerance."""
+
+    cause: str
+    affected_share: float
+    figure: str
+    bound_ms: float | None
+    tolerance_ms: float
+
+
 class Client(TypedDict, closed=True):
     """The client's self-measurements and its verdict: is the client the bottleneck?
 
@@ -272,9 +293,13 @@ class Client(TypedDict, closed=True):
     `preconnect_shortfall` counts connections asked for before the clock but opened inside it,
     `failure` says why the client stopped sending early on an error of its own (null: it did not),
     `concurrency_held` the closed loop's mean in flight between the first wave and the last send as
-    a share of --concurrency (null: open loop, or no refill to judge). Absent in summaries written
-    before them: `read_pauses`, `read_pause_ms`, `preconnect_shortfall`, `failure`, `concurrency_held`,
-    `tokens_read_together` (null: a run too large to hold its gaps)."""
+    a share of --concurrency (null: open loop, or no refill to judge), `load_deficit` the share of the
+    closed loop's slot time the client left empty over the run (what the verdict judges), `setup` the
+    requests that waited for a connection opened inside the window, `biases` each cause's worst bound
+    on a reported TTFT or ITL percentile against its tolerance (results.trust; docs/metrics.md, "Client
+    self-check"). Absent in summaries written before them: `read_pauses`, `read_pause_ms`,
+    `preconnect_shortfall`, `failure`, `concurrency_held`, `tokens_read_together` (null: a run too
+    large to hold its gaps), `setup`, `loop_stall_share`, `biases`, `load_deficit`."""
 
     cpu_s: NotRequired[float]
     cpu_us_per_token: NotRequired[float | None]
@@ -294,6 +319,10 @@ class Client(TypedDict, closed=True):
     # a client stall's merged tokens are among them, and so are tokens a server wrote together
     tokens_read_together: NotRequired[float | None]
     workers: NotRequired[Workers]  # --workers N > 1 only; cpu_s above then sums every process
+    setup: NotRequired[Setup]  # connections opened inside the window (absent in summaries before it)
+    loop_stall_share: NotRequired[float | None]  # arrivals a loop stall longer than the gap may merge
+    biases: NotRequired[list[Bias]]  # each cause's worst bound on a reported percentile
+    load_deficit: NotRequired[float | None]  # closed loop: share of slot time the client left empty
 
 
 class Target(TypedDict, closed=True):

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from servescope.client.split import split_spec
-from servescope.results import precision
-from servescope.results.colsummary import summarize_columns, tokens_read_together
+from servescope.client.transport import LATENESS_SHIFT
+from servescope.results import precision, trust
+from servescope.results.colsummary import setup_block, summarize_columns, tokens_read_together
 from servescope.results.engineview import HistogramWindow, SpecWindow, engine_view
 from servescope.results.metrics import assess_client
 from servescope.results.schema import (
@@ -166,7 +167,9 @@ def _client_verdict(
     if not plan.open_loop:  # the closed loop's share of --concurrency held while refilling (results.selfcheck)
         client["concurrency_held"] = concurrency_held_columns(cols, spec.concurrency)
     client["tokens_read_together"] = tokens_read_together(cols)
+    client["setup"] = setup_block(cols)
     open_loop = cfg.load_mode in ("rate", "ramp")
+    _biases(summary, spec, result, cols, open_loop=open_loop)
     saturated, reasons, advice = assess_client(summary, open_loop=open_loop, rx_timestamps=result.rx_timestamps)
     client.update({"saturated": saturated, "reasons": reasons, "advice": advice})
     if result.parts:  # --workers, --ray: each shard judged on its own, the saturated one named
@@ -175,6 +178,36 @@ def _client_verdict(
     # client stopped sending early, if it did (client.shard)
     client["preconnect_shortfall"] = spec.preconnect - result.preconnected
     client["failure"] = result.failure
+
+
+def _biases(summary: Summary, spec: ShardSpec, result: ShardResult, cols: RecordColumns, *, open_loop: bool) -> None:
+    """What could move a reported percentile, in place (results.trust): each cause's worst bound, the share
+    of arrivals a loop stall may have merged (each shard's weighted by its requests), a closed loop's empty
+    slot time."""
+    client = summary["client"]
+    n = len(result.parts)
+    if n:
+        shard = cols.id % n
+        rows = max(len(cols), 1)
+        lags = [(float((shard == p.index).sum()) / rows, p.loop_lag_ms) for p in result.parts]
+    else:
+        lags = [(1.0, result.loop_lag_ms)]
+    found, stalls = trust.biases(
+        cols,
+        shard_lags_ms=lags,
+        gap_ms=summary["latency_ms"]["tpot"]["median"],
+        tokens_read_together=client.get("tokens_read_together"),
+        rx_timestamps=result.rx_timestamps,
+        read_pauses=result.read_pauses,
+        read_pause_ms=result.read_pause_ms,
+        elapsed_s=client.get("elapsed_s") or 0.0,
+        read_lateness=result.read_lateness,
+        lateness_bucket_ms=(1 << LATENESS_SHIFT) / 1e6,
+    )
+    client["loop_stall_share"] = stalls
+    client["biases"] = found
+    if not open_loop:
+        client["load_deficit"] = trust.load_deficit(cols, spec.concurrency, summary["duration_s"])
 
 
 def _precision(cfg: RunConfig, cols: RecordColumns, window: Window) -> Precision:
@@ -285,6 +318,7 @@ def shard_figures(
             }
             if not open_loop:
                 client["concurrency_held"] = concurrency_held_columns(cols, sub.concurrency, rows=measured)
+                client["load_deficit"] = trust.load_deficit(cols, sub.concurrency, part.elapsed_s, rows=mine)
             saturated, reasons, _ = assess_client(
                 cast(Summary, {"client": client}), open_loop=open_loop, rx_timestamps=rx_timestamps
             )
@@ -304,8 +338,9 @@ def assess_shards(
     figs = shard_figures(result, spec, cols, open_loop=open_loop, rx_timestamps=rx_timestamps)
     parent_cpu = result.parent_cpu_s
     merged: dict[str, Any] = {
-        "schedule_lag_ms": client["schedule_lag_ms"],
-        "concurrency_held": client.get("concurrency_held"),
+        k: client[k]
+        for k in ("schedule_lag_ms", "concurrency_held", "load_deficit", "setup", "biases", "loop_stall_share")
+        if k in client
     }
     _, reasons, _ = assess_client(cast(Summary, {"client": merged}), open_loop=open_loop, rx_timestamps="kernel")
     reasons = list(reasons)

@@ -77,6 +77,7 @@ __all__ = [
 _POOL_FOR_DURATION = 10_000  # closed loop with --duration: prompts are reused cyclically past this
 _MAX_SCHEDULED = 2_000_000
 _CONNECT_TIMEOUT_S = 10.0  # one connect of the hot path (before the clock, or inside it)
+_PRECONNECT_BUDGET_S: float | None = None  # opening every connection before the clock (None: 2 connect timeouts)
 
 
 @dataclass
@@ -357,11 +358,27 @@ def shard_spec(cfg: RunConfig, plan: RunPlan) -> ShardSpec:
         ),
         timeout_s=cfg.timeout,
         connect_timeout_s=_CONNECT_TIMEOUT_S,
-        preconnect=min(cfg.effective_concurrency or min(plan.n_total, 64), 512),
+        preconnect=connections_needed(cfg, plan.n_total),
+        preconnect_budget_s=_PRECONNECT_BUDGET_S,
         reuse_connections=caps is None or caps.keeps_alive_after_stream is not False or not cfg.stream,
         kernel_timestamps=cfg.rx_timestamps == "kernel",
         coalesce_reads=cfg.read_coalescing,
     )
+
+
+#: An open loop with no cap can have any number in flight: this many connections open before its clock.
+UNCAPPED_PRECONNECT = 64
+
+
+def connections_needed(cfg: RunConfig, n_total: int) -> int:
+    """The connections a run opens before its clock: one per slot a closed loop (or an open loop's cap)
+    can fill, never more than the requests it sends (unless --duration cycles them); an uncapped open
+    loop opens `UNCAPPED_PRECONNECT`, and each one it opens inside the window is counted (records'
+    `setup_ns`)."""
+    slots = cfg.effective_concurrency
+    if slots is None:
+        return min(n_total, UNCAPPED_PRECONNECT)
+    return slots if cfg.duration is not None or not n_total else min(slots, n_total)
 
 
 def write_results(cfg: RunConfig, start: RunStart, spec: ShardSpec, result: ShardResult, summary: Summary) -> None:

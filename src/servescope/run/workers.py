@@ -404,6 +404,7 @@ class ProcessShards:
             read_pause_ms=sum(p.read_pause_ms for p in parts),
             interrupted=any(p.interrupted for p in finished) or self.stop.is_set(),
             preconnected=sum(p.preconnected for p in parts),
+            read_lateness=[sum(c) for c in zip(*(p.read_lateness for p in parts if p.read_lateness), strict=True)],
             failure="; ".join(failures) or None,
             parts=parts,
             lost=lost,

@@ -1,0 +1,180 @@
+"""The client verdict's bias bounds (results.trust): each cause provoked is named, removed is not."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from servescope.results.colsummary import setup_block, summarize_columns
+from servescope.results.columns import RecordColumns
+from servescope.results.metrics import LOAD_DEFICIT_MAX, assess_client
+from servescope.results.records import RequestRecord
+from servescope.results.trust import (
+    TOLERANCE_MS,
+    biases,
+    late_share,
+    load_deficit,
+    quantile,
+    shift_bound,
+    stall_share,
+    tolerance_ms,
+)
+from tests.support.synth import synth_records
+
+
+def test_shift_bound_reads_the_move_off_the_observed_quantiles() -> None:
+    v = np.arange(1000, dtype=float)  # quantile q is 999·q
+    assert quantile(v, 0.99) == pytest.approx(989.01)
+    # 1% put off late by any amount: the true P99 is at least the observed P98
+    assert shift_bound(v, 0.99, 0.01, np.inf) == pytest.approx(9.99)
+    assert shift_bound(v, 0.99, 0.01, 2.0) == 2.0  # never more than the bias itself
+    assert shift_bound(v, 0.5, 0.0, np.inf) == 0.0
+    flat = np.full(1000, 100.0)  # a flat distribution: a share moved late cannot move a percentile
+    assert shift_bound(flat, 0.99, 0.3, np.inf) == 0.0
+    assert shift_bound(v, 0.995, 0.01, np.inf, both=True) == pytest.approx(9.99)
+
+
+def test_tolerance_is_1_ms_or_1_percent() -> None:
+    assert tolerance_ms(20.0) == TOLERANCE_MS == 1.0
+    assert tolerance_ms(500.0) == 5.0
+
+
+def test_stall_and_lateness_shares() -> None:
+    # samples of 0 ms, and one of 60 ms with 40 ms more than a 20 ms gap: 40 / (3·20 + 60)
+    assert stall_share([0.0, 0.0, 60.0], 20.0) == pytest.approx(40 / 120)
+    assert stall_share([5.0] * 10, 20.0) == 0.0
+    counts = [6, 2, 2]  # buckets of 1 ms: 6 under 1 ms, 2 in 1-2 ms, 2 later than 2 ms
+    assert late_share(counts, 1.0, 1.5) == pytest.approx((1 + 2) / 10)
+    assert late_share(counts, 1.0, 5.0) == pytest.approx(2 / 10)  # the open bucket counts whole
+    assert late_share([0, 0, 0], 1.0, 1.0) == 0.0
+
+
+def _cols(setup_every: int = 0, setup_ns: int = 1_500_000_000, ttft_spread: bool = True) -> RecordColumns:
+    recs = synth_records(400, seed=5, concurrency=16)
+    if ttft_spread:  # a TTFT tail, so that late requests can move a percentile
+        for r in recs[::7]:
+            shift = 40_000_000
+            r.t_first_ns = (r.t_first_ns or 0) + shift
+            r.t_first_answer_ns = r.t_first_ns
+            r.chunk_ns = [t + shift for t in r.chunk_ns]
+            r.t_last_ns = (r.t_last_ns or 0) + shift
+            r.t_end_ns = (r.t_end_ns or 0) + shift
+    if setup_every:
+        for r in recs[::setup_every]:
+            r.setup_ns = setup_ns
+    return RecordColumns.from_records(recs)
+
+
+def _judge(cols: RecordColumns, *, open_loop: bool = False, **kw: Any) -> tuple[bool, list[str], dict]:
+    s = summarize_columns(cols)
+    client = s["client"]
+    args: dict[str, Any] = {
+        "shard_lags_ms": [(1.0, [0.2] * 100)],
+        "gap_ms": s["latency_ms"]["tpot"]["median"],
+        "tokens_read_together": None,
+        "rx_timestamps": "kernel",
+        "read_pauses": 0,
+        "read_pause_ms": 0.0,
+        "elapsed_s": 10.0,
+    }
+    args.update(kw)
+    found, stalls = biases(cols, **args)
+    client.update({"biases": found, "loop_stall_share": stalls, "setup": setup_block(cols)})
+    saturated, reasons, advice = assess_client(s, open_loop=open_loop)
+    return saturated, reasons, {"biases": found, "advice": advice}
+
+
+def test_late_connections_are_named_where_they_can_move_ttft() -> None:
+    saturated, reasons, doc = _judge(_cols(setup_every=5))
+    assert saturated and any("connections opened inside the window" in r for r in reasons), reasons
+    assert "accept backlog" in doc["advice"]
+    (late,) = [b for b in doc["biases"] if b["cause"] == "late_connections"]
+    assert late["affected_share"] == pytest.approx(80 / 400)
+    # removed: no request waited for a connection, no such bias
+    saturated, reasons, doc = _judge(_cols())
+    assert not saturated and reasons == [] and doc["biases"] == []
+
+
+def test_setup_block_counts_the_late_requests_and_their_share() -> None:
+    cols = _cols(setup_every=10, setup_ns=2_000_000)
+    block = setup_block(cols)
+    assert block["requests"] == 40 and block["ms"]["median"] == pytest.approx(2.0)
+    share = block["share_of_time_to_first_token"]
+    assert share is not None and 0 < share < 0.05  # 2 ms against TTFTs of ~120 ms
+    assert setup_block(_cols())["requests"] == 0 and setup_block(_cols())["share_of_time_to_first_token"] is None
+
+
+def test_loop_stalls_are_named_from_the_reads_lateness() -> None:
+    cols = _cols()
+    gap = summarize_columns(cols)["latency_ms"]["tpot"]["median"]
+    late = [0] * 1025
+    late[0] = 900
+    late[-1] = 100  # 10% of reads ran more than ~134 ms after their bytes: later than the gap
+    saturated, reasons, _ = _judge(cols, read_lateness=late, lateness_bucket_ms=0.131072, tokens_read_together=0.2)
+    assert saturated and any("read together" in r and r.startswith("not trustworthy") for r in reasons), reasons
+    # removed: every read within a bucket of its bytes
+    prompt = [1000] + [0] * 1024
+    assert _judge(cols, read_lateness=prompt, lateness_bucket_ms=0.131072)[0] is False
+    # the lag samples decide where no read was stamped: long stalls named, short ones not
+    assert _judge(cols, shard_lags_ms=[(1.0, [4 * gap] * 100)])[0] is True
+    assert _judge(cols, shard_lags_ms=[(1.0, [gap / 4] * 100)])[0] is False
+
+
+def test_a_stalled_shard_weighs_by_its_share_of_the_requests() -> None:
+    cols = _cols()
+    gap = summarize_columns(cols)["latency_ms"]["tpot"]["median"]
+    one_stalled = [(0.5, [3 * gap] * 50), (0.5, [0.1] * 50)]
+    _, _, doc = _judge(cols, shard_lags_ms=one_stalled)
+    (b,) = [b for b in doc["biases"] if b["cause"] == "loop_stalls"]
+    assert b["affected_share"] == pytest.approx(0.5 * stall_share([3 * gap] * 50, gap))
+    assert _judge(cols, shard_lags_ms=one_stalled)[0] is True
+    assert _judge(cols, shard_lags_ms=[(0.5, [0.1] * 50), (0.5, [0.1] * 50)])[0] is False
+
+
+def test_read_stamps_make_every_stall_a_bias() -> None:
+    cols = _cols()
+    assert _judge(cols, rx_timestamps="read", shard_lags_ms=[(1.0, [30.0] * 100)])[0] is True
+    assert _judge(cols, rx_timestamps="read", shard_lags_ms=[(1.0, [0.3] * 100)])[0] is False
+
+
+def test_read_pauses_are_named_only_when_they_could_move_a_figure() -> None:
+    cols = _cols()
+    # 2,000 pauses of 5 ms each (not what coalescing does: ~0.1 ms): named, with what to do
+    saturated, reasons, doc = _judge(cols, read_pauses=2000, read_pause_ms=10_000.0)
+    assert saturated and any("read coalescing" in r for r in reasons) and "--no-read-coalescing" in doc["advice"]
+    # coalescing's own pauses (0.1 ms) can move no figure by more than the tolerance
+    assert _judge(cols, read_pauses=2000, read_pause_ms=200.0)[0] is False
+
+
+def _lagged(recs: list[RequestRecord], lag_ns: int) -> RecordColumns:
+    for r in recs:
+        assert r.t_send_ns is not None
+        r.t_send_ns += lag_ns
+        r.t_first_ns = (r.t_first_ns or 0) + lag_ns
+        r.t_first_answer_ns = r.t_first_ns
+        r.t_last_ns = (r.t_last_ns or 0) + lag_ns
+        r.t_end_ns = (r.t_end_ns or 0) + lag_ns
+        r.chunk_ns = [t + lag_ns for t in r.chunk_ns]
+    return RecordColumns.from_records(recs)
+
+
+def test_a_closed_loop_that_leaves_slots_empty_is_named() -> None:
+    lagged = _lagged(synth_records(400, seed=5, concurrency=16), 50_000_000)  # every slot refilled 50 ms late
+    s = summarize_columns(lagged)
+    deficit = load_deficit(lagged, 16, s["duration_s"])
+    assert deficit is not None and deficit > LOAD_DEFICIT_MAX
+    s["client"]["load_deficit"] = deficit
+    saturated, reasons, _ = assess_client(s, open_loop=False)
+    assert saturated and reasons[0].startswith("sends lag: the client left")
+    prompt = RecordColumns.from_records(synth_records(400, seed=5, concurrency=16))  # 0.02-0.2 ms to refill
+    s = summarize_columns(prompt)
+    s["client"]["load_deficit"] = load_deficit(prompt, 16, s["duration_s"])
+    assert assess_client(s, open_loop=False) == (False, [], "")
+
+
+def test_cpu_at_its_ceiling_is_named_per_process() -> None:
+    base: dict[str, Any] = {"schedule_lag_ms": {"p99": 1.0}, "elapsed_s": 10.0, "load_deficit": 0.0}
+    assert "ceiling" in assess_client({"client": {**base, "cpu_s": 9.5}}, open_loop=False)[1][0]  # type: ignore[typeddict-item]
+    assert assess_client({"client": {**base, "cpu_s": 3.0}}, open_loop=False)[0] is False  # type: ignore[typeddict-item]
