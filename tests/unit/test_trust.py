@@ -82,7 +82,7 @@ def _judge(cols: RecordColumns, *, open_loop: bool = False, **kw: Any) -> tuple[
     args.update(kw)
     found, stalls = biases(cols, **args)
     client.update({"biases": found, "loop_stall_share": stalls, "setup": setup_block(cols)})
-    saturated, reasons, advice = assess_client(s, open_loop=open_loop)
+    saturated, reasons, advice = assess_client(s, open_loop=open_loop, rx_timestamps=args["rx_timestamps"])
     return saturated, reasons, {"biases": found, "advice": advice}
 
 
@@ -106,31 +106,40 @@ def test_setup_block_counts_the_late_requests_and_their_share() -> None:
     assert setup_block(_cols())["requests"] == 0 and setup_block(_cols())["share_of_time_to_first_token"] is None
 
 
-def test_loop_stalls_are_named_from_the_reads_lateness() -> None:
+def _stall_bias(doc: dict) -> dict:
+    (b,) = [b for b in doc["biases"] if b["cause"] == "loop_stalls"]
+    return b
+
+
+def test_loop_stalls_are_bounded_from_the_reads_lateness_and_reported() -> None:
     cols = _cols()
     gap = summarize_columns(cols)["latency_ms"]["tpot"]["median"]
     late = [0] * 1025
     late[0] = 900
     late[-1] = 100  # 10% of reads ran more than ~134 ms after their bytes: later than the gap
-    saturated, reasons, _ = _judge(cols, read_lateness=late, lateness_bucket_ms=0.131072, tokens_read_together=0.2)
-    assert saturated and any("read together" in r and r.startswith("not trustworthy") for r in reasons), reasons
-    # removed: every read within a bucket of its bytes
+    saturated, reasons, doc = _judge(cols, read_lateness=late, lateness_bucket_ms=0.131072, tokens_read_together=0.2)
+    b = _stall_bias(doc)
+    assert b["affected_share"] == pytest.approx(0.1) and b["bound_ms"] > b["tolerance_ms"], b
+    # with kernel stamps it is reported, not counted: the read-together rule judges stalls (no lag here)
+    assert not saturated and reasons == []
+    # capped by the share of gaps read together, and none where every read ran within a bucket of its bytes
+    _, _, doc = _judge(cols, read_lateness=late, lateness_bucket_ms=0.131072, tokens_read_together=0.01)
+    assert _stall_bias(doc)["affected_share"] == pytest.approx(0.01)
     prompt = [1000] + [0] * 1024
-    assert _judge(cols, read_lateness=prompt, lateness_bucket_ms=0.131072)[0] is False
-    # the lag samples decide where no read was stamped: long stalls named, short ones not
-    assert _judge(cols, shard_lags_ms=[(1.0, [4 * gap] * 100)])[0] is True
-    assert _judge(cols, shard_lags_ms=[(1.0, [gap / 4] * 100)])[0] is False
+    assert [b for b in _judge(cols, read_lateness=prompt)[2]["biases"] if b["cause"] == "loop_stalls"] == []
+    # the lag samples give the share where no read was stamped
+    _, _, doc = _judge(cols, shard_lags_ms=[(1.0, [4 * gap] * 100)])
+    assert _stall_bias(doc)["affected_share"] == pytest.approx(stall_share([4 * gap] * 100, gap))
 
 
 def test_a_stalled_shard_weighs_by_its_share_of_the_requests() -> None:
     cols = _cols()
-    gap = summarize_columns(cols)["latency_ms"]["tpot"]["median"]
-    one_stalled = [(0.5, [3 * gap] * 50), (0.5, [0.1] * 50)]
-    _, _, doc = _judge(cols, shard_lags_ms=one_stalled)
-    (b,) = [b for b in doc["biases"] if b["cause"] == "loop_stalls"]
-    assert b["affected_share"] == pytest.approx(0.5 * stall_share([3 * gap] * 50, gap))
-    assert _judge(cols, shard_lags_ms=one_stalled)[0] is True
-    assert _judge(cols, shard_lags_ms=[(0.5, [0.1] * 50), (0.5, [0.1] * 50)])[0] is False
+    one_stalled = [(0.5, [30.0] * 50), (0.5, [0.1] * 50)]
+    _, _, doc = _judge(cols, rx_timestamps="read", shard_lags_ms=one_stalled)
+    b = _stall_bias(doc)
+    assert b["affected_share"] == pytest.approx(0.5 * stall_share([30.0] * 50, tolerance_ms(120.0)), rel=0.05)
+    assert _judge(cols, rx_timestamps="read", shard_lags_ms=one_stalled)[0] is True
+    assert _judge(cols, rx_timestamps="read", shard_lags_ms=[(0.5, [0.1] * 50), (0.5, [0.1] * 50)])[0] is False
 
 
 def test_read_stamps_make_every_stall_a_bias() -> None:

@@ -166,13 +166,21 @@ def print_summary(summary: Summary, console: Console, out_dir: str | None = None
         console.print(f"  [yellow]note[/yellow]  {note}")
     client = summary.get("client", {})
     if client.get("saturated"):
-        console.print(f"  [bold red]client saturated[/bold red]  {client.get('advice', '')}")
+        console.print(f"  [bold red]client saturated, figures not vouched for[/bold red]  {client.get('advice', '')}")
     else:
         lag = (client.get("schedule_lag_ms") or {}).get("p99")
         console.print(
             f"  client  ok: schedule lag p99 {_fmt(lag, 2)} ms, "
             f"CPU {_fmt(client.get('cpu_us_per_token'), 1)} µs/token, "
             f"loop lag p99 {_fmt(client.get('loop_lag_ms_p99'), 1)} ms"
+        )
+    setup = client.get("setup")
+    if setup and setup["requests"]:
+        share = setup["share_of_time_to_first_token"]
+        console.print(
+            f"  connections  {setup['requests']} requests waited for a connection opened inside the window "
+            f"(set-up p50 {_fmt(setup['ms']['median'], 1)} ms, p99 {_fmt(setup['ms']['p99'], 1)} ms"
+            + (f", {share:.1%} of their set-up + TTFT)" if share is not None else ")")
         )
     if out_dir:
         console.print(f"  results  {out_dir}")

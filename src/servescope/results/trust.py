@@ -31,6 +31,8 @@ tail a lot. The causes:
   a pause are the share of the window paused, each off by at most the mean pause; ITL either way, TTFT late.
 
 Over several shards each shard's stall share is weighted by its share of the requests (the merged view).
+With kernel stamps the verdict reports the loop-stall bound without counting it (`metrics.assess_client`):
+neither share tells a pair a stall merged from a pair the server wrote together.
 """
 
 from __future__ import annotations

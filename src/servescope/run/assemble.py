@@ -234,8 +234,8 @@ def _window_notes(plan: RunPlan, spec: ShardSpec, result: ShardResult) -> list[s
     if shortfall:
         notes.append(
             f"{result.preconnected} of {spec.preconnect} connections opened before the clock: the other "
-            f"{shortfall} were opened inside the measured window (their connect time counts in the first "
-            "requests' TTFT); the server may limit connections or its accept backlog"
+            f"{shortfall} were opened inside the measured window (their set-up time is in client.setup, "
+            "outside TTFT); the server may limit connections or its accept backlog"
         )
     if result.lost or any(not p.rx_timestamps for p in result.parts):  # a worker process died (run/workers.py)
         notes.append(f"a client worker process was lost: {result.failure}")
