@@ -150,11 +150,13 @@ def test_read_stamps_make_every_stall_a_bias() -> None:
 
 def test_read_pauses_are_named_only_when_they_could_move_a_figure() -> None:
     cols = _cols()
-    # 2,000 pauses of 5 ms each (not what coalescing does: ~0.1 ms): named, with what to do
-    saturated, reasons, doc = _judge(cols, read_pauses=2000, read_pause_ms=10_000.0)
+    # 100 pauses of 30 ms each, longer than the streams' 20 ms gap (not what coalescing does: ~0.1 ms):
+    # named, with what to do
+    saturated, reasons, doc = _judge(cols, read_pauses=100, read_pause_ms=3000.0)
     assert saturated and any("read coalescing" in r for r in reasons) and "--no-read-coalescing" in doc["advice"]
-    # coalescing's own pauses (0.1 ms) can move no figure by more than the tolerance
+    # coalescing's own pauses (0.1 ms), and pauses a busy host stretched but still shorter than the gap
     assert _judge(cols, read_pauses=2000, read_pause_ms=200.0)[0] is False
+    assert _judge(cols, read_pauses=2000, read_pause_ms=5600.0)[0] is False  # 2.8 ms each
 
 
 def _lagged(recs: list[RequestRecord], lag_ns: int) -> RecordColumns:

@@ -27,8 +27,10 @@ tail a lot. The causes:
   two gaps off (one to 0, the next longer): ITL with 2f either way; TTFT late only with f. With arrivals
   stamped at read time (`rx_timestamps` "read") every arrival in a stall is late by what is left of it:
   f = Σ max(0, ℓ − t) / Σ (interval + ℓ) with t the tolerance, `b` the longest stall.
-- `read_pauses`: read coalescing pauses the loop ~0.1 ms at a time (client/coalesce.py): the arrivals in
-  a pause are the share of the window paused, each off by at most the mean pause; ITL either way, TTFT late.
+- `read_pauses`: read coalescing pauses the loop ~0.1 ms at a time (client/coalesce.py); a pause can merge
+  a stream's chunks only where it is longer than their gap, so only where the mean pause is longer than
+  the median TPOT: the arrivals in a pause are the share of the window paused, each off by at most the
+  mean pause; ITL either way, TTFT late. (A pause stretched by the host's scheduler is a loop stall.)
 
 Over several shards each shard's stall share is weighted by its share of the requests (the merged view).
 With kernel stamps the verdict reports the loop-stall bound without counting it (`metrics.assess_client`):
@@ -201,7 +203,8 @@ def biases(
             size = max(float(np.max(lags)) for _, lags in sampled)
         if stalls:
             out.append(_worst("loop_stalls", stalls, {"ttft": ttft, "itl": itl}, size, both))
-    if read_pauses and read_pause_ms > 0 and elapsed_s > 0 and ttft.size:
+    pause_ms = read_pause_ms / read_pauses if read_pauses else 0.0
+    if pause_ms > (gap_ms or 0.0) and elapsed_s > 0 and ttft.size:  # pauses longer than a stream's gap
         share = min(1.0, read_pause_ms / (elapsed_s * 1e3))
-        out.append(_worst("read_pauses", share, {"ttft": ttft, "itl": itl}, read_pause_ms / read_pauses, both))
+        out.append(_worst("read_pauses", share, {"ttft": ttft, "itl": itl}, pause_ms, both))
     return out, stalls
