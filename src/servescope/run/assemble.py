@@ -339,10 +339,21 @@ def assess_shards(
     parent_cpu = result.parent_cpu_s
     merged: dict[str, Any] = {
         k: client[k]
-        for k in ("schedule_lag_ms", "concurrency_held", "load_deficit", "setup", "biases", "loop_stall_share")
+        for k in (
+            "schedule_lag_ms",
+            "concurrency_held",
+            "load_deficit",
+            "setup",
+            "biases",
+            "loop_stall_share",
+            "loop_lag_ms_p99",
+            "tokens_read_together",
+        )
         if k in client
     }
-    _, reasons, _ = assess_client(cast(Summary, {"client": merged}), open_loop=open_loop, rx_timestamps="kernel")
+    # the merged view is judged as one process's run is (its stalls against the streams' TPOT too)
+    whole = cast(Summary, {"client": merged, "latency_ms": summary["latency_ms"]})
+    _, reasons, _ = assess_client(whole, open_loop=open_loop, rx_timestamps=rx_timestamps)
     reasons = list(reasons)
     for f in figs:
         reasons += [f"shard {f['index']} (pid {f['pid']}): {r}" for r in f["reasons"]]
