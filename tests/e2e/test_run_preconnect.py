@@ -203,7 +203,10 @@ def _many_streams(url: str, out: Path) -> dict:
     outcome = run_benchmark_sync(cfg)
     assert outcome.exit_code == 0 and outcome.failure is None
     s = json.loads((out / "summary.json").read_text())
-    assert s["requests"]["completed"] == _STREAMS, s["requests"]
+    # every request recorded; a connection the full accept queue dropped after its handshake may be reset
+    # by the server (its failure is the server's, and counted), never lost
+    assert s["requests"]["total"] == _STREAMS, s["requests"]
+    assert set(s["requests"]["errors"]) <= {"reset", "connect"}, s["requests"]
     return s
 
 
@@ -216,8 +219,12 @@ def _open_before_or_counted(s: dict, out: Path) -> bool:
     assert sum(w["preconnected"] for w in client["workers"]["shards"]) == conns["preconnected"]
     late = _STREAMS - conns["preconnected"]
     assert client["preconnect_shortfall"] == late
-    assert client["setup"]["requests"] == client["setup"]["ms"]["count"] == late, client["setup"]
+    # each late connection was opened by the request that needed it: its set-up is kept, unless the
+    # connect itself failed (a record of kind connect, never sent)
+    connect_failed = s["requests"]["errors"].get("connect", 0)
+    assert client["setup"]["requests"] == client["setup"]["ms"]["count"] == late - connect_failed, client["setup"]
     if not late:
+        assert s["requests"]["completed"] == _STREAMS
         return False
     assert client["setup"]["ms"]["min"] > 0
     assert client["saturated"], client  # not "ok"...
