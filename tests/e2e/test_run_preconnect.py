@@ -1,8 +1,8 @@
 """Connections the client could not open before the clock are named, not hidden.
 
 The server here limits connections for real: its listen backlog is small (the kernel queues a few
-connects it has not accepted, and drops the SYNs of the rest), and it stops accepting for a while once
-the run has scraped /metrics, just before the client opens its connections. A client that gives up
+connects it has not accepted, and drops the SYNs of the rest), and once the run has scraped /metrics it
+stops accepting for a while from the client's first connect on. A client that gives up
 opening them before the clock (its budget for it spent) opens the rest inside the measured window,
 and must count them, with their set-up time; a client that tries again opens them all before it.
 """
@@ -10,6 +10,7 @@ and must count them, with their set-up time; a client that tries again opens the
 from __future__ import annotations
 
 import json
+import select
 import socket
 import threading
 import time
@@ -22,7 +23,7 @@ from servescope.run import bench
 from servescope.run.bench import run_benchmark_sync
 from servescope.run.config import RunConfig
 
-_PAUSE_S = 0.6  # no accepts for this long after /metrics (the client's connects come in it)
+_PAUSE_S = 0.6  # no accepts for this long from the first connect after /metrics
 _CONNECT_TIMEOUT_S = 0.8  # the client's; < 1 s, when a dropped SYN is sent again
 
 
@@ -51,15 +52,20 @@ class _LimitedServer:
         self.pause_s = pause_s
         self.url = f"http://127.0.0.1:{self.lsock.getsockname()[1]}"
         self.accepted = 0
-        self.resume_at = 0.0  # monotonic time before which nothing is accepted
+        self.armed = False  # set by /metrics: accept nothing for pause_s from the next connect on
+        self.paused = False  # the pause has been armed once
         self.closed = False
         threading.Thread(target=self._accept_loop, daemon=True).start()
 
     def _accept_loop(self) -> None:
         while not self.closed:
-            wait = self.resume_at - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)
+            if self.armed:
+                # the pause runs from the client's first connect, however long after /metrics it comes
+                while not select.select([self.lsock], [], [], 0.05)[0]:
+                    if self.closed:
+                        return
+                time.sleep(self.pause_s)
+                self.armed = False
                 self.lsock.listen(4096)  # (Linux: a listening socket takes a new backlog) no limit from here
                 continue
             try:
@@ -101,8 +107,8 @@ class _LimitedServer:
                 elif method == b"POST" and path.endswith(b"/completions"):
                     conn.sendall(_stream(8))
                 else:
-                    if path.endswith(b"metrics") and not self.resume_at:
-                        self.resume_at = time.monotonic() + self.pause_s  # the run is about to connect
+                    if path.endswith(b"metrics") and not self.paused:
+                        self.paused = self.armed = True  # the run is about to connect
                     conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
 
     def close(self) -> None:
