@@ -5,7 +5,7 @@ as the other charts (the same data gives the same bytes)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -13,6 +13,7 @@ from servescope.report.svgplot import (
     PALETTE,
     Axis,
     Series,
+    Svg,
     axis_for,
     chart_frame,
     coord,
@@ -24,6 +25,9 @@ from servescope.report.svgplot import (
 from servescope.report.ticks import nice_ticks
 
 __all__ = ["gantt_chart", "gantt_columns", "session_gantt"]
+
+_NAMES = ["waiting for first token", "generating", "failed"]
+_COLORS = ["#fdba74", PALETTE[0], "#dc2626"]
 
 
 def gantt_chart(
@@ -80,9 +84,7 @@ def gantt_columns(
     if n > max_rows:  # an evenly spaced subset, each drawn at its own position in send order
         order = np.arange(max_rows) * n // max_rows
         subtitle = "; ".join(p for p in (subtitle, f"{max_rows} of {n} requests shown") if p)
-    names = ["waiting for first token", "generating", "failed"]
-    colors = ["#fdba74", PALETTE[0], "#dc2626"]
-    svg, left, top, right, bottom, legend_rows = chart_frame(title, subtitle, names, width, height, "request")
+    svg, left, top, right, bottom, legend_rows = chart_frame(title, subtitle, _NAMES, width, height, "request")
     box = (left, top, right, bottom)
     if not n:
         return no_data(svg, box)
@@ -92,24 +94,9 @@ def gantt_columns(
     draw_axes(svg, xa, ya, box, x_label, "request (send order)", step_of(xa.ticks), step_of(ticks))
     row_h = (bottom - top) / n
     stroke = max(0.6, min(6.0, row_h * 0.75))
-    paths: list[list[str]] = [[], [], []]
     stroke = max(stroke, min(6.0, (bottom - top) / order.size * 0.75))
     rows = zip(order.tolist(), send[order].tolist(), first[order].tolist(), end[order].tolist(), failed[order].tolist())
-    for i, s, f, e, bad in rows:
-        y = top + (i + 0.5) * row_h
-        x0 = left + xa.frac(s) * (right - left)
-        x2 = left + xa.frac(e) * (right - left)
-        if bad or math.isnan(f):
-            paths[2 if bad else 0].append(f"M{coord(x0)},{coord(y)}H{coord(max(x2, x0 + 3.0))}")
-            continue
-        x1 = left + xa.frac(f) * (right - left)
-        paths[0].append(f"M{coord(x0)},{coord(y)}H{coord(max(x1, x0 + 0.5))}")
-        paths[1].append(f"M{coord(x1)},{coord(y)}H{coord(max(x2, x1 + 0.5))}")
-    for d, color in zip(paths, colors):
-        if d:
-            svg.add(f'<path d="{"".join(d)}" fill="none" stroke="{color}" stroke-width="{stroke:.2f}"/>')
-    draw_legend(svg, legend_rows, [Series(nm, [], [], c) for nm, c in zip(names, colors)], top)
-    return svg.done()
+    return _bars(svg, rows, xa, box, row_h, stroke, 3.0, legend_rows)
 
 
 def session_gantt(
@@ -129,9 +116,7 @@ def session_gantt(
     n = min(len(lanes), max_lanes)
     if len(lanes) > max_lanes:
         subtitle = "; ".join(p for p in (subtitle, f"the first {max_lanes} of {len(lanes)} lanes shown") if p)
-    names = ["waiting for first token", "generating", "failed"]
-    colors = ["#fdba74", PALETTE[0], "#dc2626"]
-    svg, left, top, right, bottom, legend_rows = chart_frame(title, subtitle, names, width, height, "session")
+    svg, left, top, right, bottom, legend_rows = chart_frame(title, subtitle, _NAMES, width, height, "session")
     box = (left, top, right, bottom)
     shown = [b for b in bars if b[0] < n and math.isfinite(b[1]) and math.isfinite(b[3])]
     if not shown:
@@ -144,19 +129,35 @@ def session_gantt(
     )
     row_h = (bottom - top) / n
     stroke = max(0.8, min(8.0, row_h * 0.7))
+    return _bars(svg, shown, xa, box, row_h, stroke, 2.0, legend_rows)
+
+
+def _bars(
+    svg: Svg,
+    rows: Iterable[tuple[int, float, float | None, float, bool]],
+    xa: Axis,
+    box: tuple[float, float, float, float],
+    row_h: float,
+    stroke: float,
+    min_px: float,
+    legend_rows: list,
+) -> str:
+    """Draw each row's bar (row, send, first token or None/NaN, end, failed) as waiting then generating,
+    or one bar of at least `min_px` where it failed or had no first token; then the legend."""
+    left, top, right, _ = box
     paths: list[list[str]] = [[], [], []]
-    for lane, s, f, e, bad in shown:
-        y = top + (lane + 0.5) * row_h
+    for row, s, f, e, bad in rows:
+        y = top + (row + 0.5) * row_h
         x0 = left + xa.frac(s) * (right - left)
         x2 = left + xa.frac(e) * (right - left)
         if bad or f is None or math.isnan(f):
-            paths[2 if bad else 0].append(f"M{coord(x0)},{coord(y)}H{coord(max(x2, x0 + 2.0))}")
+            paths[2 if bad else 0].append(f"M{coord(x0)},{coord(y)}H{coord(max(x2, x0 + min_px))}")
             continue
         x1 = left + xa.frac(f) * (right - left)
         paths[0].append(f"M{coord(x0)},{coord(y)}H{coord(max(x1, x0 + 0.5))}")
         paths[1].append(f"M{coord(x1)},{coord(y)}H{coord(max(x2, x1 + 0.5))}")
-    for d, color in zip(paths, colors):
+    for d, color in zip(paths, _COLORS):
         if d:
             svg.add(f'<path d="{"".join(d)}" fill="none" stroke="{color}" stroke-width="{stroke:.2f}"/>')
-    draw_legend(svg, legend_rows, [Series(nm, [], [], c) for nm, c in zip(names, colors)], top)
+    draw_legend(svg, legend_rows, [Series(nm, [], [], c) for nm, c in zip(_NAMES, _COLORS)], top)
     return svg.done()
