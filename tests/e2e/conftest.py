@@ -24,7 +24,6 @@ from tests.support.real_servers import (
     stable_model_dir,
     start_llama_server,
     start_transformers_serve,
-    start_vllm,
 )
 from tests.support.tiny_model import TinyModel, make_tiny_model
 
@@ -73,19 +72,6 @@ def tiny_model_vllm(tmp_path_factory: pytest.TempPathFactory) -> TinyModel:
     if py is None:
         return model
     return dataclasses.replace(model, hf_dir=stable_model_dir(model.hf_dir, py.parent.parent))
-
-
-@pytest.fixture(scope="module")
-def vllm_server(vllm_python: Path, tiny_model_vllm: TinyModel) -> Iterator[RealServer]:
-    """vLLM's OpenAI server (CPU build, V1 engine, prefix caching and chunked prefill on as by default) on
-    CPU 0, a 1 GiB KV cache, `/reset_prefix_cache` served (dev mode). Started once per module that uses it
-    (~45-60 s) and stopped after it: an engine left running for the rest of the session holds a core's
-    worth of threads and memory beside the timing-accuracy tests that follow."""
-    srv = start_vllm(vllm_python, tiny_model_vllm.hf_dir)
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ import pytest
 
 from servescope.emulator.server import EmulatorThread
 from servescope.results.store import load_run
-from tests.e2e.test_real_vllm_apis import _itl_by_definition
+from tests.e2e.vllm.test_real_vllm_apis import _itl_by_definition
 from tests.support.procs import servescope
 
 pytestmark = pytest.mark.e2e

@@ -9,8 +9,8 @@ the prefix cache (`POST /reset_prefix_cache`) and the achieved hit rate of a sha
 designed one; `--serve` launches vLLM once per `--max-num-seqs` configuration; Ctrl-C and a server killed
 mid-run end the run with every request accounted for.
 
-One server for this module (tests/e2e/conftest.py, `vllm_server`) serves most tests; the `--serve` sweep and the
-kill test start their own (`--enforce-eager`: no compile, ~40 s each).
+One server for this package (tests/e2e/vllm/conftest.py, `vllm_server`, eager) serves most tests; the `--serve`
+sweep and the kill test start their own (`--enforce-eager` too: no compile, ~30-40 s each).
 """
 
 from __future__ import annotations

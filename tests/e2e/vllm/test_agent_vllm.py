@@ -17,7 +17,7 @@ import pytest
 from servescope.results.store import read_records, read_session_plan
 from servescope.run.config import RunConfig
 from servescope.workload import prepare_workload
-from tests.e2e.test_real_vllm import MODEL, run
+from tests.e2e.vllm.test_real_vllm import MODEL, run
 from tests.support.real_servers import RealServer
 
 pytestmark = pytest.mark.e2e
