@@ -497,3 +497,17 @@ def test_a_prompt_cap_bounds_the_prompt_tokens_of_a_step_and_not_its_decodes() -
     assert steps_to_first_token(1024) == (4, [1024] * 4)
     with pytest.raises(ValueError, match="max_prefill_tokens"):
         config(max_prefill_tokens=-1)
+
+
+def test_admission_cost_is_paid_once_per_request_however_many_chunks() -> None:
+    """`admit_overhead_s` prices the step that schedules a prompt's first chunk, not its later chunks."""
+    cost = StepCost(0.0, 0.0, 0.0, 1.0, 1.0, step_overhead_s=0.01, admit_overhead_s=0.5)
+    cfg = EngineConfig(cost=cost, kv_blocks=64, block_size=16, max_num_seqs=4, max_num_batched_tokens=64)
+    eng = Engine(cfg)
+    eng.add(SimRequest(id=0, prompt_len=100, max_tokens=2))
+    durations = []
+    for _ in range(3):
+        res = eng.step(0.0)
+        assert res is not None
+        durations.append(res.duration_s)
+    assert durations == pytest.approx([0.51, 0.01, 0.01])  # chunk 64 (admitted), chunk 36, one decode

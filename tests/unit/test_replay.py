@@ -4,8 +4,8 @@ real output of `benchmarks/vllm_scheduler.py record` against vLLM 0.32's CPU bui
 The sim gets vLLM's step costs measured from the recording's calibration runs alone and vLLM's scheduler
 settings, nothing fitted to the runs compared: the cohorts (requests one step starts together) are as
 large in both, large with fixed output lengths and small with spread ones, TTFT rises by position within a
-wave of a fixed-length loop in both, and the median ITL agrees within 15%. TTFT median and P90 within 15%
-does not hold (a strict expected failure: docs/plan.md says why)."""
+wave of a fixed-length loop in both, the median ITL agrees within 15%, and so do TTFT median and P90 but
+for the closed loop of 512-token prompts (a strict expected failure: docs/plan.md says why)."""
 
 from __future__ import annotations
 
@@ -91,17 +91,41 @@ def test_median_itl_within_15_percent(rows: dict[str, dict[str, Any]], name: str
     assert abs(err) <= 0.15, f"{name}: vLLM {real * 1e3:.1f} ms, sim {sim * 1e3:.1f} ms ({err:+.1%})"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known miss (docs/plan.md, the real scheduler): a step of many prompts costs vLLM's CPU build "
-    "more than its c=1 prefills and decode waves say; the sim's TTFT under load is 7-42% short (median and P90)",
-)
-@pytest.mark.parametrize("name", FIXED + SPREAD)
-def test_ttft_median_and_p90_within_15_percent(rows: dict[str, dict[str, Any]], name: str) -> None:
-    row = rows[name]
+#: TTFT within 15% holds for these (docs/plan.md, the real scheduler); fixed-p512-c16 is still short
+TTFT_HOLDS = ["fixed-p128-c16", "fixed-p128-c64", "spread-p512-c16", "spread-p128-c64", "poisson-p512-r1"]
+
+
+def _ttft_within_15_percent(row: dict[str, Any]) -> None:
     for key in ("ttft_p50_s", "ttft_p90_s"):
         real, sim, err = row[key]
-        assert abs(err) <= 0.15, f"{name} {key}: vLLM {real * 1e3:.1f} ms, sim {sim * 1e3:.1f} ms ({err:+.1%})"
+        assert abs(err) <= 0.15, f"{row['name']} {key}: vLLM {real * 1e3:.1f} ms, sim {sim * 1e3:.1f} ms ({err:+.1%})"
+
+
+@pytest.mark.parametrize("name", TTFT_HOLDS)
+def test_ttft_median_and_p90_within_15_percent(rows: dict[str, dict[str, Any]], name: str) -> None:
+    """Send to first token, the sim against vLLM: the engine loses a share of each admitted request's c=1
+    front-end time (`MeasuredCosts.admit_share`, measured from the calibration waves' lead gaps)."""
+    _ttft_within_15_percent(rows[name])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known miss (docs/plan.md, the real scheduler): steps of 512-token prompts and their chunks cost "
+    "vLLM's CPU build more than the c=1 prefills and the short-prompt waves say; TTFT is 27-33% short",
+)
+def test_ttft_within_15_percent_with_512_token_prompts_in_waves(rows: dict[str, dict[str, Any]]) -> None:
+    _ttft_within_15_percent(rows["fixed-p512-c16"])
+
+
+def test_admission_cost_is_measured_from_the_calibration_waves(recording: dict[str, Any]) -> None:
+    """Each calibration wave's step that admits its followers, as the lead's gap times it, is longer than
+    the c=1 prefills price its prompts; the solve puts the difference on the admissions."""
+    costs = replay.measure_costs(recording)
+    assert 0.2 < costs.admit_share < 1.5
+    steps = replay._lead_steps(recording["runs"]["wave-c16-p128"], 2048)
+    assert [(n, k) for n, k, _ in steps] == [(1, 15)]
+    plain = step_time_s(costs.step_cost(), StepShape(decode_seqs=1, prefill_seqs=15, prefill_tokens=15 * 128))
+    assert steps[0][2] > 1.3 * plain
 
 
 def test_wave_profile_and_ramp() -> None:

@@ -190,6 +190,7 @@ class Engine(RunningBatch):
             budget = cfg.max_prefill_tokens  # the prompt tokens' own cap (SGLang DP attention's chunk)
         shape = StepShape(decode_seqs=n_dec, decode_ctx_tokens=self._sum_pos0 + n_dec * s)
         chunks: list[tuple[SimRequest, int]] = []
+        admitted = 0  # of chunks, the first ones of requests admitted from the queue by this step
         # 2. running sequences still in prefill (only prefilling ones are preempted here).
         for req in list(self._prefilling):
             if budget <= 0:
@@ -227,6 +228,7 @@ class Engine(RunningBatch):
             waiting.popleft()
             if req.first_scheduled_s < 0:
                 req.first_scheduled_s = now_s
+                admitted += 1
             chunks.append((req, chunk))
             budget -= chunk
         if n_dec == 0 and not chunks:
@@ -235,6 +237,7 @@ class Engine(RunningBatch):
                 return StepResult(s, now_s, 0.0, 0, 0, [] if with_tokens else None, [], [], preempted)
             return None
         # 4. cost of the step.
+        shape.admitted_seqs = admitted
         for req, chunk in chunks:
             shape.prefill_seqs += 1
             shape.prefill_tokens += chunk

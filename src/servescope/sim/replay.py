@@ -8,17 +8,23 @@ name, each with its load (`kind` closed / open / calib, `concurrency`, `input`, 
 the run's first send), the gaps between consecutive tokens (`itl_gaps_s`, or their median `itl_p50_s`)
 and the means of the engine's own histograms over the run (`engine`).
 
-Step costs (`measure_costs`), from the calibration runs only, a least-squares solve of::
+Step costs (`measure_costs`), from the calibration runs only::
 
     step_s(shape) = step + seq * sequences + token * tokens + pair * prefill_ctx_pairs + ctx * decode_ctx_tokens
+                  + admit_share * F1(prompt) * requests the step admits
 
-over (a) each c=1 prompt length's mean prefill time by the engine's own histogram
-(`vllm:request_prefill_time_seconds`: one prompt step of P tokens, P^2/2 pairs, no decode), and (b) each
+(a) each c=1 prompt length's mean prefill time by the engine's own histogram
+(`vllm:request_prefill_time_seconds`: one prompt step of P tokens, P^2/2 pairs, no decode, no admission:
+the engine's clock starts after it) gives a prompt step's fixed part, token and pair costs; (b) each
 decode wave's median gap between tokens (c sequences sent at once, short prompts: decode steps of c
-sequences over their mean context). The first-token path (the HTTP, tokenizer, IPC and SSE time around
-the engine, what no step holds) is the c=1 runs' median client TTFT less the engine's prefill and queue
-time, linear in the prompt length. `StepCost` carries them as overheads and attention terms (no roofline:
-bytes and linear FLOPs are 0), and `EngineConfig` the engine's scheduler settings as recorded.
+sequences over their mean context) the decode terms; (c) each calibration wave's steps that admit its
+followers, timed by the lead's gaps (`_lead_steps`), what an admission costs beyond what (a) prices:
+`admit_share` of the request's first-token path F1 (the c=1 runs' median client TTFT less the engine's
+own TTFT: HTTP, tokenizer, IPC, SSE, linear in the prompt length between the measured lengths), which the
+engine's loop loses to each request it takes in. The rest of F1, and the engine's TTFT less its queue and
+prefill time, is a first-token latency beside the steps. `StepCost` carries them as overheads and
+attention terms (no roofline: bytes and linear FLOPs are 0), and `EngineConfig` the engine's scheduler
+settings as recorded.
 
 Compared per run (`compare_run`): TTFT median and P90 (send to first token), the median ITL, output
 tokens/s over the run (first send to last token), and the wave profile of a closed loop
@@ -88,6 +94,9 @@ class MeasuredCosts:
     # token's way out), (prompt tokens, s), measured at c=1: linear between them, extended linearly
     front_points: tuple[tuple[float, float], ...]
     first_token_s: float  # from the engine's first-token step to its output (engine TTFT less queue + prefill)
+    # the share of a request's c=1 front-end time the engine's loop loses when it admits it (a step that
+    # schedules its prompt), measured from the calibration waves; the rest is latency beside the steps
+    admit_share: float = 0.0
 
     def frontend_s(self, prompt_tokens: float) -> float:
         pts = self.front_points
@@ -95,7 +104,8 @@ class MeasuredCosts:
         (p0, v0), (p1, v1) = pts[i - 1], pts[i]
         return max(0.0, v0 + (v1 - v0) * (prompt_tokens - p0) / (p1 - p0))
 
-    def step_cost(self) -> StepCost:
+    def step_cost(self, prompt_tokens: float = 0.0) -> StepCost:
+        """The step costs, each admission priced for prompts of `prompt_tokens`."""
         return StepCost(
             dense_weight_bytes=0.0,
             kv_bytes_per_token=0.0,
@@ -112,6 +122,7 @@ class MeasuredCosts:
             token_overhead_s=self.token_s,
             prefill_layer_overhead_s=self.prompt_extra_s,
             prefill_seq_overhead_s=self.prompt_seq_s,
+            admit_overhead_s=self.admit_share * self.frontend_s(prompt_tokens) if prompt_tokens else 0.0,
         )
 
 
@@ -124,16 +135,45 @@ def _itl_p50(run: dict[str, Any]) -> float:
     return median(gaps) if gaps else float(run.get("itl_p50_s", 0.0))
 
 
+def _lead_steps(run: dict[str, Any], budget: float) -> list[tuple[int, int, float]]:
+    """The steps of one calibration wave (c sends at once) that admitted its followers, from the lead's
+    view: (decoding sequences, prompts whose first token the step emitted, the step's wall time s).
+
+    The lead (the first to get its first token) decodes from then on, so each gap between its tokens is
+    the engine's time for one step, all that its loop spent beside the model included. A follower's
+    first token reaches the client just after the lead's token of the same step (the server streams the
+    step's tokens one by one), so it belongs to the last lead token at or before it. A step that a
+    next prompt would not have fitted beside, with more prompts in the next step, may have carried a chunk
+    of one over: left out, as is a step whose prompts do not fit the token budget whole."""
+    reqs, o = run["requests"], int(run["output"]) - 1
+    gaps = run.get("itl_gaps_s") or []
+    if len(gaps) != o * len(reqs) or len(reqs) < 2 or o < 1:
+        return []
+    lead = min(range(len(reqs)), key=lambda k: reqs[k][1])
+    times = np.cumsum([reqs[lead][1], *gaps[lead * o : (lead + 1) * o]])
+    at = [int(np.searchsorted(times, r[1] + 1e-3, side="right")) - 1 for k, r in enumerate(reqs) if k != lead]
+    counts = np.bincount(np.clip(at, 0, len(times) - 1), minlength=len(times))
+    prompt = float(np.mean([r[3] for r in reqs]))
+    out, decoding = [], 1
+    for j in range(1, len(times)):
+        k = int(counts[j])
+        nxt = int(counts[j + 1]) if j + 1 < len(times) else 0
+        if k and decoding + k * prompt <= budget and not (nxt and decoding + (k + 1) * prompt > budget):
+            out.append((decoding, k, float(times[j] - times[j - 1])))
+        decoding += k
+    return out
+
+
 def measure_costs(doc: dict[str, Any]) -> MeasuredCosts:
     """Step costs from the recording's calibration runs (see the module docstring). Raises ValueError
     when the recording lacks the runs that determine them."""
     dec_rows: list[list[float]] = []  # 1, c, context
     dec_y: list[float] = []
-    waves: list[tuple[float, float, float]] = []  # (c, prompt tokens, mean prefill time s)
     budget = float(doc["vllm_settings"]["max_num_batched_tokens"])
     single: list[tuple[float, float]] = []  # (prompt tokens, prefill time s) at c=1
     front: list[tuple[float, float]] = []  # (prompt tokens, s outside the engine)
     tail: list[float] = []
+    waves: list[dict[str, Any]] = []
     for run in _calib(doc):
         reqs, eng = run["requests"], run["engine"]
         prompt = float(np.mean([r[3] for r in reqs]))
@@ -148,34 +188,40 @@ def measure_costs(doc: dict[str, Any]) -> MeasuredCosts:
         if c == run["n"] and run["output"] >= 32:  # one wave: decode steps of c sequences
             dec_rows.append([1.0, c, c * (prompt + run["output"] / 2.0)])
             dec_y.append(_itl_p50(run))
-            if c > 1 and (c - 1) * prompt < budget:  # the c - 1 prompts fit one step
-                waves.append((c, prompt, prefill))
+            if c > 1:
+                waves.append(run)
     if len(single) < 3 or len(dec_y) < 3:
         raise ValueError("the recording needs c=1 prefill runs at three prompt lengths or more, and three decode waves")
     dy = np.asarray(dec_y)
     # relative least squares: each measurement counts by its relative error
     a_d, per_seq, ctx = _nonneg_lstsq(np.asarray(dec_rows) / dy[:, None], np.ones_like(dy))
-    # prompt steps: t = fixed + per_prompt x prompts + per_token x tokens + pair x pairs. A c=1 run's prefill
-    # time is one prompt step. A wave of c sends at once (an idle engine): the first starts a step alone,
-    # the other c - 1 share the next (with the first's decode), so the wave's mean prefill time is
-    # (t1 + (c - 1) t2) / c: t2 = (c x mean - t1) / (c - 1), t1 the c=1 figure at that prompt length
-    rows = [[1.0, 1.0, p, p * p / 2.0] for p, _ in single]
-    ys = [t for _, t in single]
-    sp = sorted(single)
-    for c, p, mean in waves:
-        t1 = float(np.interp(p, [x for x, _ in sp], [t for _, t in sp]))
-        t2 = (c * mean - t1) / (c - 1) - (a_d + per_seq)  # less the first's decode in that step
-        if t2 > 0:
-            rows.append([1.0, c - 1, (c - 1) * p, (c - 1) * p * p / 2.0])
-            ys.append(t2)
-    py = np.asarray(ys)
-    a_p, per_prompt, per_token, pair = _nonneg_lstsq(np.asarray(rows) / py[:, None], np.ones_like(py))
+    front.sort()
+    fronts = MeasuredCosts(0, 0, 0, 0, 0, 0, 0, tuple(front), 0)
+    # prompt steps: t = fixed + per_token x tokens + pair x pairs (+ per_prompt x prompts + admit x F1 on
+    # admissions, F1 the c=1 front-end time of each prompt admitted). A c=1 run's prefill time (the
+    # engine's histogram: scheduled to first token) is one prompt step that pays for no admission (the
+    # engine's clock starts after it): those give fixed, per_token and pair. The steps of a calibration
+    # wave that admit its followers, timed by the lead's gaps (`_lead_steps`), hold all of it: less their
+    # decodes and what the c=1 model prices, what is left gives per_prompt and admit
+    rows = [[1.0, p, p * p / 2.0] for p, _ in single]
+    py = np.asarray([t for _, t in single])
+    a_p, per_token, pair = _nonneg_lstsq(np.asarray(rows) / py[:, None], np.ones_like(py))
+    adm_rows: list[list[float]] = []
+    adm_y: list[float] = []
+    for run in waves:
+        p = float(np.mean([r[3] for r in run["requests"]]))
+        for n_dec, k, wall in _lead_steps(run, budget):
+            y = wall - n_dec * per_seq - ctx * n_dec * p - (a_p + per_token * k * p + pair * k * p * p / 2.0)
+            adm_rows.append([k, k * fronts.frontend_s(p)])
+            adm_y.append(y)
+    per_prompt, admit = 0.0, 0.0
+    if adm_rows:  # absolute least squares: each step counts by its seconds (the long steps matter most)
+        per_prompt, admit = _nonneg_lstsq(np.asarray(adm_rows), np.asarray(adm_y))
     # a step = step + seq x sequences + token x tokens (+ prompt_extra on a step with prompt tokens, +
     # prompt_seq a prompt): a prompt token costs `token`; a decode sequence seq + token (its one token); a
     # decode step's fixed part is step
     token = min(per_token, per_seq)
     seq = per_seq - token
-    front.sort()
     return MeasuredCosts(
         step_s=float(a_d),
         seq_s=float(seq),
@@ -184,8 +230,9 @@ def measure_costs(doc: dict[str, Any]) -> MeasuredCosts:
         prompt_seq_s=float(max(per_prompt - seq, 0.0)),
         pair_s=float(pair),
         ctx_s=float(ctx),
-        front_points=tuple((float(p), float(v)) for p, v in front),
+        front_points=tuple(front),
         first_token_s=median(tail),
+        admit_share=float(admit),
     )
 
 
@@ -209,7 +256,7 @@ def engine_config(
     s = doc["vllm_settings"]
     bs = int(s["block_size"])
     return EngineConfig(
-        cost=costs.step_cost(),
+        cost=costs.step_cost(prompt_tokens),
         kv_blocks=int(s["kv_tokens"]) // bs,
         block_size=bs,
         max_num_seqs=int(s["max_num_seqs"]),
@@ -217,7 +264,7 @@ def engine_config(
         max_model_len=max_model_len,
         enable_prefix_caching=True,
         chunked_prefill=True,
-        first_token_s=costs.first_token_s + costs.frontend_s(prompt_tokens),
+        first_token_s=costs.first_token_s + max(1.0 - costs.admit_share, 0.0) * costs.frontend_s(prompt_tokens),
     )
 
 

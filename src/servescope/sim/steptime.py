@@ -13,7 +13,13 @@ deployment (all ranks run in lock step)::
                  (linear_flops / flops_per_s + attn_flops / attn_flops_per_s) / compute_efficiency)
            + step_overhead_s + layers * layer_overhead_s + seq_overhead_s * sequences
            + token_overhead_s * tokens + prefill_seq_overhead_s * prefill_seqs
+           + admit_overhead_s * admitted_seqs             # prompts this step schedules for the first time
            + layers * prefill_layer_overhead_s        # only a step that computes prompt tokens
+
+`admit_overhead_s` is what the engine's loop loses for each request it admits (a step that schedules a
+prompt's first chunk), once per request however many chunks its prompt takes: measured on a real
+engine by `sim.replay` (vLLM's CPU build loses about a c=1 request's front-end time per admission;
+docs/plan.md, the real scheduler), 0 in the GPU profiles.
 
 `prefill_layer_overhead_s` is what a step with prompt tokens pays per layer on top of a decode step's
 `layer_overhead_s`: decode batches replay captured CUDA graphs, prompt batches mostly do not. A
@@ -100,6 +106,7 @@ class StepCost:
     token_overhead_s: float = 0.0
     prefill_layer_overhead_s: float = 0.0  # per layer, on a step that computes prompt tokens
     prefill_seq_overhead_s: float = 0.0  # per prompt chunk a step computes, on top of seq_overhead_s
+    admit_overhead_s: float = 0.0  # per request whose first prompt chunk the step computes
     comm_bytes_per_token: float = 0.0  # bytes this GPU sends per token per step (all collectives)
     comm_bytes_per_s: float = 0.0  # achieved collective bandwidth per GPU (0: no communication)
     comm_prefill_bytes_per_s: float = 0.0  # the same for prompt tokens' large messages (0: comm_bytes_per_s)
@@ -126,6 +133,7 @@ class StepShape:
     prefill_tokens: int = 0
     prefill_ctx_pairs: float = 0.0  # sum over prefill chunks of chunk x (cached + chunk / 2)
     prefill_ctx_reads: int = 0  # sum over prefill chunks of the cached context they read
+    admitted_seqs: int = 0  # of prefill_seqs, the chunks that are their request's first (admissions)
 
 
 def distinct_experts(cost: StepCost, tokens: int) -> float:
@@ -172,6 +180,7 @@ def step_time_s(cost: StepCost, shape: StepShape) -> float:
         + cost.seq_overhead_s * seqs
         + cost.token_overhead_s * tokens
         + cost.prefill_seq_overhead_s * shape.prefill_seqs
+        + cost.admit_overhead_s * shape.admitted_seqs
         + (
             cost.layers * cost.prefill_layer_overhead_s
             if (shape.prefill_tokens and pw) or 0 < cost.graph_max_seqs < shape.decode_seqs
