@@ -21,9 +21,10 @@ wave of c = 1..64 sends of 32-token prompts and 64 outputs; one of 16 sends of 1
 `closed` = closed loops with fixed output lengths (ignore_eos), `spread` = the same with `--range-ratio
 0.5`, `open` = Poisson arrivals. `compare` measures vLLM's step costs from the calibration runs alone
 (`sim.replay.measure_costs`: vLLM's own prefill-time histogram at c=1, the median gap between tokens in
-the decode waves, and what each wave's admitting steps cost beyond those, by its lead's gaps), builds an `EngineConfig` with them and vLLM's scheduler settings, replays every other
-run (the same requests, lengths and send pattern) through `sim.simulate`, and prints TTFT median/P90, ITL
-and output tok/s point by point, and each closed loop's wave profile (median TTFT by position within a
+the decode waves, and what each wave's admitting steps cost beyond those, by its lead's gaps), builds an
+`EngineConfig` with them and vLLM's scheduler settings, replays every other run (the same requests,
+lengths and send pattern) through `sim.simulate`, and prints TTFT median/P90, ITL and output tok/s point
+by point, and each closed loop's wave profile (median TTFT by position within a
 wave of c sends, the first wave dropped). Nothing is fitted to the runs being compared.
 """
 
