@@ -16,16 +16,17 @@ sample). Around every run /metrics is scraped: the deltas of vLLM's own histogra
 time, TTFT, ITL) are kept with the run. The scheduler settings vLLM ran with (max_num_seqs,
 max_num_batched_tokens, block size, KV cache blocks) are read from its log and kept too.
 
-Run groups (`--runs`): `calib` = the calibration runs (c=1 at prompts of 128, 512 and 1,024 tokens; one
-wave of c = 1..64 sends of 32-token prompts and 64 outputs; one of 16 sends of 1,024-token prompts),
-`closed` = closed loops with fixed output lengths (ignore_eos), `spread` = the same with `--range-ratio
-0.5`, `open` = Poisson arrivals. `compare` measures vLLM's step costs from the calibration runs alone
-(`sim.replay.measure_costs`: vLLM's own prefill-time histogram at c=1, the median gap between tokens in
-the decode waves, and what each wave's admitting steps cost beyond those, by its lead's gaps), builds an
-`EngineConfig` with them and vLLM's scheduler settings, replays every other run (the same requests,
-lengths and send pattern) through `sim.simulate`, and prints TTFT median/P90, ITL and output tok/s point
-by point, and each closed loop's wave profile (median TTFT by position within a
-wave of c sends, the first wave dropped). Nothing is fitted to the runs being compared.
+Run groups (`--runs`): `calib` = the calibration runs (c=1 at prompts of 128, 512 and 1,024 tokens; one wave
+of c = 1..64 sends of 32-token prompts and 64 outputs; one of 16 sends of 1,024-token prompts), `waves` and
+`waves512` = calibration waves of longer prompts (16 x 128, 8 x 256, 4 x 512 tokens: the followers' prompts
+fill one step whole), `closed` = closed loops with fixed output lengths (ignore_eos), `spread` = the same
+with `--range-ratio 0.5`, `open` = Poisson arrivals. `compare` measures vLLM's step costs from the
+calibration runs alone (`sim.replay.measure_costs`: vLLM's own prefill-time histogram at c=1, the median gap
+between tokens in the decode waves, and what each wave's admitting steps cost beyond those, by its lead's
+gaps), builds an `EngineConfig` with them and vLLM's scheduler settings, replays every other run (the same
+requests, lengths and send pattern) through `sim.simulate`, and prints TTFT median/P90, ITL and output tok/s
+point by point, and each closed loop's wave profile (median TTFT by position within a wave of c sends, the
+first wave dropped). Nothing is fitted to the runs being compared.
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ RUNS: dict[str, list[dict[str, Any]]] = {
     ],
     # one wave each whose c - 1 followers share one prompt step of longer prompts (calibration too)
     "waves": [_run("wave-c16-p128", "calib", 128, 64, 16, 16), _run("wave-c8-p256", "calib", 256, 64, 8, 8)],
+    # the same with prompts of 512 tokens: three followers fill one step whole
+    "waves512": [_run("wave-c4-p512", "calib", 512, 64, 4, 4)],
     "closed": [
         _run("fixed-p128-c1", "closed", 128, 32, 1, 16),
         _run("fixed-p128-c4", "closed", 128, 32, 4, 40),
