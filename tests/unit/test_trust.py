@@ -189,3 +189,101 @@ def test_cpu_at_its_ceiling_is_named_per_process() -> None:
     base: dict[str, Any] = {"schedule_lag_ms": {"p99": 1.0}, "elapsed_s": 10.0, "load_deficit": 0.0}
     assert "ceiling" in assess_client({"client": {**base, "cpu_s": 9.5}}, open_loop=False)[1][0]  # type: ignore[typeddict-item]
     assert assess_client({"client": {**base, "cpu_s": 3.0}}, open_loop=False)[0] is False  # type: ignore[typeddict-item]
+
+
+def _two_shards(*, stalled: int, together: int, on_nodes: bool) -> tuple[dict, list[str]]:
+    """A closed loop over two shards (even ids shard 0, odd ids shard 1, as `split.shard_of` deals them):
+    shard `stalled`'s loop lags 15 ms (p99) against a ~20 ms TPOT, the other's 0.2 ms; half the token gaps
+    of shard `together`'s requests are 0 (read together). As worker processes here, or (`on_nodes`) as Ray
+    actors on two nodes. Returns the summary's client block and the reasons as assess_shards words them."""
+    from servescope.client.spec import Prepared, ShardResult, ShardSpec
+    from servescope.results.colsummary import tokens_read_together
+    from servescope.run.assemble import _biases, assess_shards
+
+    recs = synth_records(400, seed=5, concurrency=16)
+    for r in recs[together::2]:
+        c = r.chunk_ns
+        for k in range(1, len(c) - 1, 2):  # every other chunk read with the next one
+            c[k] = c[k + 1]
+    cols = RecordColumns.from_records(recs)
+    s = summarize_columns(cols)
+    lags = [[15.0 if i == stalled else 0.2] * 100 for i in range(2)]
+    parts = [
+        ShardResult(
+            records=[],
+            t0_ns=0,
+            elapsed_s=10.0,
+            rx_timestamps="kernel",
+            cpu_s=2.0,
+            cpu_busy_peak=0.3,
+            loop_lag_ms=lags[i],
+            index=i,
+            pid=100 + i,
+            start_late_ms=0.0,
+            host=f"10.203.0.{i + 2}" if on_nodes else None,
+            clock_offset_ns=(50_000 * (i + 1)) if on_nodes else None,
+            clock_error_ns=800_000 if on_nodes else None,
+        )
+        for i in range(2)
+    ]
+    merged = ShardResult(
+        records=[],
+        t0_ns=0,
+        elapsed_s=10.0,
+        rx_timestamps="kernel",
+        cpu_s=5.0,
+        cpu_busy_peak=0.3,
+        loop_lag_ms=lags[0] + lags[1],
+        parts=parts,
+        parent_cpu_s=1.0,
+    )
+    spec = ShardSpec(
+        url="http://10.203.0.1:8000/v1/completions",
+        api="completions",
+        headers={},
+        items=[Prepared(id=i, body=b"{}", input_len=256, output_len=64) for i in range(400)],
+        concurrency=16,
+    )
+    client = s["client"]
+    client.update(
+        {
+            "tokens_read_together": tokens_read_together(cols),
+            "setup": setup_block(cols),
+            "loop_lag_ms_p99": float(np.percentile(merged.loop_lag_ms, 99)),
+            "elapsed_s": 10.0,
+        }
+    )
+    _biases(s, spec, merged, cols, open_loop=False)  # the merged view's bounds, as run.assemble adds them
+    assess_shards(s, merged, spec, cols, open_loop=False, rx_timestamps="kernel")
+    return dict(client), list(client["reasons"])
+
+
+def test_each_shard_is_judged_on_its_own_stalls_and_reads_the_same_over_ray_as_over_workers() -> None:
+    client, reasons = _two_shards(stalled=1, together=1, on_nodes=False)
+    shards = client["workers"]["shards"]
+    # the stalling shard whose own gaps were read together is named, with the cause; the other is not
+    assert shards[1]["saturated"] and "stalls about as long as the gap" in shards[1]["reasons"][0], shards[1]
+    assert not shards[0]["saturated"] and shards[0]["reasons"] == []
+    assert client["workers"]["saturated_shard"] == 1 and client["saturated"]
+    assert any(r.startswith("shard 1 (pid 101): the event loop stalls") for r in reasons), reasons
+    # a shard that stalls while its own streams read nothing together is not that shard's fault (its stalls
+    # merged no token); the run's merged view still judges the run as a whole
+    client, reasons = _two_shards(stalled=1, together=0, on_nodes=False)
+    assert [f["saturated"] for f in client["workers"]["shards"]] == [False, False]
+    assert client["workers"]["saturated_shard"] is None
+    assert all(not r.startswith("shard ") for r in reasons)
+
+    # over Ray actors on two nodes: the same verdict, rule for rule; the reasons name the node
+    for stalled, together in ((1, 1), (1, 0), (0, 1)):
+        here, here_reasons = _two_shards(stalled=stalled, together=together, on_nodes=False)
+        ray, ray_reasons = _two_shards(stalled=stalled, together=together, on_nodes=True)
+        assert ray["saturated"] == here["saturated"] and ray["biases"] == here["biases"]
+        assert ray["loop_stall_share"] == here["loop_stall_share"]
+        assert ray["workers"]["saturated_shard"] == here["workers"]["saturated_shard"]
+        for a, b in zip(here["workers"]["shards"], ray["workers"]["shards"], strict=True):
+            assert (a["saturated"], a["reasons"], a["cpu_share"]) == (b["saturated"], b["reasons"], b["cpu_share"])
+            assert b["host"] == f"10.203.0.{b['index'] + 2}" and "host" not in a
+        assert [r.replace(" on 10.203.0.2", "").replace(" on 10.203.0.3", "") for r in ray_reasons] == here_reasons
+    ray, ray_reasons = _two_shards(stalled=1, together=1, on_nodes=True)
+    assert any(r.startswith("shard 1 (pid 101 on 10.203.0.3): ") for r in ray_reasons), ray_reasons
+    assert "more nodes (--ray" in ray["advice"] and "--workers (each a process" not in ray["advice"]

@@ -53,12 +53,17 @@ __all__ = [
 _NOT_A_SERVER_FAILURE = frozenset({"cancelled"})
 
 
-def tokens_read_together(cols: RecordColumns) -> float | None:
+def tokens_read_together(cols: RecordColumns, rows: np.ndarray | None = None) -> float | None:
     """The share of per-token gaps that are exactly 0: two chunks of a stream that came in one socket
     read carry one receive stamp (client/transport.py). Tokens merged by a client stall are among
     them, and so are chunks a server wrote together. None for a run too large to hold its gaps
-    (`RecordColumns.held_itl`), or one without gaps."""
+    (`RecordColumns.held_itl`), or one without gaps. `rows`: only those rows' gaps (a boolean mask:
+    one shard's requests)."""
     gaps = cols.held_itl
+    if gaps is not None and rows is not None:
+        if cols.itl_counts.size != len(cols) or int(cols.itl_counts.sum()) != gaps.size:
+            return None  # (gaps not held row by row)
+        gaps = gaps[np.repeat(rows, cols.itl_counts)]
     if gaps is None or not gaps.size:
         return None
     return float(np.count_nonzero(gaps == 0)) / gaps.size

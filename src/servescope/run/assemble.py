@@ -268,10 +268,19 @@ def _enforced(cfg: RunConfig, caps: Capabilities | None) -> bool | None:
 
 # ------------------------------------------------- a run over several shards
 def shard_figures(
-    result: ShardResult, spec: ShardSpec, cols: RecordColumns, *, open_loop: bool, rx_timestamps: str
+    result: ShardResult,
+    spec: ShardSpec,
+    cols: RecordColumns,
+    *,
+    open_loop: bool,
+    rx_timestamps: str,
+    latency_ms: Mapping[str, Any] | None = None,
 ) -> list[ShardFigures]:
     """Each shard's own figures from the merged result and the run's records as columns: its rows (by
-    run-wide id), CPU, lags, and `assess_client`'s verdict on it alone."""
+    run-wide id), CPU, lags, and `assess_client`'s verdict on it alone: its CPU share, its send lag, and
+    its loop's stalls against the streams' gap (`latency_ms`: the run's, whose median TPOT is the gap)
+    with the share of its own requests' token gaps read together — the rules one process's run is
+    judged by, whether the shard is a process here (--workers) or an actor on a node (--ray)."""
     n = len(result.parts)
     slices = split_spec(spec, n) if n else []
     shard = cols.id % max(n, 1)  # (split.shard_of, over every row)
@@ -315,12 +324,14 @@ def shard_figures(
                 "cpu_busy_peak": part.cpu_busy_peak,
                 "loop_lag_ms_p99": fig["loop_lag_ms_p99"] or 0.0,
                 "schedule_lag_ms": {"p99": fig["schedule_lag_ms_p99"]},
+                "tokens_read_together": tokens_read_together(cols, mine),
             }
             if not open_loop:
                 client["concurrency_held"] = concurrency_held_columns(cols, sub.concurrency, rows=measured)
                 client["load_deficit"] = trust.load_deficit(cols, sub.concurrency, part.elapsed_s, rows=mine)
+            alone = {"client": client, "latency_ms": latency_ms} if latency_ms is not None else {"client": client}
             saturated, reasons, _ = assess_client(
-                cast(Summary, {"client": client}), open_loop=open_loop, rx_timestamps=rx_timestamps
+                cast(Summary, alone), open_loop=open_loop, rx_timestamps=rx_timestamps
             )
             fig["saturated"], fig["reasons"] = saturated, reasons
         out.append(fig)
@@ -335,7 +346,9 @@ def assess_shards(
     concurrency held judged over the run, and the run process's own CPU (it reads and writes every
     record); names the saturated shard (`client.workers.saturated_shard`, the highest CPU share among them)."""
     client = summary["client"]
-    figs = shard_figures(result, spec, cols, open_loop=open_loop, rx_timestamps=rx_timestamps)
+    figs = shard_figures(
+        result, spec, cols, open_loop=open_loop, rx_timestamps=rx_timestamps, latency_ms=summary["latency_ms"]
+    )
     parent_cpu = result.parent_cpu_s
     merged: dict[str, Any] = {
         k: client[k]
@@ -356,7 +369,8 @@ def assess_shards(
     _, reasons, _ = assess_client(whole, open_loop=open_loop, rx_timestamps=rx_timestamps)
     reasons = list(reasons)
     for f in figs:
-        reasons += [f"shard {f['index']} (pid {f['pid']}): {r}" for r in f["reasons"]]
+        where = f"pid {f['pid']}" + (f" on {f['host']}" if f.get("host") else "")  # (--ray: its node)
+        reasons += [f"shard {f['index']} ({where}): {r}" for r in f["reasons"]]
     elapsed = client.get("elapsed_s") or 0.0
     if elapsed and parent_cpu / elapsed >= 0.9:
         reasons.append(
@@ -375,10 +389,18 @@ def assess_shards(
         client["workers"]["not_sent"] = result.not_sent
     client["saturated"] = bool(reasons)
     client["reasons"] = reasons
+    on_nodes = any(p.host is not None for p in result.parts)  # --ray: the shards are actors on the cluster's nodes
     client["advice"] = (
-        "the client, not the server, may be limiting this run (" + "; ".join(reasons) + "). Lower "
-        "--concurrency/--rate, close other work on this machine, or spread the load over more "
-        "--workers (each a process of its own)."
+        "the client, not the server, may be limiting this run ("
+        + "; ".join(reasons)
+        + "). Lower "
+        + (
+            "--concurrency/--rate, close other work on the shards' nodes, or spread the load over more "
+            "nodes (--ray, one shard per node; --workers N for more shards than nodes)."
+            if on_nodes
+            else "--concurrency/--rate, close other work on this machine, or spread the load over more "
+            "--workers (each a process of its own)."
+        )
         if reasons
         else ""
     )
