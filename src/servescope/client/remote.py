@@ -79,10 +79,10 @@ class RemoteShard:
 
     # ------------------------------------------------------------- the driver's calls
     def where(self) -> dict[str, Any]:
-        """Who hosts the shard: its process and host name."""
+        """Who hosts the shard: its process, host name and scheduling priority (nice)."""
         import socket
 
-        return {"pid": os.getpid(), "hostname": socket.gethostname()}
+        return {"pid": os.getpid(), "hostname": socket.gethostname(), "nice": os.getpriority(os.PRIO_PROCESS, 0)}
 
     def clock(self) -> int:
         """This host's perf_counter_ns (CLOCK_MONOTONIC on Linux) now."""

@@ -9,8 +9,9 @@ worker_lost accounting and its merge) over another transport. In order:
    that custom resource) are listed; `client.split.split_spec` deals the schedule over one shard per
    node (`--workers N` > 1: N shards, dealt over the nodes in turn).
 2. Each shard is a `client.remote.RemoteShard` actor pinned to its node (NodeAffinitySchedulingStrategy,
-   `num_cpus=0`, threaded so a waiting `pull` does not hold up other calls), created with its slice's
-   bytes: the schedule and every body reach the node before the clock. It opens its connections and
+   `num_cpus=0`, threaded so a waiting `pull` does not hold up other calls, at nice 0 where Ray would
+   start it at 15: `RUNTIME_ENV`), created with its slice's bytes: the schedule and every body reach the
+   node before the clock. It opens its connections and
    says `ready`.
 3. Clocks (docs/metrics.md, "Clocks across shards"): each actor's `perf_counter_ns` is read in
    `_OFFSET_TRIES` round trips; offset = remote reading - midpoint of the local send and receive, kept
@@ -42,7 +43,7 @@ from servescope.client.spec import ShardResult, ShardSpec
 from servescope.errors import ConfigError, ServescopeError
 from servescope.run.workers import ProcessShards, _Worker
 
-__all__ = ["LEAD_S", "PULL_WAIT_S", "SILENT_S", "RayShards", "check_reachable", "import_ray"]
+__all__ = ["LEAD_S", "PULL_WAIT_S", "RUNTIME_ENV", "SILENT_S", "RayShards", "check_reachable", "import_ray"]
 
 #: The common start instant is this far ahead of now once every actor is ready (a call to each).
 LEAD_S = 1.0
@@ -52,6 +53,12 @@ PULL_WAIT_S = 0.1
 SILENT_S = 10.0
 _READY_TIMEOUT_S = 120.0  # actor placement, its process start and imports, its connections
 _OFFSET_TRIES = 9
+#: Ray starts its worker processes at nice 15 (its `worker_niceness`: measured here, Ray 2.60, an actor's
+#: /proc/PID/stat); a shard's stalls are its timing error, so its actor runs at a --workers process's
+#: priority, 0, through the variable Ray reads at a worker's start (as Ray's own job supervisor sets it).
+#: At nice 15, 2,048 streams over two nodes on a busy 2-core host stalled 180-590 ms (loop lag p99)
+#: where --workers 2 stalled 15-30 ms (benchmarks/streams.py).
+RUNTIME_ENV = {"env_vars": {"RAY_worker_niceness": "0"}}
 INSTALL_HINT = "--ray needs Ray: pip install 'servescope[ray]'"
 
 
@@ -143,7 +150,11 @@ class RayShards(ProcessShards):
             node = self.nodes[i % len(self.nodes)]
             strategy = NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False)
             actor = actor_class.options(
-                num_cpus=0, max_concurrency=4, scheduling_strategy=strategy, name=f"servescope-shard-{i}-{id(self):x}"
+                num_cpus=0,
+                max_concurrency=4,
+                scheduling_strategy=strategy,
+                name=f"servescope-shard-{i}-{id(self):x}",
+                runtime_env=RUNTIME_ENV,
             ).remote(dumps(sub), i)
             w = _RayWorker(index=i, spec=sub, actor=actor, node_id=node["NodeID"], host=node["NodeManagerAddress"])
             self._workers.append(w)
