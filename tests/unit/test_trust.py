@@ -9,7 +9,7 @@ import pytest
 
 from servescope.results.colsummary import setup_block, summarize_columns
 from servescope.results.columns import RecordColumns
-from servescope.results.metrics import LOAD_DEFICIT_MAX, assess_client
+from servescope.results.metrics import LOAD_DEFICIT_MAX, assess_client, unvouched
 from servescope.results.records import RequestRecord
 from servescope.results.trust import (
     TOLERANCE_MS,
@@ -83,7 +83,11 @@ def _judge(cols: RecordColumns, *, open_loop: bool = False, **kw: Any) -> tuple[
     found, stalls = biases(cols, **args)
     client.update({"biases": found, "loop_stall_share": stalls, "setup": setup_block(cols)})
     saturated, reasons, advice = assess_client(s, open_loop=open_loop, rx_timestamps=args["rx_timestamps"])
-    return saturated, reasons, {"biases": found, "advice": advice}
+    return (
+        saturated,
+        reasons,
+        {"biases": found, "advice": advice, "unvouched": unvouched(client, args["rx_timestamps"])},
+    )
 
 
 def test_late_connections_are_named_where_they_can_move_ttft() -> None:
@@ -120,13 +124,20 @@ def test_loop_stalls_are_bounded_from_the_reads_lateness_and_reported() -> None:
     saturated, reasons, doc = _judge(cols, read_lateness=late, lateness_bucket_ms=0.131072, tokens_read_together=0.2)
     b = _stall_bias(doc)
     assert b["affected_share"] == pytest.approx(0.1) and b["bound_ms"] > b["tolerance_ms"], b
-    # with kernel stamps it is reported, not counted: the read-together rule judges stalls (no lag here)
+    # with kernel stamps it is reported, not counted: the read-together rule judges stalls (no lag here);
+    # the figure it could move is named as not vouched for, with its bound
     assert not saturated and reasons == []
+    (what,) = doc["unvouched"]
+    assert what.startswith(f"{b['figure']} could be off by up to {b['bound_ms']:.1f} ms"), what
     # capped by the share of gaps read together, and none where every read ran within a bucket of its bytes
     _, _, doc = _judge(cols, read_lateness=late, lateness_bucket_ms=0.131072, tokens_read_together=0.01)
     assert _stall_bias(doc)["affected_share"] == pytest.approx(0.01)
     prompt = [1000] + [0] * 1024
-    assert [b for b in _judge(cols, read_lateness=prompt)[2]["biases"] if b["cause"] == "loop_stalls"] == []
+    _, _, doc = _judge(cols, read_lateness=prompt)
+    assert [b for b in doc["biases"] if b["cause"] == "loop_stalls"] == [] and doc["unvouched"] == []
+    # stamps taken at read time: the same cause is counted, so it is a reason, not a caveat
+    saturated, reasons, doc = _judge(cols, rx_timestamps="read", shard_lags_ms=[(1.0, [4 * gap] * 100)])
+    assert saturated and any("not trustworthy" in r for r in reasons) and doc["unvouched"] == []
     # the lag samples give the share where no read was stamped
     _, _, doc = _judge(cols, shard_lags_ms=[(1.0, [4 * gap] * 100)])
     assert _stall_bias(doc)["affected_share"] == pytest.approx(stall_share([4 * gap] * 100, gap))
@@ -287,3 +298,29 @@ def test_each_shard_is_judged_on_its_own_stalls_and_reads_the_same_over_ray_as_o
     ray, ray_reasons = _two_shards(stalled=1, together=1, on_nodes=True)
     assert any(r.startswith("shard 1 (pid 101 on 10.203.0.3): ") for r in ray_reasons), ray_reasons
     assert "more nodes (--ray" in ray["advice"] and "--workers (each a process" not in ray["advice"]
+
+
+def test_figures_not_vouched_for_are_shown_in_the_terminal_and_the_report() -> None:
+    """A kernel-stamped run whose loop-stall bound is over its tolerance: not saturated, but the terminal
+    and the HTML report name the figure the client cannot vouch for; with none, both say it kept up."""
+    import io
+
+    from rich.console import Console
+
+    from servescope.report.console import print_summary
+    from servescope.report.html import _client_verdict
+
+    cols = _cols()
+    late = [0] * 1025
+    late[0], late[-1] = 900, 100
+    _, _, doc = _judge(cols, read_lateness=late, lateness_bucket_ms=0.131072, tokens_read_together=0.2)
+    s = summarize_columns(cols)
+    for what, shown in ((doc["unvouched"], True), ([], False)):
+        s["client"].update({"saturated": False, "reasons": [], "unvouched": what, "schedule_lag_ms": {"p99": 1.0}})
+        out = io.StringIO()
+        print_summary(s, Console(file=out, width=400, color_system=None))
+        kind, text = _client_verdict(s)
+        assert ("not vouched for" in out.getvalue()) is shown, out.getvalue()
+        assert (kind, "cannot vouch" in text) == (("warn", True) if shown else ("good", False)), text
+        if shown:
+            assert what[0][:80] in out.getvalue() and what[0] in text  # (the terminal wraps long lines)

@@ -174,6 +174,8 @@ def print_summary(summary: Summary, console: Console, out_dir: str | None = None
             f"CPU {_fmt(client.get('cpu_us_per_token'), 1)} µs/token, "
             f"loop lag p99 {_fmt(client.get('loop_lag_ms_p99'), 1)} ms"
         )
+        for what in client.get("unvouched") or ():
+            console.print(f"  [yellow]not vouched for[/yellow]  {what}")
     setup = client.get("setup")
     if setup and setup["requests"]:
         share = setup["share_of_time_to_first_token"]

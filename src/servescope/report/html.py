@@ -108,6 +108,9 @@ def _client_verdict(summary: Summary) -> tuple[str, str]:
         return "bad", f"Client check: {advice[:1].upper()}{advice[1:]} Schedule lag P99 {fmt(lag_p99, 'ms')}."
     if isinstance(lag_p99, (int, float)) and lag_p99 > 10:
         return "warn", f"Schedule lag P99 is {fmt(lag_p99, 'ms')}: the client sent some requests late."
+    if unvouched := client.get("unvouched"):
+        what = "; ".join(str(u) for u in unvouched)
+        return "warn", f"The client kept up, but cannot vouch for every figure: {what}."
     return "good", f"The client kept up: schedule lag P99 {fmt(lag_p99, 'ms')}."
 
 

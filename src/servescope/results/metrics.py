@@ -26,6 +26,7 @@ __all__ = [
     "distribution",
     "error_adjusted",
     "offered_rate",
+    "unvouched",
 ]
 
 SCHEMA = SUMMARY_VERSION
@@ -246,6 +247,24 @@ def _counts(b: Mapping[str, Any], rx_timestamps: str) -> bool:
         return False
     bound = b.get("bound_ms")
     return bound is None or bound > b["tolerance_ms"]
+
+
+def unvouched(client: Mapping[str, Any], rx_timestamps: str) -> list[str]:
+    """The figures the client cannot vouch for without calling the run saturated: each bias bound over its
+    tolerance that the verdict does not count (with kernel stamps, a loop stall's: it may have merged tokens,
+    or the server may have written them together, and no count the client keeps tells which)."""
+    out = []
+    for b in client.get("biases") or ():
+        bound = b.get("bound_ms")
+        if not _counts(b, rx_timestamps) and bound is not None and bound > b["tolerance_ms"]:
+            others = [f for f in b.get("over") or () if f != b["figure"]]
+            also = f"; so could {', '.join(others)}, each by more than its tolerance" if others else ""
+            out.append(
+                f"{b['figure']} could be off by up to {bound:.1f} ms (> {b['tolerance_ms']:.1f} ms tolerance{also}) "
+                f"from {_WHY.get(b['cause'], b['cause'])} ({b['affected_share']:.1%} of arrivals), or not at "
+                "all where the server wrote those tokens together: the client cannot tell which"
+            )
+    return out
 
 
 def _bias_reason(b: Mapping[str, Any]) -> str:

@@ -284,6 +284,7 @@ class Bias(TypedDict, closed=True):
     figure: str
     bound_ms: float | None
     tolerance_ms: float
+    over: NotRequired[list[str]]  # every figure whose bound is over its tolerance, the worst above among them
 
 
 class Client(TypedDict, closed=True):
@@ -322,6 +323,8 @@ class Client(TypedDict, closed=True):
     setup: NotRequired[Setup]  # connections opened inside the window (absent in summaries before it)
     loop_stall_share: NotRequired[float | None]  # arrivals a loop stall longer than the gap may merge
     biases: NotRequired[list[Bias]]  # each cause's worst bound on a reported percentile
+    # figures the client cannot vouch for: a bias bound over its tolerance that the verdict does not count
+    unvouched: NotRequired[list[str]]
     load_deficit: NotRequired[float | None]  # closed loop: share of slot time the client left empty
 
 

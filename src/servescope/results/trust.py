@@ -137,6 +137,7 @@ def _worst(cause: str, share: float, figures: dict[str, np.ndarray], size_ms: fl
     """The figure `cause` could move the most against its tolerance, over `figures` (name -> sorted values)."""
     best: Bias | None = None
     best_ratio = -1.0
+    over: list[str] = []
     for name, values in figures.items():
         if values.size == 0:
             continue
@@ -144,6 +145,8 @@ def _worst(cause: str, share: float, figures: dict[str, np.ndarray], size_ms: fl
             f = 2 * share if both[name] else share
             bound = shift_bound(values, q, f, size_ms, both=both[name])
             tol = tolerance_ms(quantile(values, q))
+            if bound > tol:
+                over.append(f"{name} {label}")
             if bound / tol > best_ratio:
                 best_ratio = bound / tol
                 best = {
@@ -154,6 +157,7 @@ def _worst(cause: str, share: float, figures: dict[str, np.ndarray], size_ms: fl
                     "tolerance_ms": tol,
                 }
     assert best is not None
+    best["over"] = over
     return best
 
 

@@ -23,7 +23,7 @@ from servescope.client.transport import LATENESS_SHIFT
 from servescope.results import precision, trust
 from servescope.results.colsummary import setup_block, summarize_columns, tokens_read_together
 from servescope.results.engineview import HistogramWindow, SpecWindow, engine_view
-from servescope.results.metrics import assess_client
+from servescope.results.metrics import assess_client, unvouched
 from servescope.results.schema import (
     ApiKind,
     ClientMeasures,
@@ -172,6 +172,7 @@ def _client_verdict(
     _biases(summary, spec, result, cols, open_loop=open_loop)
     saturated, reasons, advice = assess_client(summary, open_loop=open_loop, rx_timestamps=result.rx_timestamps)
     client.update({"saturated": saturated, "reasons": reasons, "advice": advice})
+    client["unvouched"] = [] if saturated else unvouched(client, result.rx_timestamps)
     if result.parts:  # --workers, --ray: each shard judged on its own, the saturated one named
         assess_shards(summary, result, spec, cols, open_loop=open_loop, rx_timestamps=result.rx_timestamps)
     # connections asked for before the clock but not opened (so opened inside it), and why the
@@ -389,6 +390,8 @@ def assess_shards(
         client["workers"]["not_sent"] = result.not_sent
     client["saturated"] = bool(reasons)
     client["reasons"] = reasons
+    if reasons:
+        client["unvouched"] = []
     on_nodes = any(p.host is not None for p in result.parts)  # --ray: the shards are actors on the cluster's nodes
     client["advice"] = (
         "the client, not the server, may be limiting this run ("
