@@ -300,7 +300,7 @@ class Client(TypedDict, closed=True):
     on a reported TTFT or ITL percentile against its tolerance (results.trust; docs/metrics.md, "Client
     self-check"). Absent in summaries written before them: `read_pauses`, `read_pause_ms`,
     `preconnect_shortfall`, `failure`, `concurrency_held`, `tokens_read_together` (null: a run too
-    large to hold its gaps), `setup`, `loop_stall_share`, `biases`, `load_deficit`."""
+    large to hold its gaps), `setup`, `loop_stall_share`, `biases`, `load_deficit`, `unvouched`."""
 
     cpu_s: NotRequired[float]
     cpu_us_per_token: NotRequired[float | None]
@@ -316,15 +316,12 @@ class Client(TypedDict, closed=True):
     preconnect_shortfall: NotRequired[int]
     failure: NotRequired[str | None]
     concurrency_held: NotRequired[float | None]
-    # the share of token gaps whose two tokens came in one socket read (the same receive stamp, gap 0):
-    # a client stall's merged tokens are among them, and so are tokens a server wrote together
-    tokens_read_together: NotRequired[float | None]
+    tokens_read_together: NotRequired[float | None]  # share of token gaps of 0 (one read: a stall's or a burst)
     workers: NotRequired[Workers]  # --workers N > 1 only; cpu_s above then sums every process
     setup: NotRequired[Setup]  # connections opened inside the window (absent in summaries before it)
     loop_stall_share: NotRequired[float | None]  # arrivals a loop stall longer than the gap may merge
     biases: NotRequired[list[Bias]]  # each cause's worst bound on a reported percentile
-    # figures the client cannot vouch for: a bias bound over its tolerance that the verdict does not count
-    unvouched: NotRequired[list[str]]
+    unvouched: NotRequired[list[str]]  # figures an uncounted bias bound could move past their tolerance
     load_deficit: NotRequired[float | None]  # closed loop: share of slot time the client left empty
 
 
