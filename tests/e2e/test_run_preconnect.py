@@ -162,6 +162,44 @@ def test_connections_not_opened_before_the_clock_are_recorded(
     assert setup["ms"]["min"] > 0 and 0 < setup["share_of_time_to_first_token"] < 1, setup
 
 
+def test_a_connection_still_opening_at_the_timeout_fails_connect_not_timeout(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A server that accepts nothing for longer than --timeout once the run begins: the requests that
+    needed a connection opened inside the window never sent a byte, so they failed to connect (kind
+    `connect`); `timeout` is for a request sent and not answered in time (once `timeout` for both)."""
+    monkeypatch.setattr(bench, "_CONNECT_TIMEOUT_S", _CONNECT_TIMEOUT_S)
+    monkeypatch.setattr(bench, "_PRECONNECT_BUDGET_S", _CONNECT_TIMEOUT_S)
+    srv = _LimitedServer(pause_s=4.0)
+    try:
+        n = 8
+        cfg = RunConfig(
+            url=srv.url,
+            model="m",
+            api="completions",
+            concurrency=n,
+            num_requests=n,
+            input_len=16,
+            output_len=8,
+            timeout=1.0,
+            probe=False,
+            quiet=True,
+            report=False,
+            out=str(tmp_path),
+        )
+        run_benchmark_sync(cfg)
+    finally:
+        srv.close()
+    s = json.loads((tmp_path / "summary.json").read_text())
+    late = n - json.loads((tmp_path / "manifest.json").read_text())["connections"]["preconnected"]
+    assert late > 0, s["notes"]  # the paused queue held a few connects; the rest were left for the window
+    # ...and those sent on the connections opened before the clock (open to the client, held in the
+    # queue) timed out, or completed where the server had taken theirs before its pause
+    req = s["requests"]
+    assert req["errors"]["connect"] == late and set(req["errors"]) <= {"connect", "timeout"}, (req, late)
+    assert req["errors"].get("timeout", 0) + req["completed"] == n - late, (req, late)
+
+
 def test_connects_that_time_out_before_the_clock_are_tried_again(
     limited_server: _LimitedServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

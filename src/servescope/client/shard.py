@@ -343,7 +343,11 @@ class Shard:
         assert sink is not None and pool is not None
         resp = None
 
+        sent = False  # the bytes went out: a connection was there for them
+
         def on_send(setup_ns: int | None) -> None:
+            nonlocal sent
+            sent = True
             rec.t_send_ns = _perf_ns() - t0
             rec.setup_ns = setup_ns
 
@@ -364,7 +368,10 @@ class Shard:
             elif buffer_sink is not None:
                 finish_unary(rec, b"".join(buffer_sink.parts), buffer_sink.t_last_ns, spec.api)
         except TimeoutError:
-            fail(rec, "timeout", f"no complete response within --timeout {spec.timeout_s:g} s")
+            if sent:
+                fail(rec, "timeout", f"no complete response within --timeout {spec.timeout_s:g} s")
+            else:  # still connecting: the server's accept queue, or nothing listening that answers
+                fail(rec, "connect", f"no connection opened within --timeout {spec.timeout_s:g} s")
         except asyncio.CancelledError:
             fail(rec, "cancelled", "still in flight when the run stopped")
             raise
