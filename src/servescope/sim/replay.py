@@ -11,18 +11,19 @@ and the means of the engine's own histograms over the run (`engine`).
 Step costs (`measure_costs`), from the calibration runs only::
 
     step_s(shape) = step + seq * sequences + token * tokens + pair * prefill_ctx_pairs + ctx * decode_ctx_tokens
-                  + admit_share * F1(prompt) * requests the step admits
+                  + (admit * prompt + per_prompt) * requests the step admits
 
 (a) each c=1 prompt length's mean prefill time by the engine's own histogram
 (`vllm:request_prefill_time_seconds`: one prompt step of P tokens, P^2/2 pairs, no decode, no admission:
 the engine's clock starts after it) gives a prompt step's fixed part, token and pair costs; (b) each
 decode wave's median gap between tokens (c sequences sent at once, short prompts: decode steps of c
-sequences over their mean context) the decode terms; (c) each calibration wave's steps that admit its
-followers, timed by the lead's gaps (`_lead_steps`), what an admission costs beyond what (a) prices:
-`admit_share` of the request's first-token path F1 (the c=1 runs' median client TTFT less the engine's
-own TTFT: HTTP, tokenizer, IPC, SSE, linear in the prompt length between the measured lengths), which the
-engine's loop loses to each request it takes in. The rest of F1, and the engine's TTFT less its queue and
-prefill time, is a first-token latency beside the steps. `StepCost` carries them as overheads and
+sequences over their mean context) the decode terms; (c) the c=1 runs' first-token path F1 (median
+client TTFT less the engine's own TTFT: HTTP, tokenizer, IPC, SSE; linear in the prompt length between
+the measured lengths) gives `admit`, its least-squares slope over the prompt lengths: the time per prompt
+token that the engine's loop loses to each request it takes in; (d) each calibration wave's steps that
+admit its followers, timed by the lead's gaps (`_lead_steps`), less what (a)-(c) price, `per_prompt`.
+The rest of F1, and the engine's TTFT less its queue and prefill time, is a first-token latency beside
+the steps. `StepCost` carries them as overheads and
 attention terms (no roofline: bytes and linear FLOPs are 0), and `EngineConfig` the engine's scheduler
 settings as recorded.
 
@@ -94,9 +95,10 @@ class MeasuredCosts:
     # token's way out), (prompt tokens, s), measured at c=1: linear between them, extended linearly
     front_points: tuple[tuple[float, float], ...]
     first_token_s: float  # from the engine's first-token step to its output (engine TTFT less queue + prefill)
-    # the share of a request's c=1 front-end time the engine's loop loses when it admits it (a step that
-    # schedules its prompt), measured from the calibration waves; the rest is latency beside the steps
-    admit_share: float = 0.0
+    # what the engine's loop loses a prompt token of each request it admits (a step that schedules its
+    # prompt): the c=1 front end's time per prompt token (tokenizing), its slope over the prompt lengths
+    # measured; the rest of the front-end time is latency beside the steps
+    admit_per_token_s: float = 0.0
 
     def frontend_s(self, prompt_tokens: float) -> float:
         pts = self.front_points
@@ -122,7 +124,7 @@ class MeasuredCosts:
             token_overhead_s=self.token_s,
             prefill_layer_overhead_s=self.prompt_extra_s,
             prefill_seq_overhead_s=self.prompt_seq_s,
-            admit_overhead_s=self.admit_share * self.frontend_s(prompt_tokens) if prompt_tokens else 0.0,
+            admit_overhead_s=self.admit_per_token_s * prompt_tokens,
         )
 
 
@@ -196,7 +198,9 @@ def measure_costs(doc: dict[str, Any]) -> MeasuredCosts:
     # relative least squares: each measurement counts by its relative error
     a_d, per_seq, ctx = _nonneg_lstsq(np.asarray(dec_rows) / dy[:, None], np.ones_like(dy))
     front.sort()
-    fronts = MeasuredCosts(0, 0, 0, 0, 0, 0, 0, tuple(front), 0)
+    # the front end's time per prompt token: the least-squares slope over the c=1 prompt lengths
+    fp = np.asarray(front)
+    admit = max(float(np.polyfit(fp[:, 0], fp[:, 1], 1)[0]), 0.0)
     # prompt steps: t = fixed + per_token x tokens + pair x pairs (+ per_prompt x prompts + admit x F1 on
     # admissions, F1 the c=1 front-end time of each prompt admitted). A c=1 run's prefill time (the
     # engine's histogram: scheduled to first token) is one prompt step that pays for no admission (the
@@ -212,11 +216,11 @@ def measure_costs(doc: dict[str, Any]) -> MeasuredCosts:
         p = float(np.mean([r[3] for r in run["requests"]]))
         for n_dec, k, wall in _lead_steps(run, budget):
             y = wall - n_dec * per_seq - ctx * n_dec * p - (a_p + per_token * k * p + pair * k * p * p / 2.0)
-            adm_rows.append([k, k * fronts.frontend_s(p)])
-            adm_y.append(y)
-    per_prompt, admit = 0.0, 0.0
+            adm_rows.append([k])
+            adm_y.append(y - admit * k * p)
+    per_prompt = 0.0
     if adm_rows:  # absolute least squares: each step counts by its seconds (the long steps matter most)
-        per_prompt, admit = _nonneg_lstsq(np.asarray(adm_rows), np.asarray(adm_y))
+        (per_prompt,) = _nonneg_lstsq(np.asarray(adm_rows), np.asarray(adm_y))
     # a step = step + seq x sequences + token x tokens (+ prompt_extra on a step with prompt tokens, +
     # prompt_seq a prompt): a prompt token costs `token`; a decode sequence seq + token (its one token); a
     # decode step's fixed part is step
@@ -232,7 +236,7 @@ def measure_costs(doc: dict[str, Any]) -> MeasuredCosts:
         ctx_s=float(ctx),
         front_points=tuple(front),
         first_token_s=median(tail),
-        admit_share=float(admit),
+        admit_per_token_s=admit,
     )
 
 
@@ -264,7 +268,8 @@ def engine_config(
         max_model_len=max_model_len,
         enable_prefix_caching=True,
         chunked_prefill=True,
-        first_token_s=costs.first_token_s + max(1.0 - costs.admit_share, 0.0) * costs.frontend_s(prompt_tokens),
+        first_token_s=costs.first_token_s
+        + max(costs.frontend_s(prompt_tokens) - costs.admit_per_token_s * prompt_tokens, 0.0),
     )
 
 
